@@ -1,0 +1,37 @@
+# Thin wrapper over CMake. `make` builds ./build/upipe; `make run` trains a small default model;
+# `make test` runs the CI test suite (labels unit, golden, train, mpi; not slow).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps run test test-all bench clean format
+
+all: $(BUILD)/upipe
+
+deps:
+	@bash tools/install-deps.sh
+
+$(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+$(BUILD)/upipe: deps $(BUILD)/Makefile FORCE
+	cmake --build $(BUILD) -j $(JOBS)
+
+FORCE:
+
+run: $(BUILD)/upipe
+	bash tools/run-default.sh $(BUILD)/upipe
+
+test: $(BUILD)/upipe
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+
+test-all: $(BUILD)/upipe
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: $(BUILD)/upipe
+	bash bench/bench.sh $(BUILD)/upipe
+
+format:
+	clang-format -i src/*.c src/*/*.c src/*/*.h tests/*/*.c
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,90 @@
+#include "core/check.h"
+
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int g_rank = 0;
+static int g_world = 1;
+
+void up_set_rank(int rank, int world_size) {
+    g_rank = rank;
+    g_world = world_size;
+}
+
+int up_rank(void) { return g_rank; }
+
+static UP_NORETURN void stop_all(int code) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    fflush(stdout);
+    fflush(stderr);
+    if (init && !fin && g_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+
+void up_fatal(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[rank %d] %s:%d: ", g_rank, file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    stop_all(2);
+}
+
+void up_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (g_world > 1) fprintf(stderr, "upipe: error (rank %d): ", g_rank);
+    else fprintf(stderr, "upipe: error: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    stop_all(1);
+}
+
+void up_die_all(const char *fmt, ...) {
+    if (g_rank == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "upipe: error: ");
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin) MPI_Finalize();
+    exit(1);
+}
+
+size_t up_mul(size_t a, size_t b) {
+    UP_CHECK(b == 0 || a <= SIZE_MAX / b, "size overflow: %zu * %zu", a, b);
+    return a * b;
+}
+
+size_t up_mul3(size_t a, size_t b, size_t c) { return up_mul(up_mul(a, b), c); }
+
+size_t up_add(size_t a, size_t b) {
+    UP_CHECK(a <= SIZE_MAX - b, "size overflow: %zu + %zu", a, b);
+    return a + b;
+}
+
+char *up_fmt_bytes(char *buf, size_t len, double bytes) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 4) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
+    else snprintf(buf, len, "%.2f %s", bytes, units[u]);
+    return buf;
+}

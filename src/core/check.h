@@ -1,0 +1,45 @@
+/* check.h — always-on checks and fatal errors.
+ *
+ * Two kinds of failure:
+ *  - UP_CHECK(cond, fmt, ...): an internal invariant or a library call failed. Prints
+ *    "[rank r] file:line: message" and stops every rank (MPI_Abort once MPI is up).
+ *  - up_die(fmt, ...): a user mistake or bad input found by one rank (a flag, a file, a shape).
+ *    Prints "upipe: error: message" and stops every rank.
+ *  - up_die_all(fmt, ...): the same mistake found by every rank at once (collective validation):
+ *    rank 0 prints the message once, every rank exits non-zero without MPI_Abort noise.
+ * None of these return. Never use assert() for input validation. */
+#ifndef UP_CHECK_H
+#define UP_CHECK_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__)
+#define UP_NORETURN __attribute__((noreturn))
+#define UP_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define UP_NORETURN
+#define UP_PRINTF(a, b)
+#endif
+
+UP_NORETURN void up_fatal(const char *file, int line, const char *fmt, ...) UP_PRINTF(3, 4);
+UP_NORETURN void up_die(const char *fmt, ...) UP_PRINTF(1, 2);
+UP_NORETURN void up_die_all(const char *fmt, ...) UP_PRINTF(1, 2);
+
+#define UP_CHECK(cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) up_fatal(__FILE__, __LINE__, __VA_ARGS__);                                    \
+    } while (0)
+
+/* Rank used in messages; set by the communication layer once MPI is up (0 before). */
+void up_set_rank(int rank, int world_size);
+int up_rank(void);
+
+/* Size arithmetic with overflow checks (T*T overflows int early; T*V*4 overflows 32 bits). */
+size_t up_mul(size_t a, size_t b);
+size_t up_mul3(size_t a, size_t b, size_t c);
+size_t up_add(size_t a, size_t b);
+
+/* Formats a byte count as "1.50 GiB" into buf (returns buf). */
+char *up_fmt_bytes(char *buf, size_t len, double bytes);
+
+#endif

@@ -1,0 +1,115 @@
+#include "core/mem.h"
+
+#include "core/check.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Each block carries a 64-byte header with its size and category, so mem_free needs no size. */
+typedef struct {
+    size_t bytes;
+    int cat;
+    unsigned magic;
+} mem_header;
+#define MEM_HDR 64
+#define MEM_MAGIC 0x75706970u
+
+static size_t g_live[MEM_COUNT], g_peak[MEM_COUNT];
+static size_t g_live_total, g_peak_total;
+static atomic_llong g_off_live;
+static atomic_llong g_off_peak;
+static long g_fail_after;
+
+static const char *g_names[MEM_COUNT] = {"params",      "grads",      "optimizer", "checkpoints",
+                                         "activations", "attention", "workspace", "comm"};
+
+const char *mem_category_name(mem_category cat) {
+    return (cat >= 0 && cat < MEM_COUNT) ? g_names[cat] : "?";
+}
+
+void mem_fail_after(long n) { g_fail_after = n; }
+
+void *mem_try_alloc(mem_category cat, size_t bytes) {
+    UP_CHECK(cat >= 0 && cat < MEM_COUNT, "bad memory category %d", (int)cat);
+    if (g_fail_after > 0 && --g_fail_after == 0) return NULL;
+    size_t total = up_add(bytes, MEM_HDR);
+    total = (total + 63) & ~(size_t)63;
+    void *raw = NULL;
+    if (posix_memalign(&raw, 64, total) != 0) return NULL;
+    memset(raw, 0, total); /* touch every page: accounted bytes are resident bytes */
+    mem_header *h = raw;
+    h->bytes = bytes;
+    h->cat = (int)cat;
+    h->magic = MEM_MAGIC;
+    g_live[cat] += bytes;
+    g_live_total += bytes;
+    if (g_live[cat] > g_peak[cat]) g_peak[cat] = g_live[cat];
+    if (g_live_total > g_peak_total) g_peak_total = g_live_total;
+    return (char *)raw + MEM_HDR;
+}
+
+void *mem_alloc(mem_category cat, size_t bytes) {
+    void *p = mem_try_alloc(cat, bytes);
+    if (!p) {
+        char b1[32], b2[32];
+        up_die("out of memory: could not allocate %s for %s (%s already in use); "
+               "use a shorter --seq-len or more memory-saving flags",
+               up_fmt_bytes(b1, sizeof b1, (double)bytes), mem_category_name(cat),
+               up_fmt_bytes(b2, sizeof b2, (double)g_live_total));
+    }
+    return p;
+}
+
+float *mem_alloc_f32(mem_category cat, size_t n) {
+    return mem_alloc(cat, up_mul(n, sizeof(float)));
+}
+
+void mem_free(void *p) {
+    if (!p) return;
+    mem_header *h = (mem_header *)((char *)p - MEM_HDR);
+    UP_CHECK(h->magic == MEM_MAGIC, "mem_free of a pointer not from mem_alloc");
+    g_live[h->cat] -= h->bytes;
+    g_live_total -= h->bytes;
+    h->magic = 0;
+    free(h);
+}
+
+size_t mem_live(mem_category cat) { return g_live[cat]; }
+size_t mem_live_total(void) { return g_live_total; }
+size_t mem_peak(mem_category cat) { return g_peak[cat]; }
+size_t mem_peak_total(void) { return g_peak_total; }
+
+void mem_reset_peaks(void) {
+    for (int c = 0; c < MEM_COUNT; c++) g_peak[c] = g_live[c];
+    g_peak_total = g_live_total;
+}
+
+void mem_add_offloaded(long long delta) {
+    long long now = atomic_fetch_add(&g_off_live, delta) + delta;
+    long long peak = atomic_load(&g_off_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&g_off_peak, &peak, now)) {
+    }
+}
+
+size_t mem_offloaded_peak(void) { return (size_t)atomic_load(&g_off_peak); }
+
+static size_t status_field(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0, klen = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, key, klen) == 0) {
+            kb = strtoull(line + klen, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024;
+}
+
+size_t mem_rss_peak(void) { return status_field("VmHWM:"); }
+size_t mem_rss_now(void) { return status_field("VmRSS:"); }

@@ -1,0 +1,52 @@
+/* mem.h — counting allocator with categories (DESIGN.md §5).
+ *
+ * Every large buffer comes from mem_alloc with a category. The module knows the live bytes per
+ * category, the peak of each category and the peak of their sum. Memory is 64-byte aligned and
+ * zeroed (so it is touched: accounted bytes track resident bytes). Not thread-safe: allocate
+ * from the main thread only (the offload I/O thread reports through mem_set_offloaded). */
+#ifndef UP_MEM_H
+#define UP_MEM_H
+
+#include <stddef.h>
+
+typedef enum {
+    MEM_PARAMS,
+    MEM_GRADS,
+    MEM_OPTIMIZER,
+    MEM_CHECKPOINTS,
+    MEM_ACTIVATIONS,
+    MEM_ATTENTION,
+    MEM_WORKSPACE,
+    MEM_COMM,
+    MEM_COUNT
+} mem_category;
+
+const char *mem_category_name(mem_category cat);
+
+/* Panic variant: out of memory stops every rank with a message naming the category and size. */
+void *mem_alloc(mem_category cat, size_t bytes);
+/* Try variant: NULL on failure (nothing counted). */
+void *mem_try_alloc(mem_category cat, size_t bytes);
+/* mem_alloc(cat, n * sizeof(float)) with overflow check. */
+float *mem_alloc_f32(mem_category cat, size_t n);
+void mem_free(void *p); /* NULL is fine */
+
+size_t mem_live(mem_category cat);
+size_t mem_live_total(void);
+size_t mem_peak(mem_category cat);
+size_t mem_peak_total(void);
+void mem_reset_peaks(void); /* peaks := live */
+
+/* Bytes currently held in the offload store (outside working memory) and their peak. */
+void mem_add_offloaded(long long delta);
+size_t mem_offloaded_peak(void);
+
+/* The process's peak resident set size (VmHWM), in bytes. */
+size_t mem_rss_peak(void);
+/* Current resident set size (VmRSS), in bytes. */
+size_t mem_rss_now(void);
+
+/* Debug hook: make the n-th following allocation fail (0 = off); for tests of the try path. */
+void mem_fail_after(long n);
+
+#endif

@@ -1,0 +1,116 @@
+/* kernels.h — fp32 CPU kernels of the Llama forward/backward pass.
+ *
+ * Conventions
+ *  - Row-major. Weights in HF layout: a linear layer W is (OC, IC) and y = x W^T.
+ *  - Dimension names of DESIGN.md: N rows (tokens), C model dim, NH/NKV heads, HS head size,
+ *    F ffn dim, V vocab. Sizes that can exceed 2^31 elements are size_t.
+ *  - "overwrite" outputs are fully written; "accumulate" outputs are added to (+=), which is how
+ *    gradients of the residual stream and of weights flow.
+ *  - Every fast kernel has a plain reference twin in kernels_ref.h (same contract, simple loops,
+ *    double accumulation where it matters); the twin is the oracle in tests.
+ *  - Kernels use OpenMP internally where it pays; call them from the main thread.
+ */
+#ifndef UP_KERNELS_H
+#define UP_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- matrix products (cblas_sgemm) ---------------------------------------------------------- */
+
+/* out (N, OC) = inp (N, IC) @ w^T, w (OC, IC). overwrite (accumulate if acc != 0). */
+void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int acc);
+/* dinp (N, IC) += dout (N, OC) @ w        (skipped if dinp == NULL)
+ * dw   (OC, IC) += dout^T @ inp           (skipped if dw == NULL)   both accumulate. */
+void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                     int N, int IC, int OC);
+
+/* ---- embedding ------------------------------------------------------------------------------ */
+
+/* out (N, C) = wte[tokens[i]] (wte (V, C)). overwrite. */
+void embedding_forward(float *out, const int32_t *tokens, const float *wte, int N, int C);
+/* dwte[tokens[i]] += dout[i]. accumulate; serial over i (duplicates), parallel over C chunks. */
+void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C);
+
+/* ---- RMSNorm -------------------------------------------------------------------------------- */
+
+/* rstd[i] = 1/sqrt(mean(inp[i]^2) + eps); out[i] = inp[i] * rstd[i] * w. overwrite out, rstd. */
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                     float eps);
+/* dinp (N, C) += d/dinp; dw (C) += d/dw (dw may be NULL). Uses the saved rstd. accumulate. */
+void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                      const float *rstd, int N, int C);
+
+/* ---- RoPE (HF "rotate_half" layout) --------------------------------------------------------- */
+
+typedef struct {
+    int type;               /* ROPE_SCALING_NONE or ROPE_SCALING_LLAMA3 */
+    float factor;           /* llama3: factor */
+    float low_freq_factor;  /* llama3: low_freq_factor */
+    float high_freq_factor; /* llama3: high_freq_factor */
+    int original_max_pos;   /* llama3: original_max_position_embeddings */
+} rope_scaling;
+enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 = 1 };
+
+/* inv_freq (HS/2): theta^(-2i/HS), then the llama3 scaling rule of HF transformers
+ * (_compute_llama3_parameters). */
+void rope_inv_freq(float *inv_freq, int HS, float theta, const rope_scaling *sc);
+/* cos, sin (N, HS/2) for positions pos0 .. pos0+N-1; angle computed in double. overwrite. */
+void rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int64_t pos0, int N, int HS);
+/* In place on x (N, nh, HS), row i rotated by table row i:
+ *   x1 = x[:HS/2], x2 = x[HS/2:]; out1 = x1*cos - x2*sin; out2 = x2*cos + x1*sin. */
+void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS);
+/* In place on dx (N, nh, HS): the transpose of rope_forward (rotation by -angle). */
+void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int nh, int HS);
+
+/* ---- SwiGLU --------------------------------------------------------------------------------- */
+
+/* out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + exp(-x)). overwrite. n elements. */
+void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+/* dgate, dup overwrite (they may alias gate and up: computed element-wise in place). */
+void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                     const float *up, size_t n);
+
+/* ---- causal GQA attention, FlashAttention-2 style -------------------------------------------- */
+
+/* Layouts: q (T, NH, HS), k and v (T, NKV, HS), out (T, NH, HS), all rows packed.
+ * Query head h uses KV head h / (NH/NKV). Scale 1/sqrt(HS). Causal: query i sees keys 0..i.
+ * lse (NH, T): log-sum-exp of the scaled scores per (head, query), saved for backward.
+ * Tiled with online softmax; causal tiles above the diagonal skipped; no buffer grows with T*T.
+ * ws: workspace of attention_workspace_floats(T, NH, NKV, HS) floats (caller-owned, any content). */
+size_t attention_workspace_floats(int T, int NH, int NKV, int HS);
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int T, int NH, int NKV, int HS, float *ws);
+/* dq (T, NH, HS), dk and dv (T, NKV, HS): overwrite. Needs out and lse of the forward. */
+void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                        const float *k, const float *v, const float *out, const float *lse, int T,
+                        int NH, int NKV, int HS, float *ws);
+
+/* ---- cross-entropy -------------------------------------------------------------------------- */
+
+/* Fused forward + backward over N rows of logits (N, V), in place:
+ *   returns sum over rows with 0 <= targets[i] < V of -log softmax(logits[i])[targets[i]] (double);
+ *   logits[i] becomes grad_scale * (softmax(logits[i]) - onehot(targets[i])) for valid rows and
+ *   0 for ignored rows (targets[i] < 0, e.g. -1). */
+double cross_entropy_fused(float *logits, const int32_t *targets, int N, int V, float grad_scale);
+
+/* ---- optimizer ------------------------------------------------------------------------------ */
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} adamw_params;
+
+/* AdamW on n elements, decoupled weight decay, bias correction; step is 1-based.
+ * g = grad * grad_scale (the clipping factor); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * param -= lr * (mhat / (sqrt(vhat) + eps) + wd * param). decay != 0 applies weight decay. */
+void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                  const adamw_params *hp, int step, float grad_scale, int decay);
+/* Sum of squares in double (for the global gradient norm). */
+double sum_squares(const float *x, size_t n);
+/* Clip factor for global norm clipping: min(1, max_norm / (norm + 1e-6)); max_norm <= 0: 1. */
+float clip_factor(double norm, float max_norm);
+/* Learning rate at step (0-based) of total: linear warm-up over `warmup` steps from lr/warmup
+ * to lr, then cosine decay to lr * min_frac at the last step. */
+float lr_schedule(int step, int total, float lr, int warmup, float min_frac);
+
+#endif

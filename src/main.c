@@ -1,0 +1,38 @@
+/* upipe — long-sequence Llama training. `upipe train ...`, `upipe data ...`. */
+#include "core/check.h"
+#include "io/data.h"
+#include "train/train.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#define UPIPE_VERSION "0.1.0"
+
+static void print_usage(void) {
+    printf("upipe %s — train Llama-style transformers on very long sequences (CPU, fp32, MPI)\n\n"
+           "usage:\n"
+           "  upipe train --config config.json --data tokens.bin [flags]   train a model\n"
+           "  upipe data text|recall [flags]                               make a token shard\n"
+           "  upipe --version\n\n"
+           "Run `upipe train --help` or `upipe data --help` for the flags of each command.\n"
+           "Several ranks: mpiexec -n R upipe train ...\n",
+           UPIPE_VERSION);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        print_usage();
+        return argc < 2 ? 1 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("upipe %s\n", UPIPE_VERSION);
+        return 0;
+    }
+    if (!strcmp(argv[1], "data")) return data_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "train")) return train_main(argc - 1, argv + 1);
+    fprintf(stderr, "upipe: error: unknown command '%s': use `upipe train` or `upipe data` "
+                    "(see upipe --help)\n", argv[1]);
+    return 1;
+}

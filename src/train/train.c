@@ -1,0 +1,354 @@
+#include "train/train.h"
+
+#include "core/check.h"
+#include "core/fileio.h"
+#include "core/mem.h"
+#include "io/config.h"
+#include "io/data.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- options -------------------------------------------------------------------------------- */
+
+void train_print_help(void) {
+    printf(
+        "usage: upipe train --config FILE --data FILE [flags]\n\n"
+        "Trains a Llama-style model (HF config.json) on an llm.c token shard.\n\n"
+        "model and data\n"
+        "  --config FILE          HF LlamaForCausalLM config.json (required)\n"
+        "  --data FILE            llm.c token shard (required; make one with `upipe data`)\n"
+        "  --seq-len T            tokens per sequence (default 1024); step k reads the T+1\n"
+        "                         tokens at k*T, wrapping around at the end of the shard\n"
+        "  --init FILE            start from these weights (safetensors, HF names, F32/BF16);\n"
+        "                         default: random init from --seed\n"
+        "  --seed S               seed of the random init (default 1234)\n\n"
+        "optimisation\n"
+        "  --steps N              training steps (default 10)\n"
+        "  --lr X                 peak learning rate (default 3e-4; 0 = no update)\n"
+        "  --warmup N             linear warm-up steps (default: 10%% of --steps, at most 100)\n"
+        "  --min-lr-frac X        cosine decay ends at lr * X (default 0.1)\n"
+        "  --weight-decay X       AdamW decoupled weight decay on matrices (default 0.1)\n"
+        "  --beta1 X, --beta2 X   AdamW moments (default 0.9, 0.95)\n"
+        "  --adam-eps X           AdamW epsilon (default 1e-8)\n"
+        "  --grad-clip X          clip the global gradient norm to X (default 1.0; 0 = off)\n\n"
+        "outputs\n"
+        "  --save FILE            write the final weights (safetensors, F32, HF names)\n"
+        "  --save-grads FILE      write the raw gradients of the first step's loss (before\n"
+        "                         clipping and before any update; safetensors, F32, HF names)\n"
+        "  --log FILE             one JSON object per step (step, loss, lr, grad_norm,\n"
+        "                         tokens_per_s, step_s, peak_bytes, rss_bytes)\n"
+        "  --mem-report FILE      JSON memory report: peak_bytes, rss_peak_bytes,\n"
+        "                         offloaded_peak_bytes, categories (max over ranks)\n"
+        "  --quiet                no per-step lines on the terminal\n\n"
+        "machine\n"
+        "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
+        "                         else all cores)\n"
+        "  --help                 this text\n");
+}
+
+static long parse_long(const char *flag, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        up_die_all("%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+    return v;
+}
+
+static double parse_double(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        up_die_all("%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s);
+    return v;
+}
+
+enum {
+    OPT_CONFIG = 256, OPT_DATA, OPT_SEQ, OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_MINLR, OPT_WD,
+    OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
+    OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP
+};
+
+int train_parse_args(train_options *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    o->T = 1024;
+    o->steps = 10;
+    o->lr = 3e-4;
+    o->warmup = -1;
+    o->min_lr_frac = 0.1;
+    o->weight_decay = 0.1;
+    o->beta1 = 0.9;
+    o->beta2 = 0.95;
+    o->adam_eps = 1e-8;
+    o->grad_clip = 1.0;
+    o->seed = 1234;
+    static const struct option longopts[] = {
+        {"config", required_argument, 0, OPT_CONFIG},
+        {"data", required_argument, 0, OPT_DATA},
+        {"seq-len", required_argument, 0, OPT_SEQ},
+        {"steps", required_argument, 0, OPT_STEPS},
+        {"lr", required_argument, 0, OPT_LR},
+        {"warmup", required_argument, 0, OPT_WARMUP},
+        {"min-lr-frac", required_argument, 0, OPT_MINLR},
+        {"weight-decay", required_argument, 0, OPT_WD},
+        {"beta1", required_argument, 0, OPT_B1},
+        {"beta2", required_argument, 0, OPT_B2},
+        {"adam-eps", required_argument, 0, OPT_EPS},
+        {"grad-clip", required_argument, 0, OPT_CLIP},
+        {"seed", required_argument, 0, OPT_SEED},
+        {"init", required_argument, 0, OPT_INIT},
+        {"save", required_argument, 0, OPT_SAVE},
+        {"save-grads", required_argument, 0, OPT_SAVE_GRADS},
+        {"log", required_argument, 0, OPT_LOG},
+        {"mem-report", required_argument, 0, OPT_MEMREP},
+        {"threads", required_argument, 0, OPT_THREADS},
+        {"quiet", no_argument, 0, OPT_QUIET},
+        {"help", no_argument, 0, OPT_HELP},
+        {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_CONFIG: o->config = optarg; break;
+        case OPT_DATA: o->data = optarg; break;
+        case OPT_SEQ: o->T = parse_long("--seq-len", optarg, 1, 1L << 30); break;
+        case OPT_STEPS: o->steps = parse_long("--steps", optarg, 1, 1L << 40); break;
+        case OPT_LR: o->lr = parse_double("--lr", optarg, 0, 10); break;
+        case OPT_WARMUP: o->warmup = parse_long("--warmup", optarg, 0, 1L << 40); break;
+        case OPT_MINLR: o->min_lr_frac = parse_double("--min-lr-frac", optarg, 0, 1); break;
+        case OPT_WD: o->weight_decay = parse_double("--weight-decay", optarg, 0, 10); break;
+        case OPT_B1: o->beta1 = parse_double("--beta1", optarg, 0, 0.999999); break;
+        case OPT_B2: o->beta2 = parse_double("--beta2", optarg, 0, 0.999999999); break;
+        case OPT_EPS: o->adam_eps = parse_double("--adam-eps", optarg, 0, 1); break;
+        case OPT_CLIP: o->grad_clip = parse_double("--grad-clip", optarg, 0, 1e30); break;
+        case OPT_SEED: o->seed = (uint64_t)parse_long("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+        case OPT_INIT: o->init = optarg; break;
+        case OPT_SAVE: o->save = optarg; break;
+        case OPT_SAVE_GRADS: o->save_grads = optarg; break;
+        case OPT_LOG: o->log = optarg; break;
+        case OPT_MEMREP: o->mem_report = optarg; break;
+        case OPT_THREADS: o->threads = (int)parse_long("--threads", optarg, 1, 1024); break;
+        case OPT_QUIET: o->quiet = 1; break;
+        case OPT_HELP: return 1;
+        case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
+        default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        up_die_all("unexpected argument '%s': flags are --name value (see upipe train --help)",
+                   argv[optind]);
+    if (!o->config) up_die_all("--config FILE is required (an HF config.json): see upipe train --help");
+    if (!o->data)
+        up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "
+                   "--output data.bin`)");
+    if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
+    return 0;
+}
+
+/* ---- run ------------------------------------------------------------------------------------ */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fmt_duration(char *buf, size_t len, double s) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+}
+
+static void print_summary(const train_options *o, const model *m, int threads) {
+    const model_config *c = &m->cfg;
+    char b1[32], b2[32];
+    printf("upipe train: %s\n", o->config);
+    printf("  model   C=%d L=%d NH=%d NKV=%d HS=%d F=%d V=%d%s rope_theta=%g%s, %.2fM params\n",
+           c->C, c->L, c->NH, c->NKV, c->HS, c->F, c->V, c->tied ? " tied" : "", c->rope_theta,
+           c->rope.type == ROPE_SCALING_LLAMA3 ? " llama3-scaling" : "",
+           (double)m->nparams / 1e6);
+    printf("  data    %s, T=%ld tokens per step, %ld steps\n", o->data, o->T, o->steps);
+    printf("  optim   AdamW lr=%g warmup=%ld cosine to %g x lr, wd=%g, betas=(%g, %g), clip=%g\n",
+           o->lr, o->warmup, o->min_lr_frac, o->weight_decay, o->beta1, o->beta2, o->grad_clip);
+    printf("  init    %s\n", o->init ? o->init : "random (seed)");
+    printf("  machine %d threads, %s\n", threads, openblas_get_config());
+    printf("  memory  %s accounted after allocation (model state %s)\n",
+           up_fmt_bytes(b1, sizeof b1, (double)mem_live_total()),
+           up_fmt_bytes(b2, sizeof b2,
+                        (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) +
+                                 mem_live(MEM_OPTIMIZER))));
+    fflush(stdout);
+}
+
+static void write_mem_report(const char *path, MPI_Comm comm) {
+    unsigned long long loc[MEM_COUNT + 3], glob[MEM_COUNT + 3];
+    for (int c = 0; c < MEM_COUNT; c++) loc[c] = mem_peak((mem_category)c);
+    loc[MEM_COUNT] = mem_peak_total();
+    loc[MEM_COUNT + 1] = mem_rss_peak();
+    loc[MEM_COUNT + 2] = mem_offloaded_peak();
+    MPI_Allreduce(loc, glob, MEM_COUNT + 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    if (rank != 0) return;
+    json_t *root = json_object(), *cats = json_object();
+    json_object_set_new(root, "peak_bytes", json_integer((json_int_t)glob[MEM_COUNT]));
+    json_object_set_new(root, "rss_peak_bytes", json_integer((json_int_t)glob[MEM_COUNT + 1]));
+    json_object_set_new(root, "offloaded_peak_bytes",
+                        json_integer((json_int_t)glob[MEM_COUNT + 2]));
+    for (int c = 0; c < MEM_COUNT; c++)
+        json_object_set_new(cats, mem_category_name((mem_category)c),
+                            json_integer((json_int_t)glob[c]));
+    json_object_set_new(root, "categories", cats);
+    char *text = json_dumps(root, JSON_INDENT(2));
+    json_decref(root);
+    UP_CHECK(text, "json_dumps failed");
+    size_t n = strlen(text);
+    char *buf = malloc(n + 2);
+    UP_CHECK(buf, "out of memory");
+    memcpy(buf, text, n);
+    buf[n] = '\n';
+    free(text);
+    char err[512];
+    int rc = up_write_file_atomic(path, buf, n + 1, err, sizeof err);
+    free(buf);
+    if (rc != 0) up_die("%s", err);
+}
+
+int train_main(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    int rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    up_set_rank(rank, world);
+
+    train_options o;
+    if (train_parse_args(&o, argc, argv) == 1) {
+        if (rank == 0) train_print_help();
+        MPI_Finalize();
+        return 0;
+    }
+    if (world > 1)
+        up_die_all("this build trains on a single rank; run without mpiexec (or -n 1)");
+
+    int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+
+    /* ---- validate everything before any large allocation ---- */
+    char err[512];
+    model_config cfg;
+    if (config_load(&cfg, o.config, err, sizeof err) != 0) up_die_all("%s", err);
+    token_shard shard;
+    if (shard_open(&shard, o.data, cfg.V, err, sizeof err) != 0) up_die_all("%s", err);
+    if (shard.ntok < (size_t)o.T + 1)
+        up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
+                   "or less, or a larger shard", o.T, o.T + 1, o.data, shard.ntok,
+                   shard.ntok - 1);
+    if (o.init && !up_file_readable(o.init))
+        up_die_all("--init %s: cannot read the file (%s)", o.init, strerror(errno));
+
+    model m;
+    model_init(&m, &cfg, (int)o.T);
+    if (o.init) model_load(&m, o.init);
+    else model_init_random(&m, o.seed);
+    if (rank == 0) print_summary(&o, &m, threads);
+
+    FILE *logf = NULL;
+    if (o.log && rank == 0) {
+        logf = fopen(o.log, "w");
+        if (!logf) up_die("--log %s: cannot create (%s)", o.log, strerror(errno));
+    }
+
+    adamw_params hp = {(float)o.lr, (float)o.beta1, (float)o.beta2, (float)o.adam_eps,
+                       (float)o.weight_decay};
+    double flops = model_flops_per_step(&cfg, (int)o.T);
+    double t_start = now_s();
+    double first_loss = 0, last_loss = 0;
+    for (long step = 0; step < o.steps; step++) {
+        double t0 = now_s();
+        size_t start = (size_t)((unsigned long long)step * (unsigned long long)o.T % shard.ntok);
+        shard_read(&shard, start, (size_t)o.T, m.inputs);
+        shard_read(&shard, (start + 1) % shard.ntok, (size_t)o.T, m.targets);
+        long valid = 0;
+        for (long i = 0; i < o.T; i++) valid += m.targets[i] >= 0;
+        float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
+
+        double loss_sum = model_forward(&m, scale);
+        model_backward(&m);
+        double loss = valid > 0 ? loss_sum / (double)valid : 0.0;
+
+        if (step == 0 && o.save_grads && rank == 0) model_save_slab(&m, m.grads, o.save_grads);
+
+        double norm = sqrt(sum_squares(m.grads, m.nparams));
+        float clip = clip_factor(norm, (float)o.grad_clip);
+        float lr = lr_schedule((int)step, (int)o.steps, (float)o.lr, (int)o.warmup,
+                               (float)o.min_lr_frac);
+        if (o.lr > 0) {
+            hp.lr = lr;
+            for (int t = 0; t < m.ntensors; t++) {
+                const param_tensor *pt = &m.tensors[t];
+                adamw_update(m.params + pt->offset, m.grads + pt->offset, m.m + pt->offset,
+                             m.v + pt->offset, pt->numel, &hp, (int)step + 1, clip, pt->decay);
+            }
+        } else {
+            lr = 0;
+        }
+        double dt = now_s() - t0;
+        if (step == 0) first_loss = loss;
+        last_loss = loss;
+        if (!isfinite(loss))
+            up_die_all("loss is %f at step %ld: training diverged; lower --lr or check the data",
+                       loss, step + 1);
+
+        if (rank == 0) {
+            double tps = (double)o.T / dt;
+            if (!o.quiet) {
+                char pk[32], eta[32];
+                double elapsed = now_s() - t_start;
+                fmt_duration(eta, sizeof eta, elapsed / (double)(step + 1) * (double)(o.steps - step - 1));
+                printf("step %4ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f GF/s | "
+                       "%.2f s | peak %s | eta %s\n",
+                       step + 1, o.steps, loss, lr, norm, tps, flops / dt / 1e9, dt,
+                       up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()), eta);
+                fflush(stdout);
+            }
+            if (logf) {
+                fprintf(logf,
+                        "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                        "\"tokens_per_s\": %.6g, \"step_s\": %.6g, \"flops_per_s\": %.6g, "
+                        "\"peak_bytes\": %zu, \"rss_bytes\": %zu}\n",
+                        step + 1, loss, lr, norm, tps, dt, flops / dt, mem_peak_total(),
+                        mem_rss_now());
+                fflush(logf);
+            }
+        }
+    }
+    if (logf && fclose(logf) != 0) up_die("--log %s: write failed", o.log);
+    if (o.save && rank == 0) model_save_slab(&m, m.params, o.save);
+    if (o.mem_report) write_mem_report(o.mem_report, MPI_COMM_WORLD);
+    if (rank == 0 && !o.quiet) {
+        char pk[32], rss[32];
+        printf("done: loss %.4f -> %.4f in %.1f s, peak %s accounted, %s RSS\n", first_loss,
+               last_loss, now_s() - t_start, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
+               up_fmt_bytes(rss, sizeof rss, (double)mem_rss_peak()));
+    }
+    model_free(&m);
+    shard_close(&shard);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Memory report: the schema is complete, the categories add up, and the accounted peak tracks the
+# process's peak RSS (within 15% at a size where buffers dominate the fixed process overhead).
+source "$(dirname "$0")/lib.sh"
+"$UPIPE" data recall --output "$TMP/d.bin" --tokens 20000 --distance 128 >/dev/null || bad "data recall"
+if "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" --seq-len 8192 --steps 1 \
+    --threads 2 --quiet --mem-report "$TMP/mem.json" >"$TMP/out" 2>&1; then
+  rep=$(tr -d '\n' <"$TMP/mem.json")
+  for k in peak_bytes rss_peak_bytes offloaded_peak_bytes params grads optimizer checkpoints \
+      activations attention workspace comm; do
+    v=$(json_field "$rep" $k)
+    [ -n "$v" ] && ok "report has $k=$v" || bad "report lacks $k"
+  done
+  peak=$(json_field "$rep" peak_bytes)
+  rss=$(json_field "$rep" rss_peak_bytes)
+  if awk -v p="$peak" -v r="$rss" 'BEGIN { d = p - r; if (d < 0) d = -d; exit !(d <= 0.15 * r) }'; then
+    ok "accounted peak $peak within 15% of RSS peak $rss"
+  else
+    bad "accounted peak $peak vs RSS peak $rss: more than 15% apart"
+  fi
+else
+  bad "run failed"; cat "$TMP/out"
+fi
+finish

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs upipe's build dependencies from Debian when any is missing (run as root, or with sudo).
+set -euo pipefail
+pkgs="build-essential cmake pkg-config libopenblas-openmp-dev mpich libmpich-dev libjansson-dev"
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends $missing
