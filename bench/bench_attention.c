@@ -1,0 +1,106 @@
+/* bench_attention.c — micro-benchmark of the causal GQA attention kernels (kernels.h).
+ *
+ * Build by hand from the repository root (the lead wires it into CMake):
+ *   gcc -std=c11 -O3 -march=native -fno-math-errno -D_GNU_SOURCE -fopenmp -Wall -Wextra -Isrc \
+ *     -I/usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/x86_64-linux-gnu/mpich \
+ *     bench/bench_attention.c src/kernels/attention.c src/core/check.c src/core/mem.c \
+ *     -o bench_attention -L/usr/lib/x86_64-linux-gnu/openblas-openmp \
+ *     -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lmpich -lm
+ * Usage: bench_attention [T=4096] [NH=8] [NKV=4] [HS=64] [threads=omp default] [reps=3]
+ *
+ * Prints the median time and rate of forward and backward over `reps` runs (after one warm-up).
+ * FLOPs are counted causal, matmuls only: forward 2 matmuls = 4 * T*T/2 * HS * NH, backward 5
+ * (the recompute of S, dV, dP, dK, dQ) = 10 * T*T/2 * HS * NH. */
+#include "kernels/kernels.h"
+
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static float *bench_alloc(size_t n) {
+    float *p = malloc(n * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "bench_attention: out of memory (%zu floats)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static void bench_fill(float *x, size_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+    }
+}
+
+static int bench_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    int T = argc > 1 ? atoi(argv[1]) : 4096;
+    int NH = argc > 2 ? atoi(argv[2]) : 8;
+    int NKV = argc > 3 ? atoi(argv[3]) : 4;
+    int HS = argc > 4 ? atoi(argv[4]) : 64;
+    int threads = argc > 5 ? atoi(argv[5]) : 0;
+    int reps = argc > 6 ? atoi(argv[6]) : 3;
+    if (T < 1 || NH < 1 || NKV < 1 || HS < 1 || NH % NKV != 0 || reps < 1 || reps > 100) {
+        fprintf(stderr, "usage: bench_attention [T] [NH] [NKV] [HS] [threads] [reps]\n"
+                        "       NH must be a multiple of NKV, reps in 1..100\n");
+        return 1;
+    }
+    if (threads > 0) omp_set_num_threads(threads);
+    threads = omp_get_max_threads();
+
+    const size_t nq = (size_t)T * NH * HS, nk = (size_t)T * NKV * HS;
+    float *q = bench_alloc(nq), *k = bench_alloc(nk), *v = bench_alloc(nk);
+    float *out = bench_alloc(nq), *dout = bench_alloc(nq), *lse = bench_alloc((size_t)NH * T);
+    float *dq = bench_alloc(nq), *dk = bench_alloc(nk), *dv = bench_alloc(nk);
+    const size_t nws = attention_workspace_floats(T, NH, NKV, HS);
+    float *ws = bench_alloc(nws);
+    bench_fill(q, nq, 1);
+    bench_fill(k, nk, 2);
+    bench_fill(v, nk, 3);
+    bench_fill(dout, nq, 4);
+    for (size_t i = 0; i < nws; i++) ws[i] = 0.0f; // touch the pages outside the timing
+
+    double tf[101], tb[101];
+    for (int r = -1; r < reps; r++) { // r = -1: warm-up
+        double t0 = omp_get_wtime();
+        attention_forward(out, lse, q, k, v, T, NH, NKV, HS, ws);
+        double t1 = omp_get_wtime();
+        attention_backward(dq, dk, dv, dout, q, k, v, out, lse, T, NH, NKV, HS, ws);
+        double t2 = omp_get_wtime();
+        if (r >= 0) {
+            tf[r] = t1 - t0;
+            tb[r] = t2 - t1;
+        }
+    }
+    qsort(tf, (size_t)reps, sizeof(double), bench_cmp);
+    qsort(tb, (size_t)reps, sizeof(double), bench_cmp);
+    const double mf = tf[reps / 2], mb = tb[reps / 2];
+    const double pairs = (double)T * T / 2.0 * HS * NH; // causal (query, key, channel) triples
+    printf("attention T=%d NH=%d NKV=%d HS=%d threads=%d ws=%.1f MiB (median of %d)\n", T, NH,
+           NKV, HS, threads, (double)nws * 4.0 / (1 << 20), reps);
+    printf("  forward : %9.4f s  %7.1f GFLOP/s  (%.1f per thread)\n", mf, 4.0 * pairs / mf / 1e9,
+           4.0 * pairs / mf / 1e9 / threads);
+    printf("  backward: %9.4f s  %7.1f GFLOP/s  (%.1f per thread)\n", mb, 10.0 * pairs / mb / 1e9,
+           10.0 * pairs / mb / 1e9 / threads);
+    double cs = 0.0;
+    for (size_t i = 0; i < nq; i++) cs += dq[i];
+    printf("  checksum dq %.6e\n", cs); // keeps the work observable
+    free(ws);
+    free(dv);
+    free(dk);
+    free(dq);
+    free(lse);
+    free(dout);
+    free(out);
+    free(v);
+    free(k);
+    free(q);
+    return 0;
+}
