@@ -51,7 +51,7 @@ void train_print_help(void) {
         "                         tokens_per_s, step_s, peak_bytes, rss_bytes)\n"
         "  --mem-report FILE      JSON memory report: peak_bytes, rss_peak_bytes,\n"
         "                         offloaded_peak_bytes, categories (max over ranks)\n"
-        "  --quiet                no per-step lines on the terminal\n\n"
+        "  --quiet                no summary and no per-step lines on the terminal\n\n"
         "machine\n"
         "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
         "                         else all cores)\n"
@@ -266,7 +266,7 @@ int train_main(int argc, char **argv) {
     model_init(&m, &cfg, (int)o.T);
     if (o.init) model_load(&m, o.init);
     else model_init_random(&m, o.seed);
-    if (rank == 0) print_summary(&o, &m, threads);
+    if (rank == 0 && !o.quiet) print_summary(&o, &m, threads);
 
     FILE *logf = NULL;
     if (o.log && rank == 0) {

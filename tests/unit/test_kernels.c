@@ -1,0 +1,810 @@
+/* test_kernels.c — the non-attention kernels of kernels.h.
+ *
+ * For every kernel: the fast version against its reference twin (kernels_ref.h) on random data
+ * with odd shapes; for every differentiable kernel: the fast backward against central finite
+ * differences of a double-precision forward written here (loss = sum(out * g) for a random
+ * upstream g); plus hand-computed values (llama3 RoPE frequencies from HF transformers / torch,
+ * a two-step AdamW, learning-rate schedule points). One line per check, then a summary line;
+ * exit status 1 on any failure. */
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/kernels_ref.h"
+
+/* ---- reporting ------------------------------------------------------------------------------ */
+
+static int g_pass, g_fail;
+
+static void report(int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (ok)
+        g_pass++;
+    else
+        g_fail++;
+}
+
+/* ---- data ----------------------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+
+static uint64_t rng_next(void) { // splitmix64
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float rng_unif(float lo, float hi) {
+    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) * 0x1p-24);
+}
+
+static int rng_int(int n) {
+    return (int)(rng_next() % (uint64_t)n);
+}
+
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "test_kernels: out of memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static float *rand_f(size_t n, float lo, float hi) {
+    float *x = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_unif(lo, hi);
+    return x;
+}
+
+static float *copy_f(const float *x, size_t n) {
+    float *y = xmalloc(n * sizeof(float));
+    memcpy(y, x, n * sizeof(float));
+    return y;
+}
+
+static float *zeros_f(size_t n) {
+    float *y = xmalloc(n * sizeof(float));
+    memset(y, 0, n * sizeof(float));
+    return y;
+}
+
+static float *abs_f(const float *x, size_t n) {
+    float *y = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        y[i] = fabsf(x[i]);
+    return y;
+}
+
+static double *to_d(const float *x, size_t n) {
+    double *y = xmalloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i];
+    return y;
+}
+
+/* ---- comparisons (NaN anywhere fails) ------------------------------------------------------- */
+
+/* |got - want| <= bound elementwise. Prints the worst ratio. */
+static void check_bound(const char *name, const float *got, const float *want, const float *bound,
+                        size_t n) {
+    double worst = 0.0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        double b = bound[i] > FLT_MIN ? bound[i] : FLT_MIN;
+        double r = d / b;
+        if (!(r <= 1.0)) bad++;
+        if (!(r <= worst)) worst = isnan(r) ? INFINITY : r;
+    }
+    report(bad == 0, "%s: max err/bound %.3g (%zu of %zu outside)", name, worst, bad, n);
+}
+
+/* |got - want| <= atol + rtol * |want| elementwise. */
+static void check_close(const char *name, const float *got, const float *want, size_t n,
+                        double atol, double rtol) {
+    float *bound = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        bound[i] = (float)(atol + rtol * fabs((double)want[i]));
+    check_bound(name, got, want, bound, n);
+    free(bound);
+}
+
+/* max |got - want| <= tol * max |want| (normwise). */
+static void check_norm(const char *name, const float *got, const double *want, size_t n,
+                       double tol) {
+    double maxd = 0.0, maxw = 0.0;
+    int nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (isnan(d)) nan = 1;
+        if (d > maxd) maxd = d;
+        if (fabs(want[i]) > maxw) maxw = fabs(want[i]);
+    }
+    double rel = maxw > 0.0 ? maxd / maxw : maxd;
+    report(!nan && rel <= tol && maxw > 0.0, "%s: normwise rel err %.3g (tol %.1g, max|ref| %.3g)",
+           name, rel, tol, maxw);
+}
+
+static void check_norm_f(const char *name, const float *got, const float *want, size_t n,
+                         double tol) {
+    double *w = to_d(want, n);
+    check_norm(name, got, w, n, tol);
+    free(w);
+}
+
+static void check_exact(const char *name, const float *got, const float *want, size_t n) {
+    report(memcmp(got, want, n * sizeof(float)) == 0, "%s: bit-exact", name);
+}
+
+static void check_scalar(const char *name, double got, double want, double tol) {
+    double d = fabs(got - want);
+    report(d <= tol, "%s: got %.12g want %.12g (|diff| %.3g, tol %.3g)", name, got, want, d, tol);
+}
+
+/* ---- finite differences --------------------------------------------------------------------- */
+
+/* Central differences of a double loss w.r.t. the n doubles at x (x is perturbed in place and
+ * restored). h = 1e-4: truncation error ~h^2 |f'''| ~ 1e-8, rounding ~1e-16 |L| / h ~ 1e-10. */
+typedef double (*loss_fn)(const void *ctx);
+static const double FD_H = 1e-4;
+
+static void fd_grad(loss_fn f, const void *ctx, double *x, size_t n, double *grad) {
+    for (size_t i = 0; i < n; i++) {
+        double x0 = x[i];
+        x[i] = x0 + FD_H;
+        double lp = f(ctx);
+        x[i] = x0 - FD_H;
+        double lm = f(ctx);
+        x[i] = x0;
+        grad[i] = (lp - lm) / (2.0 * FD_H);
+    }
+}
+
+/* FD tolerance for all backward checks: the float analytic gradient is off by ~1e-6 relative
+ * (a few roundings of O(1) terms), the double FD by ~1e-8 (see FD_H); a wrong formula is off
+ * by O(1). 1e-4 of the largest gradient entry sits well between. */
+static const double FD_TOL = 1e-4;
+
+static void check_fd(const char *name, loss_fn f, const void *ctx, double *x, size_t n,
+                     const float *analytic) {
+    double *fd = xmalloc(n * sizeof(double));
+    fd_grad(f, ctx, x, n, fd);
+    check_norm(name, analytic, fd, n, FD_TOL);
+    free(fd);
+}
+
+/* ---- matmul --------------------------------------------------------------------------------- */
+
+typedef struct {
+    int N, IC, OC;
+    double *x, *w, *g;
+} mm_ctx;
+
+static double mm_loss(const void *p) {
+    const mm_ctx *c = p;
+    double L = 0.0;
+    for (int n = 0; n < c->N; n++)
+        for (int o = 0; o < c->OC; o++) {
+            double s = 0.0;
+            for (int i = 0; i < c->IC; i++)
+                s += c->x[n * c->IC + i] * c->w[o * c->IC + i];
+            L += c->g[n * c->OC + o] * s;
+        }
+    return L;
+}
+
+static void test_matmul(void) {
+    static const int shapes[][3] = {{1, 37, 19}, {37, 64, 33}, {64, 100, 130}, {5, 16, 1}};
+    char name[128];
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+        size_t nin = (size_t)N * IC, nw = (size_t)OC * IC, nout = (size_t)N * OC;
+        float *inp = rand_f(nin, -1, 1), *w = rand_f(nw, -1, 1);
+        float *ainp = abs_f(inp, nin), *aw = abs_f(w, nw);
+        for (int acc = 0; acc <= 1; acc++) {
+            // acc = 0 starts from NaN: the kernel must overwrite, never read, out
+            float *init = acc ? rand_f(nout, -1, 1) : zeros_f(nout);
+            float *fast = copy_f(init, nout), *ref = copy_f(init, nout);
+            if (!acc)
+                for (size_t i = 0; i < nout; i++)
+                    fast[i] = NAN;
+            matmul_forward(fast, inp, w, N, IC, OC, acc);
+            ref_matmul_forward(ref, inp, w, N, IC, OC, acc);
+            // Bound: a float dot product of K terms is within (K+1) u sum|x_i w_i| of the exact
+            // value (Higham's gamma_K, u = eps/2), plus the rounding of the += on |init|; the
+            // double twin is exact to 0.5 ulp. We allow (K+2) eps, twice that.
+            float *bound = abs_f(init, nout);
+            ref_matmul_forward(bound, ainp, aw, N, IC, OC, 1);
+            for (size_t i = 0; i < nout; i++)
+                bound[i] *= (float)((IC + 2) * FLT_EPSILON);
+            snprintf(name, sizeof name, "matmul_forward N=%d IC=%d OC=%d acc=%d vs ref", N, IC, OC,
+                     acc);
+            check_bound(name, fast, ref, bound, nout);
+            free(init), free(fast), free(ref), free(bound);
+        }
+        // backward, accumulating onto random gradients
+        float *dout = rand_f(nout, -1, 1), *adout = abs_f(dout, nout);
+        float *dinp0 = rand_f(nin, -1, 1), *dw0 = rand_f(nw, -1, 1);
+        float *dinp = copy_f(dinp0, nin), *dw = copy_f(dw0, nw);
+        float *rdinp = copy_f(dinp0, nin), *rdw = copy_f(dw0, nw);
+        matmul_backward(dinp, dw, dout, inp, w, N, IC, OC);
+        ref_matmul_backward(rdinp, rdw, dout, inp, w, N, IC, OC);
+        float *bdinp = abs_f(dinp0, nin), *bdw = abs_f(dw0, nw); // same bound as the forward
+        ref_matmul_backward(bdinp, bdw, adout, ainp, aw, N, IC, OC);
+        for (size_t i = 0; i < nin; i++)
+            bdinp[i] *= (float)((OC + 2) * FLT_EPSILON);
+        for (size_t i = 0; i < nw; i++)
+            bdw[i] *= (float)((N + 2) * FLT_EPSILON);
+        snprintf(name, sizeof name, "matmul_backward N=%d IC=%d OC=%d dinp vs ref", N, IC, OC);
+        check_bound(name, dinp, rdinp, bdinp, nin);
+        snprintf(name, sizeof name, "matmul_backward N=%d IC=%d OC=%d dw vs ref", N, IC, OC);
+        check_bound(name, dw, rdw, bdw, nw);
+        // NULL skips that output and leaves the other one as it was (same sgemm call)
+        float *dinp2 = copy_f(dinp0, nin), *dw2 = copy_f(dw0, nw);
+        matmul_backward(dinp2, NULL, dout, inp, w, N, IC, OC);
+        matmul_backward(NULL, dw2, dout, inp, w, N, IC, OC);
+        snprintf(name, sizeof name, "matmul_backward N=%d IC=%d OC=%d with NULL outputs", N, IC,
+                 OC);
+        report(!memcmp(dinp2, dinp, nin * sizeof(float)) && !memcmp(dw2, dw, nw * sizeof(float)),
+               "%s: bit-exact", name);
+        free(dinp2), free(dw2), free(bdinp), free(bdw), free(dout), free(adout);
+        free(dinp0), free(dw0), free(dinp), free(dw), free(rdinp), free(rdw);
+        free(inp), free(w), free(ainp), free(aw);
+    }
+    // finite differences (the loss is bilinear, so FD is exact up to rounding)
+    int N = 4, IC = 7, OC = 5;
+    float *inp = rand_f((size_t)N * IC, -1, 1), *w = rand_f((size_t)OC * IC, -1, 1);
+    float *g = rand_f((size_t)N * OC, -1, 1);
+    float *dinp = zeros_f((size_t)N * IC), *dw = zeros_f((size_t)OC * IC);
+    matmul_backward(dinp, dw, g, inp, w, N, IC, OC);
+    mm_ctx c = {
+        N, IC, OC, to_d(inp, (size_t)N * IC), to_d(w, (size_t)OC * IC), to_d(g, (size_t)N * OC)};
+    check_fd("matmul_backward dinp vs finite differences", mm_loss, &c, c.x, (size_t)N * IC, dinp);
+    check_fd("matmul_backward dw vs finite differences", mm_loss, &c, c.w, (size_t)OC * IC, dw);
+    free(c.x), free(c.w), free(c.g), free(inp), free(w), free(g), free(dinp), free(dw);
+}
+
+/* ---- embedding ------------------------------------------------------------------------------ */
+
+typedef struct {
+    int N, C;
+    const int32_t *tok;
+    double *wte, *g;
+} emb_ctx;
+
+static double emb_loss(const void *p) {
+    const emb_ctx *c = p;
+    double L = 0.0;
+    for (int i = 0; i < c->N; i++)
+        for (int k = 0; k < c->C; k++)
+            L += c->g[i * c->C + k] * c->wte[c->tok[i] * c->C + k];
+    return L;
+}
+
+static void test_embedding(void) {
+    static const int shapes[][2] = {{1, 37}, {37, 200}, {37, 1000}, {64, 16}}; // (N, C)
+    const int V = 13; // small: tokens repeat, which is what embedding_backward must survive
+    char name[128];
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int N = shapes[s][0], C = shapes[s][1];
+        int32_t *tok = xmalloc((size_t)N * sizeof(int32_t));
+        for (int i = 0; i < N; i++)
+            tok[i] = rng_int(V);
+        float *wte = rand_f((size_t)V * C, -1, 1);
+        float *out = rand_f((size_t)N * C, -1, 1), *rout = rand_f((size_t)N * C, -1, 1);
+        embedding_forward(out, tok, wte, N, C);
+        ref_embedding_forward(rout, tok, wte, N, C);
+        snprintf(name, sizeof name, "embedding_forward N=%d C=%d vs ref", N, C);
+        check_exact(name, out, rout, (size_t)N * C); // a copy: must be exact
+        float *dout = rand_f((size_t)N * C, -1, 1), *dwte = rand_f((size_t)V * C, -1, 1);
+        float *rdwte = copy_f(dwte, (size_t)V * C);
+        embedding_backward(dwte, dout, tok, N, C);
+        ref_embedding_backward(rdwte, dout, tok, N, C);
+        // both add in float in row order per element, so the bits must agree
+        snprintf(name, sizeof name, "embedding_backward N=%d C=%d (repeated tokens) vs ref", N, C);
+        check_exact(name, dwte, rdwte, (size_t)V * C);
+        free(tok), free(wte), free(out), free(rout), free(dout), free(dwte), free(rdwte);
+    }
+    int N = 9, C = 19, Vs = 6;
+    int32_t tok[9] = {0, 3, 3, 5, 1, 3, 0, 2, 5};
+    float *wte = rand_f((size_t)Vs * C, -1, 1), *g = rand_f((size_t)N * C, -1, 1);
+    float *dwte = zeros_f((size_t)Vs * C);
+    embedding_backward(dwte, g, tok, N, C);
+    emb_ctx c = {N, C, tok, to_d(wte, (size_t)Vs * C), to_d(g, (size_t)N * C)};
+    check_fd("embedding_backward vs finite differences", emb_loss, &c, c.wte, (size_t)Vs * C, dwte);
+    free(c.wte), free(c.g), free(wte), free(g), free(dwte);
+}
+
+/* ---- RMSNorm -------------------------------------------------------------------------------- */
+
+typedef struct {
+    int N, C;
+    double eps;
+    double *x, *w, *g;
+} rms_ctx;
+
+static double rms_loss(const void *p) {
+    const rms_ctx *c = p;
+    double L = 0.0;
+    for (int i = 0; i < c->N; i++) {
+        const double *x = c->x + (size_t)i * c->C;
+        double ss = 0.0;
+        for (int k = 0; k < c->C; k++)
+            ss += x[k] * x[k];
+        double r = 1.0 / sqrt(ss / c->C + c->eps);
+        for (int k = 0; k < c->C; k++)
+            L += c->g[(size_t)i * c->C + k] * x[k] * r * c->w[k];
+    }
+    return L;
+}
+
+static void test_rmsnorm(void) {
+    static const int shapes[][2] = {{1, 37}, {37, 200}, {37, 1000}, {8, 64}}; // (N, C)
+    const float eps = 1e-5f;
+    char name[128];
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int N = shapes[s][0], C = shapes[s][1];
+        size_t n = (size_t)N * C;
+        float *x = rand_f(n, -2, 2), *w = rand_f((size_t)C, -1.5f, 1.5f);
+        float *out = zeros_f(n), *rout = zeros_f(n), *rstd = zeros_f((size_t)N);
+        float *rrstd = zeros_f((size_t)N);
+        rmsnorm_forward(out, rstd, x, w, N, C, eps);
+        ref_rmsnorm_forward(rout, rrstd, x, w, N, C, eps);
+        // rstd: both round the same double expression once (sums differ only at 1e-16): 1 ulp.
+        snprintf(name, sizeof name, "rmsnorm_forward N=%d C=%d rstd vs ref", N, C);
+        check_close(name, rstd, rrstd, (size_t)N, 0.0, FLT_EPSILON);
+        // out = (x * r) * w: r's rounding and two float products, <= 1.5 ulp; allow 4.
+        snprintf(name, sizeof name, "rmsnorm_forward N=%d C=%d out vs ref", N, C);
+        check_close(name, out, rout, n, 0.0, 4 * FLT_EPSILON);
+
+        float *dout = rand_f(n, -1, 1), *dx0 = rand_f(n, -1, 1), *dw0 = rand_f((size_t)C, -1, 1);
+        float *dx = copy_f(dx0, n), *dw = copy_f(dw0, (size_t)C);
+        float *rdx = copy_f(dx0, n), *rdw = copy_f(dw0, (size_t)C);
+        rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+        ref_rmsnorm_backward(rdx, rdw, dout, x, w, rstd, N, C);
+        // dinp: init + two O(1) float terms with ~4 roundings each (~5e-7 absolute) and a
+        // double dot; entries can cancel, so normwise: 1e-5 leaves a 20x margin.
+        snprintf(name, sizeof name, "rmsnorm_backward N=%d C=%d dinp vs ref", N, C);
+        check_norm_f(name, dx, rdx, n, 1e-5);
+        // dw: double sums of float products (1 ulp each) + init; same normwise margin.
+        snprintf(name, sizeof name, "rmsnorm_backward N=%d C=%d dw vs ref", N, C);
+        check_norm_f(name, dw, rdw, (size_t)C, 1e-5);
+        float *dx2 = copy_f(dx0, n);
+        rmsnorm_backward(dx2, NULL, dout, x, w, rstd, N, C);
+        snprintf(name, sizeof name, "rmsnorm_backward N=%d C=%d dw=NULL leaves dinp equal", N, C);
+        check_exact(name, dx2, dx, n);
+        free(x), free(w), free(out), free(rout), free(rstd), free(rrstd), free(dout), free(dx0);
+        free(dw0), free(dx), free(dw), free(rdx), free(rdw), free(dx2);
+    }
+    int N = 3, C = 37;
+    size_t n = (size_t)N * C;
+    float *x = rand_f(n, -2, 2), *w = rand_f((size_t)C, -1.5f, 1.5f), *g = rand_f(n, -1, 1);
+    float *out = zeros_f(n), *rstd = zeros_f((size_t)N), *dx = zeros_f(n), *dw = zeros_f(C);
+    rmsnorm_forward(out, rstd, x, w, N, C, eps);
+    rmsnorm_backward(dx, dw, g, x, w, rstd, N, C);
+    rms_ctx c = {N, C, eps, to_d(x, n), to_d(w, (size_t)C), to_d(g, n)};
+    check_fd("rmsnorm_backward dinp vs finite differences", rms_loss, &c, c.x, n, dx);
+    check_fd("rmsnorm_backward dw vs finite differences", rms_loss, &c, c.w, (size_t)C, dw);
+    free(c.x), free(c.w), free(c.g), free(x), free(w), free(g), free(out), free(rstd), free(dx);
+    free(dw);
+}
+
+/* ---- RoPE ----------------------------------------------------------------------------------- */
+
+/* inv_freq against torch (HF transformers' code run in torch 1.13, float32). Tolerance 8 ulp:
+ * powf of two libms may differ by 1 ulp, which the llama3 mid-band blend (1 - smooth) / factor
+ * + smooth can amplify about 4x where old_ctx / wavelen - low_freq_factor cancels; a wrong band
+ * or formula is off by percents. */
+static void check_inv_freq(const char *name, int HS, float theta, const rope_scaling *sc,
+                           const int *idx, const float *want, int n) {
+    float inv[64];
+    rope_inv_freq(inv, HS, theta, sc);
+    float got[16], exp_[16], bound[16];
+    for (int i = 0; i < n; i++) {
+        got[i] = inv[idx[i]];
+        exp_[i] = want[i];
+        bound[i] = 8 * FLT_EPSILON * fabsf(want[i]);
+    }
+    check_bound(name, got, exp_, bound, (size_t)n);
+}
+
+/* per-element bound for a rotation of x (N, nh, HS): k eps (|x1| + |x2|) of the input pair */
+static float *rope_bound(const float *x, int N, int nh, int HS, float k) {
+    size_t n = (size_t)N * nh * HS;
+    int half = HS / 2;
+    float *b = xmalloc(n * sizeof(float));
+    for (size_t r = 0; r < (size_t)N * nh; r++)
+        for (int j = 0; j < half; j++) {
+            float v = k * FLT_EPSILON * (fabsf(x[r * HS + j]) + fabsf(x[r * HS + j + half]));
+            b[r * HS + j] = b[r * HS + j + half] = v;
+        }
+    return b;
+}
+
+typedef struct {
+    int N, nh, HS;
+    int64_t pos0;
+    const float *inv_freq;
+    double *x, *g;
+} rope_ctx;
+
+static double rope_loss(const void *p) {
+    const rope_ctx *c = p;
+    int half = c->HS / 2;
+    double L = 0.0;
+    for (int i = 0; i < c->N; i++)
+        for (int h = 0; h < c->nh; h++)
+            for (int j = 0; j < half; j++) {
+                double a = (double)(c->pos0 + i) * (double)c->inv_freq[j];
+                size_t o = ((size_t)i * c->nh + h) * c->HS + j;
+                double x1 = c->x[o], x2 = c->x[o + half];
+                L += c->g[o] * (x1 * cos(a) - x2 * sin(a)) +
+                     c->g[o + half] * (x2 * cos(a) + x1 * sin(a));
+            }
+    return L;
+}
+
+static void test_rope(void) {
+    // Llama 3.1: HS 128, theta 500000, factor 8, low 1, high 4, original 8192: indices from the
+    // high band (0..28), the mid band (29..34) and the low band (35..63).
+    rope_scaling l31 = {ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
+    static const int idx_a[] = {0, 1, 20, 28, 29, 31, 34, 35, 50, 63};
+    static const float want_a[] = {
+        0x1p+0f,         0x1.a11582p-1f,  0x1.0f5386p-6f,  0x1.a4ee4p-9f,   0x1.1bfa0cp-9f,
+        0x1.c12f3cp-11f, 0x1.765ba4p-13f, 0x1.90d10cp-14f, 0x1.280d96p-18f, 0x1.4985fep-22f};
+    check_inv_freq("rope_inv_freq llama3 HS=128 theta=5e5 vs torch", 128, 500000.0f, &l31, idx_a,
+                   want_a, 10);
+    static const int idx_b[] = {0, 1, 7, 31};
+    static const float want_b[] = {0x1p+0f, 0x1.7ff222p-1f, 0x1.111aeep-3f, 0x1.17a8e4p-13f};
+    rope_scaling none = {ROPE_SCALING_NONE, 0, 0, 0, 0};
+    check_inv_freq("rope_inv_freq plain HS=64 theta=1e4 vs torch", 64, 10000.0f, &none, idx_b,
+                   want_b, 4);
+    // a small llama3 setting with two mid-band entries (1, 2): factor 32, low 1, high 4, ctx 64
+    rope_scaling small = {ROPE_SCALING_LLAMA3, 32.0f, 1.0f, 4.0f, 64};
+    static const int idx_c[] = {0, 1, 2, 3, 4, 5, 6, 7};
+    static const float want_c[] = {0x1p+0f,         0x1.e4bc36p-3f,  0x1.e84a2cp-9f,
+                                   0x1.030dc6p-10f, 0x1.47ae14p-12f, 0x1.9e7c7p-14f,
+                                   0x1.0624dep-15f, 0x1.4b96cp-17f};
+    check_inv_freq("rope_inv_freq llama3 HS=16 factor=32 ctx=64 vs torch", 16, 10000.0f, &small,
+                   idx_c, want_c, 8);
+
+    static const int hs_list[] = {16, 32, 64, 128};
+    static const int n_list[] = {1, 37};
+    static const int64_t pos_list[] = {0, 1000003};
+    char name[160];
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 2; b++)
+            for (int p = 0; p < 2; p++) {
+                int HS = hs_list[a], N = n_list[b], nh = 3, half = HS / 2;
+                int64_t pos0 = pos_list[p];
+                size_t n = (size_t)N * nh * HS;
+                float inv[64], *cos_t = zeros_f((size_t)N * half),
+                               *sin_t = zeros_f((size_t)N * half);
+                rope_inv_freq(inv, HS, 500000.0f, &l31);
+                rope_tables(cos_t, sin_t, inv, pos0, N, HS);
+                float *x = rand_f(n, -1, 1), *fast = copy_f(x, n), *ref = copy_f(x, n);
+                rope_forward(fast, cos_t, sin_t, N, nh, HS);
+                ref_rope_forward(ref, inv, pos0, N, nh, HS);
+                // float tables (cos, sin each 0.5 ulp), two products and a sum (0.5 ulp each):
+                // <= 2 eps (|x1| + |x2|) from the double twin; allow 4 eps.
+                float *bound = rope_bound(x, N, nh, HS, 4.0f);
+                snprintf(name, sizeof name, "rope_forward HS=%d N=%d nh=%d pos0=%lld vs ref", HS, N,
+                         nh, (long long)pos0);
+                check_bound(name, fast, ref, bound, n);
+                float *dfast = copy_f(x, n), *dref = copy_f(x, n);
+                rope_backward(dfast, cos_t, sin_t, N, nh, HS);
+                ref_rope_backward(dref, inv, pos0, N, nh, HS);
+                snprintf(name, sizeof name, "rope_backward HS=%d N=%d nh=%d pos0=%lld vs ref", HS,
+                         N, nh, (long long)pos0);
+                check_bound(name, dfast, dref, bound, n);
+                // the backward undoes the forward (orthogonal rotation): two rotations' rounding
+                // plus cos^2 + sin^2 = 1 +- eps in float; allow 8 eps
+                rope_backward(fast, cos_t, sin_t, N, nh, HS);
+                free(bound);
+                bound = rope_bound(x, N, nh, HS, 8.0f);
+                snprintf(name, sizeof name,
+                         "rope_backward(rope_forward(x)) == x HS=%d N=%d pos0=%lld", HS, N,
+                         (long long)pos0);
+                check_bound(name, fast, x, bound, n);
+                free(cos_t), free(sin_t), free(x), free(fast), free(ref), free(bound);
+                free(dfast), free(dref);
+            }
+    // finite differences through the fast tables
+    int N = 5, nh = 2, HS = 16, half = HS / 2;
+    int64_t pos0 = 1000;
+    size_t n = (size_t)N * nh * HS;
+    float inv[8], *cos_t = zeros_f((size_t)N * half), *sin_t = zeros_f((size_t)N * half);
+    rope_inv_freq(inv, HS, 10000.0f, &small);
+    rope_tables(cos_t, sin_t, inv, pos0, N, HS);
+    float *x = rand_f(n, -1, 1), *g = rand_f(n, -1, 1), *dx = copy_f(g, n);
+    rope_backward(dx, cos_t, sin_t, N, nh, HS);
+    rope_ctx c = {N, nh, HS, pos0, inv, to_d(x, n), to_d(g, n)};
+    check_fd("rope_backward vs finite differences", rope_loss, &c, c.x, n, dx);
+    free(c.x), free(c.g), free(cos_t), free(sin_t), free(x), free(g), free(dx);
+}
+
+/* ---- SwiGLU --------------------------------------------------------------------------------- */
+
+typedef struct {
+    size_t n;
+    double *a, *b, *g;
+} swi_ctx;
+
+static double swi_loss(const void *p) {
+    const swi_ctx *c = p;
+    double L = 0.0;
+    for (size_t i = 0; i < c->n; i++)
+        L += c->g[i] * c->a[i] / (1.0 + exp(-c->a[i])) * c->b[i];
+    return L;
+}
+
+static void test_swiglu(void) {
+    static const size_t sizes[] = {1, 37, 1000, 4099};
+    char name[128];
+    for (size_t s = 0; s < 4; s++) {
+        size_t n = sizes[s];
+        float *gate = rand_f(n, -12, 12), *up = rand_f(n, -2, 2), *dout = rand_f(n, -1, 1);
+        float *out = zeros_f(n), *rout = zeros_f(n);
+        swiglu_forward(out, gate, up, n);
+        ref_swiglu_forward(rout, gate, up, n);
+        // expf (scalar glibc < 1 ulp; libmvec vector <= 4 ulp), then +1, /, * (0.5 ulp each):
+        // <= ~6 ulp of the result; allow 16.
+        snprintf(name, sizeof name, "swiglu_forward n=%zu vs ref", n);
+        check_close(name, out, rout, n, 0.0, 16 * FLT_EPSILON);
+        float *dg = zeros_f(n), *du = zeros_f(n), *rdg = zeros_f(n), *rdu = zeros_f(n);
+        swiglu_backward(dg, du, dout, gate, up, n);
+        ref_swiglu_backward(rdg, rdu, dout, gate, up, n);
+        snprintf(name, sizeof name, "swiglu_backward n=%zu dup vs ref", n);
+        check_close(name, du, rdu, n, 0.0, 16 * FLT_EPSILON);
+        // dgate = d u s (1 + g (1 - s)) has a true zero near g = -1.28 where the two terms
+        // cancel: bound each term's error, 16 eps |d u| s (1 + |g| (1 - s)).
+        float *bound = xmalloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            double gi = gate[i], si = 1.0 / (1.0 + exp(-gi));
+            bound[i] = (float)(16 * FLT_EPSILON * fabs((double)dout[i] * up[i]) * si *
+                               (1.0 + fabs(gi) * (1.0 - si)));
+        }
+        snprintf(name, sizeof name, "swiglu_backward n=%zu dgate vs ref", n);
+        check_bound(name, dg, rdg, bound, n);
+        // in place: dgate aliases gate, dup aliases up
+        float *ag = copy_f(gate, n), *au = copy_f(up, n);
+        swiglu_backward(ag, au, dout, ag, au, n);
+        snprintf(name, sizeof name, "swiglu_backward n=%zu in place (aliased)", n);
+        report(!memcmp(ag, dg, n * sizeof(float)) && !memcmp(au, du, n * sizeof(float)),
+               "%s: bit-exact with the out-of-place result", name);
+        free(gate), free(up), free(dout), free(out), free(rout), free(dg), free(du), free(rdg);
+        free(rdu), free(bound), free(ag), free(au);
+    }
+    // saturation: exp overflow / underflow must give silu -> 0 or g, never NaN
+    float gate[] = {-100.0f, -30.0f, -0.0f, 0.0f, 30.0f, 100.0f, 88.5f, -88.5f};
+    float up[] = {1, 1, 1, 1, 1, 1, 1, 1}, dout[] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float out[8], rout[8], dg[8], du[8], rdg[8], rdu[8];
+    swiglu_forward(out, gate, up, 8);
+    ref_swiglu_forward(rout, gate, up, 8);
+    swiglu_backward(dg, du, dout, gate, up, 8);
+    ref_swiglu_backward(rdg, rdu, dout, gate, up, 8);
+    // atol 1e-30: silu(-100) = -3.7e-42 is a float denormal that the fast path may flush to -0
+    check_close("swiglu_forward saturated inputs vs ref", out, rout, 8, 1e-30, 16 * FLT_EPSILON);
+    check_close("swiglu_backward saturated inputs dgate vs ref", dg, rdg, 8, 1e-30,
+                16 * FLT_EPSILON);
+    check_close("swiglu_backward saturated inputs dup vs ref", du, rdu, 8, 1e-30, 16 * FLT_EPSILON);
+
+    size_t n = 41;
+    float *a = rand_f(n, -4, 4), *b = rand_f(n, -2, 2), *g = rand_f(n, -1, 1);
+    float *da = zeros_f(n), *db = zeros_f(n);
+    swiglu_backward(da, db, g, a, b, n);
+    swi_ctx c = {n, to_d(a, n), to_d(b, n), to_d(g, n)};
+    check_fd("swiglu_backward dgate vs finite differences", swi_loss, &c, c.a, n, da);
+    check_fd("swiglu_backward dup vs finite differences", swi_loss, &c, c.b, n, db);
+    free(c.a), free(c.b), free(c.g), free(a), free(b), free(g), free(da), free(db);
+}
+
+/* ---- cross-entropy -------------------------------------------------------------------------- */
+
+typedef struct {
+    int N, V;
+    double scale;
+    const int32_t *t;
+    double *x;
+} ce_ctx;
+
+static double ce_loss(const void *p) {
+    const ce_ctx *c = p;
+    double L = 0.0;
+    for (int i = 0; i < c->N; i++) {
+        if (c->t[i] < 0) continue;
+        const double *x = c->x + (size_t)i * c->V;
+        double mx = x[0], s = 0.0;
+        for (int v = 1; v < c->V; v++)
+            mx = x[v] > mx ? x[v] : mx;
+        for (int v = 0; v < c->V; v++)
+            s += exp(x[v] - mx);
+        L += mx + log(s) - x[c->t[i]];
+    }
+    return c->scale * L;
+}
+
+static void test_cross_entropy(void) {
+    static const int shapes[][2] = {{1, 37}, {37, 1000}, {5, 4099}}; // (N, V)
+    char name[128];
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], V = shapes[s][1];
+        size_t n = (size_t)N * V;
+        int32_t *t = xmalloc((size_t)N * sizeof(int32_t));
+        int valid = 0;
+        for (int i = 0; i < N; i++) {
+            t[i] = (N > 1 && i % 4 == 1) ? -1 : rng_int(V); // every 4th row ignored
+            valid += t[i] >= 0;
+        }
+        float *x = rand_f(n, -8, 8);
+        // offsets of +-1000 on some rows: exp without the max subtraction would overflow
+        for (int i = 0; i < N; i++)
+            for (int v = 0; v < V; v++)
+                x[(size_t)i * V + v] += (i % 3 == 0) ? 0 : (i % 3 == 1 ? 1000 : -1000);
+        float gs = 1.0f / (float)valid;
+        float *fast = copy_f(x, n), *ref = copy_f(x, n), *again = copy_f(x, n);
+        double L = cross_entropy_fused(fast, t, N, V, gs);
+        double RL = ref_cross_entropy_fused(ref, t, N, V, gs);
+        double L2 = cross_entropy_fused(again, t, N, V, gs);
+        // per row: x - max rounds by <= 0.5 ulp of |x - max| <= 16 (5e-7 in the exponent) and
+        // expf is <= 4 ulp, so each log-sum-exp is within ~1e-6 of the double value.
+        snprintf(name, sizeof name, "cross_entropy_fused N=%d V=%d (%d ignored) loss vs ref", N, V,
+                 N - valid);
+        check_scalar(name, L, RL, 2e-6 * valid);
+        snprintf(name, sizeof name, "cross_entropy_fused N=%d V=%d loss repeatable", N, V);
+        report(memcmp(&L, &L2, sizeof L) == 0, "%s: bit-exact", name);
+        // grads: p has relative error ~3e-6 from the same sources; at the target p - 1 cancels,
+        // so also an absolute 4e-6 * grad_scale
+        snprintf(name, sizeof name, "cross_entropy_fused N=%d V=%d grad vs ref", N, V);
+        check_close(name, fast, ref, n, 4e-6 * gs, 4e-6);
+        int zero = 1;
+        for (int i = 0; i < N; i++)
+            if (t[i] < 0)
+                for (int v = 0; v < V; v++)
+                    zero &= fast[(size_t)i * V + v] == 0.0f;
+        snprintf(name, sizeof name, "cross_entropy_fused N=%d V=%d ignored rows", N, V);
+        report(zero, "%s: gradient exactly 0", name);
+        free(t), free(x), free(fast), free(ref), free(again);
+    }
+    int N = 6, V = 37;
+    size_t n = (size_t)N * V;
+    int32_t t[6] = {3, -1, 0, 36, -1, 17};
+    float *x = rand_f(n, -3, 3);
+    for (int v = 0; v < V; v++)
+        x[v] += 50.0f; // a shifted row
+    float gs = 0.25f;  // 1 / (4 valid rows)
+    float *grad = copy_f(x, n);
+    double L = cross_entropy_fused(grad, t, N, V, gs);
+    ce_ctx c = {N, V, gs, t, to_d(x, n)};
+    // the returned sum covers valid rows only; both sides carry float rounding of ~1e-6 / row
+    check_scalar("cross_entropy_fused loss vs double forward (ignored rows excluded)", L * gs,
+                 ce_loss(&c), 1e-6);
+    check_fd("cross_entropy_fused grad vs finite differences", ce_loss, &c, c.x, n, grad);
+    free(c.x), free(x), free(grad);
+}
+
+/* ---- optimizer ------------------------------------------------------------------------------ */
+
+static void test_adamw(void) {
+    adamw_params hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    const size_t n = 1003;
+    const int steps = 3;
+    char name[128];
+    for (int decay = 0; decay <= 1; decay++) {
+        float *p = rand_f(n, -1, 1), *m = zeros_f(n), *v = zeros_f(n);
+        float *rp = copy_f(p, n), *rm = zeros_f(n), *rv = zeros_f(n);
+        for (int s = 1; s <= steps; s++) {
+            float *g = rand_f(n, -1, 1);
+            for (size_t i = 0; i < n; i += 7)
+                g[i] = 0.0f;
+            adamw_update(p, g, m, v, n, &hp, s, 0.7f, decay);
+            ref_adamw_update(rp, g, rm, rv, n, &hp, s, 0.7f, decay);
+            free(g);
+        }
+        // per step: both round p to float (the two may land 1 ulp apart) and the float update
+        // term carries a few eps relative of lr; m and v are convex mixes of |g| <= 0.7 and
+        // g^2 <= 0.49 with ~2 ulp per step.
+        snprintf(name, sizeof name, "adamw_update decay=%d %d steps param vs ref", decay, steps);
+        check_close(name, p, rp, n, steps * 8 * FLT_EPSILON * hp.lr, steps * FLT_EPSILON);
+        snprintf(name, sizeof name, "adamw_update decay=%d %d steps m vs ref", decay, steps);
+        check_close(name, m, rm, n, steps * 2 * FLT_EPSILON * 0.7, 0.0);
+        snprintf(name, sizeof name, "adamw_update decay=%d %d steps v vs ref", decay, steps);
+        check_close(name, v, rv, n, steps * 2 * FLT_EPSILON * 0.49, 0.0);
+        free(p), free(m), free(v), free(rp), free(rm), free(rv);
+    }
+    // Two steps by hand (python, double, the header's formula): lr 1e-2, betas (0.9, 0.95),
+    // eps 1e-8, wd 0.1, grads g1 = (0.1, -0.2, 0) at scale 1, g2 = (0.3, 0.1, -0.5) at scale 0.5.
+    // Step 1 moves each p by lr * sign(g) (mhat / sqrt(vhat) = +-1) plus lr * wd * p:
+    // 0.5 - 0.01 * (1 + 0.05) = 0.4895, -1 + 0.01 * (1 - 0.1) = -0.989, 2 - 0.01 * 0.2 = 1.998.
+    adamw_params h2 = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    const float g1[3] = {0.1f, -0.2f, 0.0f}, g2[3] = {0.3f, 0.1f, -0.5f};
+    const float want1[3] = {0.4895f, -0.989f, 1.998f};
+    const float want2[3] = {0.479149978613f, -0.983263341532f, 2.00335159961f};
+    const float wantm[3] = {0.024f, -0.013f, -0.025f}, wantv[3] = {0.0016f, 0.002025f, 0.003125f};
+    for (int r = 0; r < 2; r++) {
+        float p[3] = {0.5f, -1.0f, 2.0f}, m[3] = {0}, v[3] = {0};
+        void (*upd)(float *, const float *, float *, float *, size_t, const adamw_params *, int,
+                    float, int) = r ? ref_adamw_update : adamw_update;
+        const char *who = r ? "ref_adamw_update" : "adamw_update";
+        // each step rounds p to float (0.5 ulp) and the update (~1e-2) carries ~1e-9 of error:
+        // <= 1 ulp per step; allow 4 ulp; m and v likewise
+        upd(p, g1, m, v, 3, &h2, 1, 1.0f, 1);
+        snprintf(name, sizeof name, "%s hand example step 1 param", who);
+        check_close(name, p, want1, 3, 0.0, 4 * FLT_EPSILON);
+        upd(p, g2, m, v, 3, &h2, 2, 0.5f, 1);
+        snprintf(name, sizeof name, "%s hand example step 2 param", who);
+        check_close(name, p, want2, 3, 0.0, 4 * FLT_EPSILON);
+        snprintf(name, sizeof name, "%s hand example step 2 m, v", who);
+        float got[6] = {m[0], m[1], m[2], v[0], v[1], v[2]};
+        float want[6] = {wantm[0], wantm[1], wantm[2], wantv[0], wantv[1], wantv[2]};
+        check_close(name, got, want, 6, 0.0, 4 * FLT_EPSILON);
+    }
+}
+
+static void test_norm_and_schedule(void) {
+    // sum_squares: squares of floats are exact in double; each double sum of n terms is within
+    // n u of the exact sum, so the two differ by <= n eps relative
+    static const size_t sizes[] = {0, 37, 100003};
+    char name[128];
+    for (int s = 0; s < 3; s++) {
+        size_t n = sizes[s];
+        float *x = rand_f(n, -3, 3);
+        double ref = 0.0;
+        for (size_t i = 0; i < n; i++)
+            ref += (double)x[i] * x[i];
+        snprintf(name, sizeof name, "sum_squares n=%zu vs serial double", n);
+        check_scalar(name, sum_squares(x, n), ref, (double)n * DBL_EPSILON * ref);
+        free(x);
+    }
+    // clip_factor: float result of a double expression, 0.5 ulp; tol 1e-6 relative
+    check_scalar("clip_factor(norm 2, max 1)", clip_factor(2.0, 1.0f), 1.0 / (2.0 + 1e-6), 1e-6);
+    check_scalar("clip_factor(norm 0.5, max 1)", clip_factor(0.5, 1.0f), 1.0, 0.0);
+    check_scalar("clip_factor(max 0 = off)", clip_factor(5.0, 0.0f), 1.0, 0.0);
+    // lr_schedule: values by hand (python); float result of a double expression: 1e-6 relative
+    struct {
+        int step, total, warmup;
+        double want;
+    } pts[] = {
+        {0, 101, 10, 1e-4},                // warm-up starts at lr / warmup
+        {9, 101, 10, 1e-3},                // and reaches lr at its last step
+        {10, 101, 10, 1e-3},               // cosine starts at lr
+        {30, 101, 10, 8.9471999940354e-4}, // progress 20/90
+        {55, 101, 10, 5.5e-4},             // progress 1/2: halfway between lr and lr_min
+        {100, 101, 10, 1e-4},              // last step: lr_min = lr * 0.1
+        {0, 50, 0, 1e-3},                  // no warm-up: starts at lr
+        {49, 50, 0, 1e-4},                 // ends at lr_min
+        {0, 1, 0, 1e-3},                   // a single step
+    };
+    for (size_t i = 0; i < sizeof(pts) / sizeof(pts[0]); i++) {
+        snprintf(name, sizeof name, "lr_schedule step=%d total=%d warmup=%d", pts[i].step,
+                 pts[i].total, pts[i].warmup);
+        check_scalar(name, lr_schedule(pts[i].step, pts[i].total, 1e-3f, pts[i].warmup, 0.1f),
+                     pts[i].want, 1e-6 * pts[i].want);
+    }
+}
+
+int main(void) {
+    test_matmul();
+    test_embedding();
+    test_rmsnorm();
+    test_rope();
+    test_swiglu();
+    test_cross_entropy();
+    test_adamw();
+    test_norm_and_schedule();
+    printf("test_kernels: %d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
