@@ -85,14 +85,43 @@ layer_weights model_layer_view(const model *m, float *slab, int l) {
 
 /* ---- init / free ---------------------------------------------------------------------------- */
 
-void model_init(model *m, const model_config *cfg, int T) {
+int model_check_layout(const model_config *c, long T, int P, int R, char *err, size_t errlen) {
+    /* suggestions: context-parallel degrees that divide R and satisfy every rule */
+    char sug[128] = "";
+    for (int p = 1; p <= R; p++) {
+        if (R % p || c->NH % p || (c->NKV % p && p % c->NKV) || T % p) continue;
+        size_t n = strlen(sug);
+        snprintf(sug + n, sizeof sug - n, "%s%d", n ? ", " : "", p);
+    }
+    if (c->NH % P)
+        snprintf(err, errlen, "num_attention_heads (%d) is not divisible by the context-parallel "
+                 "degree (%d): use --cp %s", c->NH, P, sug);
+    else if (c->NKV % P && P % c->NKV)
+        snprintf(err, errlen, "num_key_value_heads (%d) and the context-parallel degree (%d) must "
+                 "divide one another: use --cp %s", c->NKV, P, sug);
+    else if (T % P)
+        snprintf(err, errlen, "--seq-len %ld is not divisible by the context-parallel degree (%d): "
+                 "use a multiple of %d, or --cp %s", T, P, P, sug);
+    else
+        return 0;
+    return -1;
+}
+
+void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    m->comm = comm;
+    m->P = comm->P;
     m->T = T;
+    m->Tg = T * m->P;
+    m->NH_loc = cfg->NH / m->P;
+    m->NKV_loc = cfg->NKV >= m->P ? cfg->NKV / m->P : 1;
     build_table(m);
     const model_config *c = &m->cfg;
-    size_t Tn = (size_t)T, C = c->C, F = c->F, V = c->V;
+    size_t Tn = (size_t)T, Tg = (size_t)m->Tg, C = c->C, F = c->F, V = c->V, HS = c->HS;
     size_t qd = (size_t)c->NH * c->HS, kvd = (size_t)c->NKV * c->HS;
+    size_t qh = up_mul3(Tg, (size_t)m->NH_loc, HS), kvh = up_mul3(Tg, (size_t)m->NKV_loc, HS);
+    int P1 = m->P == 1;
 
     m->params = mem_alloc_f32(MEM_PARAMS, m->nparams);
     m->grads = mem_alloc_f32(MEM_GRADS, m->nparams);
@@ -106,11 +135,11 @@ void model_init(model *m, const model_config *cfg, int T) {
         a->x_in = mem_alloc_f32(MEM_CHECKPOINTS, Tn * C);
         a->h1 = mem_alloc_f32(MEM_ACTIVATIONS, Tn * C);
         a->rstd1 = mem_alloc_f32(MEM_ACTIVATIONS, Tn);
-        a->q = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, qd));
-        a->k = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
-        a->v = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
+        a->q = mem_alloc_f32(MEM_ATTENTION, qh);
+        a->k = mem_alloc_f32(MEM_ATTENTION, kvh);
+        a->v = mem_alloc_f32(MEM_ATTENTION, kvh);
         a->att = mem_alloc_f32(MEM_ACTIVATIONS, up_mul(Tn, qd));
-        a->lse = mem_alloc_f32(MEM_ACTIVATIONS, up_mul(Tn, (size_t)c->NH));
+        a->lse = mem_alloc_f32(MEM_ACTIVATIONS, up_mul(Tg, (size_t)m->NH_loc));
         a->x_mid = mem_alloc_f32(MEM_ACTIVATIONS, Tn * C);
         a->h2 = mem_alloc_f32(MEM_ACTIVATIONS, Tn * C);
         a->rstd2 = mem_alloc_f32(MEM_ACTIVATIONS, Tn);
@@ -122,9 +151,9 @@ void model_init(model *m, const model_config *cfg, int T) {
     m->xf = mem_alloc_f32(MEM_ACTIVATIONS, Tn * C);
     m->rstdf = mem_alloc_f32(MEM_ACTIVATIONS, Tn);
     m->logits = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, V));
-    m->inv_freq = mem_alloc_f32(MEM_WORKSPACE, (size_t)c->HS / 2);
-    m->rope_cos = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, (size_t)c->HS / 2));
-    m->rope_sin = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, (size_t)c->HS / 2));
+    m->inv_freq = mem_alloc_f32(MEM_WORKSPACE, HS / 2);
+    m->rope_cos = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, HS / 2));
+    m->rope_sin = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, HS / 2));
     m->dres = mem_alloc_f32(MEM_WORKSPACE, Tn * C);
     m->dh = mem_alloc_f32(MEM_WORKSPACE, Tn * C);
     m->dq = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, qd));
@@ -132,13 +161,28 @@ void model_init(model *m, const model_config *cfg, int T) {
     m->dv = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
     m->datt = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, qd));
     m->dact = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, F));
-    m->attn_ws =
-        mem_alloc_f32(MEM_ATTENTION, attention_workspace_floats(T, c->NH, c->NKV, c->HS));
+    m->attn_ws = mem_alloc_f32(MEM_ATTENTION,
+                               attention_workspace_floats(m->Tg, m->NH_loc, m->NKV_loc, c->HS));
+    /* with P == 1 head layout is sequence layout: the exchange buffers are aliases */
+    m->q_seq = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, qd));
+    m->k_seq = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
+    m->v_seq = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
+    m->att_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
+    m->datt_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
+    m->dq_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
+    m->dk_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, kvh);
+    m->dv_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, kvh);
+    if (!P1) {
+        size_t pq = comm_pack_floats(comm, T, c->NH, c->HS);
+        size_t pkv = comm_pack_floats(comm, T, c->NKV, c->HS);
+        m->pack = mem_alloc_f32(MEM_ATTENTION, pq > pkv ? pq : pkv);
+    }
     m->inputs = mem_alloc(MEM_WORKSPACE, up_mul(Tn, sizeof(int32_t)));
     m->targets = mem_alloc(MEM_WORKSPACE, up_mul(Tn, sizeof(int32_t)));
 
     rope_inv_freq(m->inv_freq, c->HS, c->rope_theta, &c->rope);
-    rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, 0, T, c->HS);
+    /* RoPE at global positions: this rank holds tokens cp_rank * T_loc .. */
+    rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, (int64_t)comm->cp_rank * T, T, c->HS);
 }
 
 void model_free(model *m) {
@@ -152,7 +196,8 @@ void model_free(model *m) {
     void *bufs[] = {m->params, m->grads,  m->m,        m->v,        m->x_final, m->xf,
                     m->rstdf,  m->logits, m->inv_freq, m->rope_cos, m->rope_sin, m->dres,
                     m->dh,     m->dq,     m->dk,       m->dv,       m->datt,     m->dact,
-                    m->attn_ws, m->inputs, m->targets};
+                    m->attn_ws, m->inputs, m->targets, m->q_seq, m->k_seq, m->v_seq,
+                    m->att_h,  m->datt_h, m->dq_h, m->dk_h, m->dv_h, m->pack};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     free(m->tensors);
     free(m->layer_off);
@@ -252,6 +297,16 @@ void model_save_slab(const model *m, const float *slab, const char *path) {
 
 /* ---- forward / backward --------------------------------------------------------------------- */
 
+/* The Ulysses exchanges of DESIGN.md §2 over the context-parallel group; nothing to do when the
+ * two layouts are one buffer (P == 1). */
+static void ulysses_seq_to_head(model *m, const float *seq, float *head, int nh) {
+    if (seq != head) comm_seq_to_head(m->comm, seq, head, m->T, nh, m->cfg.HS, m->pack);
+}
+
+static void ulysses_head_to_seq(model *m, const float *head, float *seq, int nh) {
+    if (seq != head) comm_head_to_seq(m->comm, head, seq, m->T, nh, m->cfg.HS, m->pack);
+}
+
 static void layer_forward(model *m, int l, float *x_out) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, F = c->F, NH = c->NH, NKV = c->NKV, HS = c->HS;
@@ -259,13 +314,22 @@ static void layer_forward(model *m, int l, float *x_out) {
     layer_weights w = model_layer_view(m, m->params, l);
     layer_acts *a = &m->acts[l];
 
+    /* with P == 1 the projections land directly in the saved head-layout buffers */
+    float *qs = m->P > 1 ? m->q_seq : a->q, *ks = m->P > 1 ? m->k_seq : a->k;
+    float *vs = m->P > 1 ? m->v_seq : a->v, *atth = m->P > 1 ? m->att_h : a->att;
+
     rmsnorm_forward(a->h1, a->rstd1, a->x_in, w.attn_norm, T, C, c->eps);  // (T, C)
-    matmul_forward(a->q, a->h1, w.wq, T, C, qd, 0);                       // (T, NH*HS)
-    matmul_forward(a->k, a->h1, w.wk, T, C, kvd, 0);                      // (T, NKV*HS)
-    matmul_forward(a->v, a->h1, w.wv, T, C, kvd, 0);                      // (T, NKV*HS)
-    rope_forward(a->q, m->rope_cos, m->rope_sin, T, NH, HS);
-    rope_forward(a->k, m->rope_cos, m->rope_sin, T, NKV, HS);
-    attention_forward(a->att, a->lse, a->q, a->k, a->v, T, NH, NKV, HS, m->attn_ws); // (T, NH*HS)
+    matmul_forward(qs, a->h1, w.wq, T, C, qd, 0);                         // (T, NH*HS)
+    matmul_forward(ks, a->h1, w.wk, T, C, kvd, 0);                        // (T, NKV*HS)
+    matmul_forward(vs, a->h1, w.wv, T, C, kvd, 0);                        // (T, NKV*HS)
+    rope_forward(qs, m->rope_cos, m->rope_sin, T, NH, HS);                // global positions
+    rope_forward(ks, m->rope_cos, m->rope_sin, T, NKV, HS);
+    ulysses_seq_to_head(m, qs, a->q, NH);                                 // (Tg, NH_loc, HS)
+    ulysses_seq_to_head(m, ks, a->k, NKV);                                // (Tg, NKV_loc, HS)
+    ulysses_seq_to_head(m, vs, a->v, NKV);
+    attention_forward(atth, a->lse, a->q, a->k, a->v, m->Tg, m->NH_loc, m->NKV_loc, HS,
+                      m->attn_ws);                                         // (Tg, NH_loc, HS)
+    ulysses_head_to_seq(m, atth, a->att, NH);                             // (T, NH*HS)
     memcpy(a->x_mid, a->x_in, sizeof(float) * (size_t)T * C);
     matmul_forward(a->x_mid, a->att, w.wo, T, qd, C, 1);                  // x_mid = x + o Wo^T
 
@@ -316,9 +380,17 @@ static void layer_backward(model *m, int l) {
     // x_mid = x_in + att Wo^T
     memset(m->datt, 0, sizeof(float) * (size_t)T * qd);
     matmul_backward(m->datt, g.wo, m->dres, a->att, w.wo, T, qd, C);
-    // att = attention(q, k, v)
-    attention_backward(m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->att, a->lse, T, NH, NKV,
-                       HS, m->attn_ws);
+    // att = head_to_seq(attention(seq_to_head(q, k, v)))
+    float *atth = m->att_h ? m->att_h : a->att, *datth = m->datt_h ? m->datt_h : m->datt;
+    float *dqh = m->dq_h ? m->dq_h : m->dq, *dkh = m->dk_h ? m->dk_h : m->dk;
+    float *dvh = m->dv_h ? m->dv_h : m->dv;
+    ulysses_seq_to_head(m, a->att, atth, NH); /* the forward's output, needed for D = rowsum(dO*O) */
+    ulysses_seq_to_head(m, m->datt, datth, NH);
+    attention_backward(dqh, dkh, dvh, datth, a->q, a->k, a->v, atth, a->lse, m->Tg, m->NH_loc,
+                       m->NKV_loc, HS, m->attn_ws);
+    ulysses_head_to_seq(m, dqh, m->dq, NH);
+    ulysses_head_to_seq(m, dkh, m->dk, NKV); /* sums the replicas' gradients when P > NKV */
+    ulysses_head_to_seq(m, dvh, m->dv, NKV);
     // q, k = rope(q, k)
     rope_backward(m->dq, m->rope_cos, m->rope_sin, T, NH, HS);
     rope_backward(m->dk, m->rope_cos, m->rope_sin, T, NKV, HS);
@@ -335,7 +407,6 @@ void model_backward(model *m) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, V = c->V;
     size_t TC = (size_t)T * C;
-    memset(m->grads, 0, sizeof(float) * m->nparams);
 
     // logits = xf Wlm^T   (m->logits already holds d loss / d logits)
     memset(m->dh, 0, sizeof(float) * TC);

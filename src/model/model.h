@@ -8,6 +8,7 @@
 #ifndef UP_MODEL_H
 #define UP_MODEL_H
 
+#include "comm/comm.h"
 #include "io/config.h"
 
 #include <stddef.h>
@@ -37,16 +38,18 @@ typedef struct {
     float *wd;        /* (C, F) */
 } layer_weights;
 
-/* Activations saved by the forward for the backward of one layer (T rows on this rank). */
+/* Activations saved by the forward for the backward of one layer. T = T_loc rows on this rank;
+ * q, k, v are kept in head layout: all Tg = T_loc * P tokens, this rank's NH_loc / NKV_loc heads
+ * (with P = 1 the two layouts are the same). */
 typedef struct {
     float *x_in;  /* (T, C) layer input (residual stream) */
     float *h1;    /* (T, C) attention rmsnorm output */
     float *rstd1; /* (T) */
-    float *q;     /* (T, NH*HS) after RoPE */
-    float *k;     /* (T, NKV*HS) after RoPE */
-    float *v;     /* (T, NKV*HS) */
-    float *att;   /* (T, NH*HS) attention output o */
-    float *lse;   /* (NH, T) */
+    float *q;     /* (Tg, NH_loc, HS) after RoPE */
+    float *k;     /* (Tg, NKV_loc, HS) after RoPE */
+    float *v;     /* (Tg, NKV_loc, HS) */
+    float *att;   /* (T, NH*HS) attention output o, sequence layout */
+    float *lse;   /* (NH_loc, Tg) */
     float *x_mid; /* (T, C) residual after attention */
     float *h2;    /* (T, C) mlp rmsnorm output */
     float *rstd2; /* (T) */
@@ -57,7 +60,12 @@ typedef struct {
 
 typedef struct {
     model_config cfg;
-    int T; /* tokens per forward on this rank */
+    int T;       /* T_loc: tokens per forward on this rank */
+    int Tg;      /* T: tokens of the whole sequence (T_loc * P) */
+    int P;       /* context-parallel degree */
+    int NH_loc;  /* query heads per rank in head layout (NH / P) */
+    int NKV_loc; /* kv heads per rank in head layout (NKV / P, or 1 when replicated) */
+    comm_ctx *comm;
 
     param_tensor *tensors;
     int ntensors;
@@ -75,6 +83,12 @@ typedef struct {
     float *logits;    /* (T, V) logits, then d loss / d logits */
     float *inv_freq;  /* (HS/2) */
     float *rope_cos, *rope_sin; /* (T, HS/2) */
+    /* attention exchange buffers (aliases of the saved/seq buffers when P == 1) */
+    float *q_seq, *k_seq, *v_seq; /* (T, NH*HS), (T, NKV*HS) x2: projections before exchange */
+    float *att_h;                 /* (Tg, NH_loc, HS) attention output in head layout */
+    float *datt_h;                /* (Tg, NH_loc, HS) */
+    float *dq_h, *dk_h, *dv_h;    /* (Tg, NH_loc, HS), (Tg, NKV_loc, HS) x2 */
+    float *pack;                  /* all-to-all pack scratch */
     /* backward scratch */
     float *dres;  /* (T, C) gradient of the residual stream */
     float *dh;    /* (T, C) */
@@ -85,8 +99,13 @@ typedef struct {
 } model;
 
 /* Builds the tensor table and allocates params, grads, optimizer moments (all zero) and the
- * activations for T tokens. Collective: no. */
-void model_init(model *m, const model_config *cfg, int T);
+ * activations for T_loc tokens on this rank of comm's context-parallel group (P = comm->P; the
+ * rank holds global positions cp_rank * T_loc ..). The layout must be valid (model_check_layout).
+ * Not collective; forward and backward are (over the CP group). */
+void model_init(model *m, const model_config *cfg, int T_loc, comm_ctx *comm);
+/* Checks NH % P, NKV vs P, T % P for context-parallel degree P; 0, or -1 with a message saying
+ * what to change (err). R = world size, for the suggestions. */
+int model_check_layout(const model_config *cfg, long T, int P, int R, char *err, size_t errlen);
 void model_free(model *m);
 
 /* Fills params: normal(0, init_std) for matrices, 1 for norm weights; a counter-based RNG keyed
@@ -101,11 +120,13 @@ void model_save_slab(const model *m, const float *slab, const char *path);
 /* Named pointers of layer l into slab (m->params, m->grads, m->m or m->v). */
 layer_weights model_layer_view(const model *m, float *slab, int l);
 
-/* Forward over m->inputs/m->targets: returns the sum of token losses (double) over targets >= 0;
+/* Forward over m->inputs/m->targets (this rank's T_loc tokens): returns this rank's sum of token
+ * losses (double) over targets >= 0;
  * with grad_scale != 0 the loss gradient (scaled by grad_scale, normally 1/valid tokens) is left
  * in m->logits for model_backward. */
 double model_forward(model *m, float grad_scale);
-/* Backward: grads := d loss / d params (overwrite). Requires model_forward just before. */
+/* Backward: grads += d loss / d params (accumulate: zero m->grads before the first micro-batch
+ * of a step). Requires model_forward just before. */
 void model_backward(model *m);
 
 /* Model FLOPs of one training step (forward + backward) of T tokens: 6 * (matmul params) * T plus

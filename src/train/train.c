@@ -1,5 +1,6 @@
 #include "train/train.h"
 
+#include "comm/comm.h"
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
@@ -36,6 +37,9 @@ void train_print_help(void) {
         "  --seed S               seed of the random init (default 1234)\n\n"
         "optimisation\n"
         "  --steps N              training steps (default 10)\n"
+        "  --grad-accum B         sequences per replica per step, gradients accumulated\n"
+        "                         (default 1); replica d's b-th sequence of step k starts at\n"
+        "                         token ((k*D + d)*B + b)*T\n"
         "  --lr X                 peak learning rate (default 3e-4; 0 = no update)\n"
         "  --warmup N             linear warm-up steps (default: 10%% of --steps, at most 100)\n"
         "  --min-lr-frac X        cosine decay ends at lr * X (default 0.1)\n"
@@ -52,9 +56,13 @@ void train_print_help(void) {
         "  --mem-report FILE      JSON memory report: peak_bytes, rss_peak_bytes,\n"
         "                         offloaded_peak_bytes, categories (max over ranks)\n"
         "  --quiet                no summary and no per-step lines on the terminal\n\n"
+        "parallelism (launch with mpiexec -n R)\n"
+        "  --cp P                 context-parallel degree: each sequence is split over P\n"
+        "                         consecutive ranks (Ulysses); R/P replicas train on different\n"
+        "                         sequences (default: P = R, one sequence over all ranks)\n\n"
         "machine\n"
         "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
-        "                         else all cores)\n"
+        "                         else the cores divided by the ranks on this node)\n"
         "  --help                 this text\n");
 }
 
@@ -79,7 +87,7 @@ static double parse_double(const char *flag, const char *s, double lo, double hi
 enum {
     OPT_CONFIG = 256, OPT_DATA, OPT_SEQ, OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_MINLR, OPT_WD,
     OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
-    OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP
+    OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -95,6 +103,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     o->adam_eps = 1e-8;
     o->grad_clip = 1.0;
     o->seed = 1234;
+    o->accum = 1;
     static const struct option longopts[] = {
         {"config", required_argument, 0, OPT_CONFIG},
         {"data", required_argument, 0, OPT_DATA},
@@ -116,6 +125,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"mem-report", required_argument, 0, OPT_MEMREP},
         {"threads", required_argument, 0, OPT_THREADS},
         {"quiet", no_argument, 0, OPT_QUIET},
+        {"cp", required_argument, 0, OPT_CP},
+        {"grad-accum", required_argument, 0, OPT_ACCUM},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     optind = 1;
@@ -143,6 +154,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_MEMREP: o->mem_report = optarg; break;
         case OPT_THREADS: o->threads = (int)parse_long("--threads", optarg, 1, 1024); break;
         case OPT_QUIET: o->quiet = 1; break;
+        case OPT_CP: o->cp = (int)parse_long("--cp", optarg, 1, 1 << 20); break;
+        case OPT_ACCUM: o->accum = (int)parse_long("--grad-accum", optarg, 1, 1 << 20); break;
         case OPT_HELP: return 1;
         case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
         default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
@@ -194,16 +207,14 @@ static void print_summary(const train_options *o, const model *m, int threads) {
     fflush(stdout);
 }
 
-static void write_mem_report(const char *path, MPI_Comm comm) {
-    unsigned long long loc[MEM_COUNT + 3], glob[MEM_COUNT + 3];
-    for (int c = 0; c < MEM_COUNT; c++) loc[c] = mem_peak((mem_category)c);
-    loc[MEM_COUNT] = mem_peak_total();
-    loc[MEM_COUNT + 1] = mem_rss_peak();
-    loc[MEM_COUNT + 2] = mem_offloaded_peak();
-    MPI_Allreduce(loc, glob, MEM_COUNT + 3, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
-    int rank;
-    MPI_Comm_rank(comm, &rank);
-    if (rank != 0) return;
+static void write_mem_report(const char *path, comm_ctx *comm) {
+    unsigned long long glob[MEM_COUNT + 3];
+    for (int c = 0; c < MEM_COUNT; c++) glob[c] = mem_peak((mem_category)c);
+    glob[MEM_COUNT] = mem_peak_total();
+    glob[MEM_COUNT + 1] = mem_rss_peak();
+    glob[MEM_COUNT + 2] = mem_offloaded_peak();
+    comm_max_u64(comm, glob, MEM_COUNT + 3);
+    if (comm->rank != 0) return;
     json_t *root = json_object(), *cats = json_object();
     json_object_set_new(root, "peak_bytes", json_integer((json_int_t)glob[MEM_COUNT]));
     json_object_set_new(root, "rss_peak_bytes", json_integer((json_int_t)glob[MEM_COUNT + 1]));
@@ -228,6 +239,35 @@ static void write_mem_report(const char *path, MPI_Comm comm) {
     if (rc != 0) up_die("%s", err);
 }
 
+/* Index of the b-th sequence of this replica at step k: ((k*D + d)*B + b). */
+static unsigned long long step_seq(long step, const comm_ctx *comm, int accum, int b) {
+    return ((unsigned long long)step * comm->D + comm->dp_rank) * accum + b;
+}
+
+/* Reads this rank's slice of sequence seq: the sequence is the T+1 tokens at seq*T (wrapping
+ * around the shard); CP rank r holds inputs r*T_loc.. and the targets shifted by one before the
+ * split (DESIGN.md §1). */
+static void read_tokens(const token_shard *shard, const comm_ctx *comm, long T, int T_loc,
+                        unsigned long long seq, model *m) {
+    size_t start = (size_t)((seq * (unsigned long long)T +
+                             (unsigned long long)comm->cp_rank * T_loc) % shard->ntok);
+    shard_read(shard, start, (size_t)T_loc, m->inputs);
+    shard_read(shard, (start + 1) % shard->ntok, (size_t)T_loc, m->targets);
+}
+
+/* Threads per rank: --threads, else OMP_NUM_THREADS, else this node's cores over its ranks. */
+static int default_threads(int requested) {
+    if (requested > 0) return requested;
+    if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
+    MPI_Comm node;
+    int local = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    int t = omp_get_num_procs() / local;
+    return t > 0 ? t : 1;
+}
+
 int train_main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -242,17 +282,18 @@ int train_main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
-    if (world > 1)
-        up_die_all("this build trains on a single rank; run without mpiexec (or -n 1)");
-
-    int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    int threads = default_threads(o.threads);
     omp_set_num_threads(threads);
     openblas_set_num_threads(threads);
 
-    /* ---- validate everything before any large allocation ---- */
+    /* ---- validate everything before any large allocation (every rank, same verdict) ---- */
     char err[512];
+    int P = o.cp > 0 ? o.cp : world;
+    if (world % P)
+        up_die_all("--cp %d does not divide the %d ranks: use a divisor of %d", P, world, world);
     model_config cfg;
     if (config_load(&cfg, o.config, err, sizeof err) != 0) up_die_all("%s", err);
+    if (model_check_layout(&cfg, o.T, P, world, err, sizeof err) != 0) up_die_all("%s", err);
     token_shard shard;
     if (shard_open(&shard, o.data, cfg.V, err, sizeof err) != 0) up_die_all("%s", err);
     if (shard.ntok < (size_t)o.T + 1)
@@ -262,11 +303,19 @@ int train_main(int argc, char **argv) {
     if (o.init && !up_file_readable(o.init))
         up_die_all("--init %s: cannot read the file (%s)", o.init, strerror(errno));
 
+    comm_ctx comm;
+    comm_init(&comm, MPI_COMM_WORLD, P);
+    int T_loc = (int)(o.T / P);
     model m;
-    model_init(&m, &cfg, (int)o.T);
+    model_init(&m, &cfg, T_loc, &comm);
     if (o.init) model_load(&m, o.init);
     else model_init_random(&m, o.seed);
-    if (rank == 0 && !o.quiet) print_summary(&o, &m, threads);
+    if (rank == 0 && !o.quiet) {
+        print_summary(&o, &m, threads);
+        printf("  layout  %d ranks: %d replica(s) x context-parallel %d, T_loc=%d\n", world,
+               comm.D, P, T_loc);
+        fflush(stdout);
+    }
 
     FILE *logf = NULL;
     if (o.log && rank == 0) {
@@ -276,20 +325,35 @@ int train_main(int argc, char **argv) {
 
     adamw_params hp = {(float)o.lr, (float)o.beta1, (float)o.beta2, (float)o.adam_eps,
                        (float)o.weight_decay};
-    double flops = model_flops_per_step(&cfg, (int)o.T);
+    /* one step processes D sequences of T tokens */
+    double flops = model_flops_per_step(&cfg, (int)o.T) * comm.D * o.accum;
+    double tokens = (double)o.T * comm.D * o.accum;
     double t_start = now_s();
     double first_loss = 0, last_loss = 0;
     for (long step = 0; step < o.steps; step++) {
+        comm_reset_stats(&comm);
         double t0 = now_s();
-        size_t start = (size_t)((unsigned long long)step * (unsigned long long)o.T % shard.ntok);
-        shard_read(&shard, start, (size_t)o.T, m.inputs);
-        shard_read(&shard, (start + 1) % shard.ntok, (size_t)o.T, m.targets);
-        long valid = 0;
-        for (long i = 0; i < o.T; i++) valid += m.targets[i] >= 0;
+        /* targets of all micro-batches first: the loss is token-weighted over the global batch,
+         * so the gradient scale 1/(valid targets, all ranks) is known before the forward */
+        long long valid = 0;
+        for (int b = 0; b < o.accum; b++) {
+            read_tokens(&shard, &comm, o.T, T_loc, step_seq(step, &comm, o.accum, b), &m);
+            for (int i = 0; i < T_loc; i++) valid += m.targets[i] >= 0;
+        }
+        double zero = 0;
+        comm_reduce_loss(&comm, &zero, &valid);
         float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
 
-        double loss_sum = model_forward(&m, scale);
-        model_backward(&m);
+        memset(m.grads, 0, sizeof(float) * m.nparams);
+        double loss_sum = 0;
+        for (int b = 0; b < o.accum; b++) {
+            read_tokens(&shard, &comm, o.T, T_loc, step_seq(step, &comm, o.accum, b), &m);
+            loss_sum += model_forward(&m, scale);
+            model_backward(&m);
+        }
+        long long local = 0;
+        comm_reduce_loss(&comm, &loss_sum, &local); /* token-weighted over all ranks */
+        comm_reduce_grads(&comm, m.grads, m.nparams);
         double loss = valid > 0 ? loss_sum / (double)valid : 0.0;
 
         if (step == 0 && o.save_grads && rank == 0) model_save_slab(&m, m.grads, o.save_grads);
@@ -309,6 +373,7 @@ int train_main(int argc, char **argv) {
             lr = 0;
         }
         double dt = now_s() - t0;
+        double comm_s = comm_seconds(&comm);
         if (step == 0) first_loss = loss;
         last_loss = loss;
         if (!isfinite(loss))
@@ -316,31 +381,36 @@ int train_main(int argc, char **argv) {
                        loss, step + 1);
 
         if (rank == 0) {
-            double tps = (double)o.T / dt;
+            double tps = tokens / dt;
             if (!o.quiet) {
                 char pk[32], eta[32];
                 double elapsed = now_s() - t_start;
-                fmt_duration(eta, sizeof eta, elapsed / (double)(step + 1) * (double)(o.steps - step - 1));
+                fmt_duration(eta, sizeof eta,
+                             elapsed / (double)(step + 1) * (double)(o.steps - step - 1));
                 printf("step %4ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f GF/s | "
-                       "%.2f s | peak %s | eta %s\n",
+                       "%.2f s (comm %.0f%%) | peak %s | eta %s\n",
                        step + 1, o.steps, loss, lr, norm, tps, flops / dt / 1e9, dt,
-                       up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()), eta);
+                       100.0 * comm_s / dt, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
+                       eta);
                 fflush(stdout);
             }
             if (logf) {
                 fprintf(logf,
                         "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                        "\"tokens_per_s\": %.6g, \"step_s\": %.6g, \"flops_per_s\": %.6g, "
-                        "\"peak_bytes\": %zu, \"rss_bytes\": %zu}\n",
-                        step + 1, loss, lr, norm, tps, dt, flops / dt, mem_peak_total(),
-                        mem_rss_now());
+                        "\"tokens_per_s\": %.6g, \"step_s\": %.6g, \"compute_s\": %.6g, "
+                        "\"comm_s\": %.6g, \"a2a_s\": %.6g, \"a2a_bytes\": %.6g, "
+                        "\"flops_per_s\": %.6g, \"peak_bytes\": %zu, \"rss_bytes\": %zu}\n",
+                        step + 1, loss, lr, norm, tps, dt, dt - comm_s, comm_s,
+                        comm.stats[COMM_SEQ_TO_HEAD].seconds + comm.stats[COMM_HEAD_TO_SEQ].seconds,
+                        comm.stats[COMM_SEQ_TO_HEAD].bytes + comm.stats[COMM_HEAD_TO_SEQ].bytes,
+                        flops / dt, mem_peak_total(), mem_rss_now());
                 fflush(logf);
             }
         }
     }
     if (logf && fclose(logf) != 0) up_die("--log %s: write failed", o.log);
     if (o.save && rank == 0) model_save_slab(&m, m.params, o.save);
-    if (o.mem_report) write_mem_report(o.mem_report, MPI_COMM_WORLD);
+    if (o.mem_report) write_mem_report(o.mem_report, &comm);
     if (rank == 0 && !o.quiet) {
         char pk[32], rss[32];
         printf("done: loss %.4f -> %.4f in %.1f s, peak %s accounted, %s RSS\n", first_loss,
@@ -348,6 +418,7 @@ int train_main(int argc, char **argv) {
                up_fmt_bytes(rss, sizeof rss, (double)mem_rss_peak()));
     }
     model_free(&m);
+    comm_free(&comm);
     shard_close(&shard);
     MPI_Finalize();
     return 0;

@@ -12,6 +12,8 @@ typedef struct {
     long warmup; /* -1: default */
     uint64_t seed;
     int threads; /* 0: default */
+    int cp;      /* context-parallel degree; 0: all ranks */
+    int accum;   /* sequences per replica per step (gradient accumulation) */
     int quiet;
 } train_options;
 

@@ -1,0 +1,168 @@
+#include "comm/comm.h"
+
+#include "core/check.h"
+
+#include <limits.h>
+#include <string.h>
+
+static const char *g_kind_names[COMM_KIND_COUNT] = {"seq_to_head", "head_to_seq", "grad_reduce",
+                                                    "loss_reduce", "other"};
+
+const char *comm_kind_name(comm_kind k) { return g_kind_names[k]; }
+
+/* Stops every rank with the MPI error string when an MPI call fails. */
+#define MPI_CALL(call)                                                                             \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) {                                                                  \
+            char msg_[MPI_MAX_ERROR_STRING];                                                       \
+            int len_ = 0;                                                                          \
+            MPI_Error_string(rc_, msg_, &len_);                                                    \
+            up_fatal(__FILE__, __LINE__, "%s failed: %s", #call, msg_);                          \
+        }                                                                                          \
+    } while (0)
+
+void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
+    memset(c, 0, sizeof *c);
+    MPI_CALL(MPI_Comm_dup(parent, &c->world));
+    /* errors come back to us (and are explained) instead of aborting inside MPI */
+    MPI_CALL(MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN));
+    MPI_CALL(MPI_Comm_rank(c->world, &c->rank));
+    MPI_CALL(MPI_Comm_size(c->world, &c->R));
+    UP_CHECK(P >= 1 && c->R % P == 0, "context-parallel degree %d does not divide %d ranks", P,
+             c->R);
+    c->P = P;
+    c->D = c->R / P;
+    c->cp_rank = c->rank % P;
+    c->dp_rank = c->rank / P;
+    MPI_CALL(MPI_Comm_split(c->world, c->dp_rank, c->cp_rank, &c->cp));
+    MPI_CALL(MPI_Comm_split(c->world, c->cp_rank, c->dp_rank, &c->dp));
+    MPI_CALL(MPI_Comm_set_errhandler(c->cp, MPI_ERRORS_RETURN));
+    MPI_CALL(MPI_Comm_set_errhandler(c->dp, MPI_ERRORS_RETURN));
+}
+
+void comm_free(comm_ctx *c) {
+    if (c->cp != MPI_COMM_NULL && c->cp) MPI_Comm_free(&c->cp);
+    if (c->dp != MPI_COMM_NULL && c->dp) MPI_Comm_free(&c->dp);
+    if (c->world != MPI_COMM_NULL && c->world) MPI_Comm_free(&c->world);
+    memset(c, 0, sizeof *c);
+}
+
+void comm_reset_stats(comm_ctx *c) { memset(c->stats, 0, sizeof c->stats); }
+
+double comm_seconds(const comm_ctx *c) {
+    double s = 0;
+    for (int k = 0; k < COMM_KIND_COUNT; k++) s += c->stats[k].seconds;
+    return s;
+}
+
+static void count(comm_ctx *c, comm_kind k, double t0, double bytes) {
+    c->stats[k].seconds += MPI_Wtime() - t0;
+    c->stats[k].bytes += bytes;
+    c->stats[k].calls++;
+}
+
+/* Heads each rank holds in head layout, and the source head of slot i on rank j. */
+static int heads_out(int nh, int P) { return nh >= P ? nh / P : 1; }
+static int src_head(int nh, int P, int j, int i) { return nh >= P ? j * (nh / P) + i : j * nh / P; }
+
+size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS) {
+    return up_mul3((size_t)T_loc, (size_t)heads_out(nh, c->P) * (size_t)c->P, (size_t)HS);
+}
+
+static int block_count(int T_loc, int nh_out, int HS) {
+    size_t n = up_mul3((size_t)T_loc, (size_t)nh_out, (size_t)HS);
+    UP_CHECK(n <= INT_MAX, "all-to-all block of %zu floats exceeds MPI's int count: use more "
+             "context-parallel ranks or smaller stages", n);
+    return (int)n;
+}
+
+void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
+                      float *pack) {
+    int P = c->P, nh_out = heads_out(nh, P);
+    UP_CHECK(nh % P == 0 || P % nh == 0, "%d heads cannot be spread over %d ranks", nh, P);
+    int n = block_count(T_loc, nh_out, HS);
+    double t0 = MPI_Wtime();
+    if (P == 1) {
+        memcpy(recv, send, sizeof(float) * (size_t)n);
+        count(c, COMM_SEQ_TO_HEAD, t0, 0);
+        return;
+    }
+    size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
+    // pack: block j (T_loc, nh_out, HS) holds the heads rank j owns
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int j = 0; j < P; j++)
+        for (int t = 0; t < T_loc; t++)
+            for (int i = 0; i < nh_out; i++)
+                memcpy(pack + (size_t)j * n + (size_t)t * blk + (size_t)i * HS,
+                       send + (size_t)t * row + (size_t)src_head(nh, P, j, i) * HS,
+                       sizeof(float) * (size_t)HS);
+    // block i received from rank i covers tokens i*T_loc..: the blocks in rank order are
+    // already (T, nh_out, HS)
+    MPI_CALL(MPI_Alltoall(pack, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->cp));
+    count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (P - 1) * sizeof(float));
+}
+
+void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
+                      float *pack) {
+    int P = c->P, nh_out = heads_out(nh, P);
+    UP_CHECK(nh % P == 0 || P % nh == 0, "%d heads cannot be spread over %d ranks", nh, P);
+    int n = block_count(T_loc, nh_out, HS);
+    double t0 = MPI_Wtime();
+    if (P == 1) {
+        memcpy(recv, send, sizeof(float) * (size_t)n);
+        count(c, COMM_HEAD_TO_SEQ, t0, 0);
+        return;
+    }
+    // block j of send (tokens j*T_loc..) goes to rank j as is
+    MPI_CALL(MPI_Alltoall(send, n, MPI_FLOAT, pack, n, MPI_FLOAT, c->cp));
+    size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
+    if (nh >= P) {
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int j = 0; j < P; j++)
+            for (int t = 0; t < T_loc; t++)
+                memcpy(recv + (size_t)t * row + (size_t)src_head(nh, P, j, 0) * HS,
+                       pack + (size_t)j * n + (size_t)t * blk, sizeof(float) * blk);
+    } else {
+        // replicated heads: rank j held a copy of head j*nh/P; the gradient is the sum of the
+        // copies, added in rank order (the same order on every run)
+        int rep = P / nh;
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < T_loc; t++)
+            for (int h = 0; h < nh; h++) {
+                float *dst = recv + (size_t)t * row + (size_t)h * HS;
+                const float *s0 = pack + (size_t)(h * rep) * n + (size_t)t * HS;
+                for (int x = 0; x < HS; x++) dst[x] = s0[x];
+                for (int r = 1; r < rep; r++) {
+                    const float *s = pack + (size_t)(h * rep + r) * n + (size_t)t * HS;
+                    for (int x = 0; x < HS; x++) dst[x] += s[x];
+                }
+            }
+    }
+    count(c, COMM_HEAD_TO_SEQ, t0, (double)n * (P - 1) * sizeof(float));
+}
+
+void comm_reduce_grads(comm_ctx *c, float *g, size_t n) {
+    if (c->R == 1) return;
+    double t0 = MPI_Wtime();
+    /* in chunks: MPI counts are int */
+    for (size_t off = 0; off < n; off += (size_t)1 << 30) {
+        size_t m = n - off < ((size_t)1 << 30) ? n - off : ((size_t)1 << 30);
+        MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, g + off, (int)m, MPI_FLOAT, MPI_SUM, c->world));
+    }
+    count(c, COMM_GRAD_REDUCE, t0, (double)n * sizeof(float));
+}
+
+void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *cnt) {
+    double t0 = MPI_Wtime();
+    double v[2] = {*loss_sum, (double)*cnt};
+    if (c->R > 1) MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, c->world));
+    *loss_sum = v[0];
+    *cnt = (long long)(v[1] + 0.5);
+    count(c, COMM_LOSS_REDUCE, t0, sizeof v);
+}
+
+void comm_max_u64(comm_ctx *c, unsigned long long *v, int n) {
+    if (c->R == 1) return;
+    MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_UNSIGNED_LONG_LONG, MPI_MAX, c->world));
+}

@@ -1,0 +1,72 @@
+/* comm.h — every collective of upipe, one function per meaning (DESIGN.md §2, §4).
+ *
+ * comm_init duplicates the caller's communicator (the library never uses MPI_COMM_WORLD) and
+ * splits it into context-parallel (CP) groups of P consecutive ranks and data-parallel (DP) groups
+ * across them: world rank w = d * P + r has CP rank r in replica d. Every function here is
+ * collective over the group it names and must be called in the same order on all its ranks.
+ * Errors of MPI calls stop every rank with the MPI error string. Bytes sent and seconds spent
+ * are counted per kind of collective (comm_stats). */
+#ifndef UP_COMM_H
+#define UP_COMM_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+typedef enum {
+    COMM_SEQ_TO_HEAD,
+    COMM_HEAD_TO_SEQ,
+    COMM_GRAD_REDUCE,
+    COMM_LOSS_REDUCE,
+    COMM_OTHER,
+    COMM_KIND_COUNT
+} comm_kind;
+
+typedef struct {
+    double seconds;
+    double bytes; /* bytes this rank sent */
+    long calls;
+} comm_stat;
+
+typedef struct {
+    MPI_Comm world; /* duplicate of the caller's communicator */
+    MPI_Comm cp;    /* the P ranks holding slices of one sequence */
+    MPI_Comm dp;    /* the D ranks with the same CP rank across replicas */
+    int rank, R;    /* in world */
+    int P, cp_rank; /* context-parallel degree and rank */
+    int D, dp_rank; /* data-parallel replicas and replica index */
+    comm_stat stats[COMM_KIND_COUNT];
+} comm_ctx;
+
+/* P must divide R (validated by the caller with a user message first; checked here again). */
+void comm_init(comm_ctx *c, MPI_Comm parent, int P);
+void comm_free(comm_ctx *c);
+void comm_reset_stats(comm_ctx *c);
+double comm_seconds(const comm_ctx *c); /* sum over kinds */
+const char *comm_kind_name(comm_kind k);
+
+/* Sequence layout -> head layout over the CP group.
+ * send (T_loc, nh, HS): this rank's tokens, all nh heads of one tensor.
+ * recv (T_loc * P, nh_out, HS): all tokens, the heads of this rank.
+ * Head map: rank j receives heads src_head(j, i) for i in [0, nh_out), where
+ *   nh_out = nh / P and src_head = j * nh_out + i          when nh >= P (nh % P == 0), or
+ *   nh_out = 1 and src_head = j * nh / P                   when nh < P (P % nh == 0: each head
+ *   goes to P / nh ranks: the KV replication of GQA).
+ * pack: scratch of T_loc * nh_out * P * HS floats. overwrite recv. */
+void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
+                      float *pack);
+/* The inverse direction: head layout -> sequence layout, the transpose of comm_seq_to_head:
+ * send (T_loc * P, nh_out, HS), recv (T_loc, nh, HS). When heads are replicated (nh < P) the
+ * replicas' values are summed (this is the gradient of the replication). overwrite recv. */
+void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
+                      float *pack);
+/* Floats of the pack scratch both exchanges need for these shapes. */
+size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS);
+
+/* Sum of g (n floats) over all ranks of the world, in place. */
+void comm_reduce_grads(comm_ctx *c, float *g, size_t n);
+/* Sum of the loss sum and the valid-target count over all ranks, in place. */
+void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
+/* Max over the world of n unsigned 64-bit values, in place (memory reports). */
+void comm_max_u64(comm_ctx *c, unsigned long long *v, int n);
+
+#endif

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Ulysses context parallelism: with R real mpiexec ranks the loss and every gradient equal the
+# single-rank run, for MHA, GQA with NKV % P == 0, GQA with P > NKV (KV replication) and a
+# DP x CP mesh; and invalid layouts stop every rank within seconds with one message.
+source "$(dirname "$0")/lib.sh"
+ST_COMPARE=$BUILD/tests/st_compare
+GQA=$FIX/golden_gqa
+TIED=$FIX/golden_tied
+sed 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$SRC/configs/tiny.json" >"$TMP/mha.json"
+"$UPIPE" data recall --output "$TMP/d.bin" --tokens 4000 --distance 64 >/dev/null || bad "data recall"
+
+# Tolerance of the comparison with one rank. Splitting the sequence changes only the order of
+# floating-point sums: the projections run on T_loc-row blocks (sgemm blocking) and each weight
+# gradient is P partial sums over T_loc tokens added by the all-reduce. fp32 reassociation of
+# sums of <= T*C ~ 1e4 terms moves results by ~1e-7..1e-6 of a tensor's scale (measured: <= 4e-7);
+# 1e-5 leaves room for other reduction trees (Open MPI) while a misplaced head, a wrong position
+# or a missing replica sum changes gradients by O(1) of their scale.
+GRAD_RTOL=1e-5
+LOSS_RTOL=1e-6
+
+run_case() { # name ranks args...
+  local name=$1 n=$2
+  shift 2
+  if ! mpirun_n "$n" "$UPIPE" train --quiet --threads 1 --steps 1 --lr 0 "$@" \
+      --save-grads "$TMP/$name.st" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
+    bad "$name: run failed"; cat "$TMP/$name.out"; return 1
+  fi
+}
+
+compare() { # name reference-name
+  local l1 l2
+  l1=$(json_field "$(head -n1 "$TMP/$1.jsonl")" loss)
+  l2=$(json_field "$(head -n1 "$TMP/$2.jsonl")" loss)
+  if close "$l1" "$l2" "$LOSS_RTOL"; then ok "$1: loss $l1 = $l2"; else bad "$1: loss $l1 vs $l2"; fi
+  if "$ST_COMPARE" "$TMP/$1.st" "$TMP/$2.st" --rtol "$GRAD_RTOL" >"$TMP/$1.cmp" 2>&1; then
+    ok "$1: gradients $(tail -n1 "$TMP/$1.cmp")"
+  else
+    bad "$1: gradients"; cat "$TMP/$1.cmp"
+  fi
+}
+
+MHA="--config $TMP/mha.json --data $TMP/d.bin --seq-len 64 --seed 7"
+run_case mha_1 1 $MHA && for n in 2 4; do run_case mha_$n $n $MHA && compare mha_$n mha_1; done
+
+G="--config $GQA/config.json --data $GQA/tokens.bin --init $GQA/weights.safetensors --seq-len 80"
+run_case gqa_1 1 $G
+run_case gqa_2 2 $G && compare gqa_2 gqa_1          # NKV % P == 0: one KV head per rank
+run_case gqa_4 4 $G && compare gqa_4 gqa_1          # P > NKV: each KV head on 2 ranks
+
+T3="--config $TIED/config.json --data $TIED/tokens.bin --init $TIED/weights.safetensors --seq-len 33"
+run_case tied_1 1 $T3 && run_case tied_3 3 $T3 && compare tied_3 tied_1   # 3 ranks, MHA, tied
+
+# DP x CP mesh: 4 ranks as 2 replicas x 2 context-parallel ranks read sequences 0 and 1; one
+# rank with --grad-accum 2 trains on the same two sequences.
+run_case mesh_ref 1 $G --grad-accum 2
+run_case mesh_4 4 $G --cp 2 && compare mesh_4 mesh_ref
+run_case dp_2 2 $G --cp 1 && compare dp_2 mesh_ref
+
+# Invalid layouts: every rank exits non-zero within seconds, the message is printed once.
+bad_layout() { # name phrase ranks args...
+  local name=$1 phrase=$2 n=$3 rc=0
+  shift 3
+  local t0=$SECONDS
+  mpirun_n "$n" "$UPIPE" train --quiet --threads 1 "$@" >"$TMP/$name.out" 2>&1 || rc=$?
+  local dt=$((SECONDS - t0)) count
+  count=$(grep -c "upipe: error" "$TMP/$name.out" || true)
+  if [ "$rc" -ne 0 ] && [ "$dt" -le 30 ] && [ "$count" -eq 1 ] && grep -q -- "$phrase" "$TMP/$name.out"; then
+    ok "$name: exit $rc in ${dt}s: $(grep 'upipe: error' "$TMP/$name.out")"
+  else
+    bad "$name: exit $rc in ${dt}s, $count messages"; cat "$TMP/$name.out"
+  fi
+}
+bad_layout heads_vs_cp "num_attention_heads (3)" 2 $T3
+sed 's/"num_key_value_heads": 2/"num_key_value_heads": 3/; s/"num_attention_heads": 4/"num_attention_heads": 6/' \
+  "$SRC/configs/tiny.json" >"$TMP/kv3.json"
+bad_layout kv_vs_cp "num_key_value_heads (3)" 2 --config "$TMP/kv3.json" --data "$TMP/d.bin" --seq-len 64
+bad_layout seq_vs_cp "--seq-len 66" 4 $MHA --seq-len 66
+bad_layout cp_vs_ranks "--cp 3" 4 $MHA --cp 3
+finish
