@@ -164,9 +164,11 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm) {
     m->attn_ws = mem_alloc_f32(MEM_ATTENTION,
                                attention_workspace_floats(m->Tg, m->NH_loc, m->NKV_loc, c->HS));
     /* with P == 1 head layout is sequence layout: the exchange buffers are aliases */
-    m->q_seq = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, qd));
-    m->k_seq = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
-    m->v_seq = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
+    /* the forward's projections (before the exchange) and the backward's dq/dk/dv (after it)
+     * have the same shape and are never live together: one buffer each */
+    m->q_seq = P1 ? NULL : m->dq;
+    m->k_seq = P1 ? NULL : m->dk;
+    m->v_seq = P1 ? NULL : m->dv;
     m->att_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
     m->datt_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
     m->dq_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
@@ -196,7 +198,7 @@ void model_free(model *m) {
     void *bufs[] = {m->params, m->grads,  m->m,        m->v,        m->x_final, m->xf,
                     m->rstdf,  m->logits, m->inv_freq, m->rope_cos, m->rope_sin, m->dres,
                     m->dh,     m->dq,     m->dk,       m->dv,       m->datt,     m->dact,
-                    m->attn_ws, m->inputs, m->targets, m->q_seq, m->k_seq, m->v_seq,
+                    m->attn_ws, m->inputs, m->targets,
                     m->att_h,  m->datt_h, m->dq_h, m->dk_h, m->dv_h, m->pack};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     free(m->tensors);
@@ -238,10 +240,6 @@ void model_init_random(model *m, uint64_t seed) {
     }
 }
 
-static const char *dtype_name(int dt) {
-    return dt == ST_F32 ? "F32" : dt == ST_BF16 ? "BF16" : dt == ST_F16 ? "F16" : "?";
-}
-
 void model_load(model *m, const char *path) {
     char err[512];
     st_file f;
@@ -266,9 +264,8 @@ void model_load(model *m, const char *path) {
             else snprintf(want, sizeof want, "%lld, %lld", (long long)pt->shape[0],
                           (long long)pt->shape[1]);
             st_close(&f);
-            up_die("%s: tensor %s has shape [%s] (%s) but the config needs [%s]: use the "
-                   "config.json that belongs to these weights", path, pt->name, got,
-                   dtype_name(st->dtype), want);
+            up_die("%s: tensor %s has shape [%s] but the config needs [%s]: use the "
+                   "config.json that belongs to these weights", path, pt->name, got, want);
         }
         if (st_read_f32(&f, st, 0, pt->numel, m->params + pt->offset, err, sizeof err) != 0) {
             st_close(&f);

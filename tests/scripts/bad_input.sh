@@ -18,39 +18,39 @@ expect_error() { # name phrase -- command...
   ok "$name: $(grep 'upipe: error' "$TMP/out" | head -n1)"
 }
 
-train() { "$UPIPE" train --threads 1 --quiet "$@"; }
+TRAIN="$UPIPE train --threads 1 --quiet"
 
-expect_error missing_config "no such file" -- train --config "$TMP/nope.json" --data "$TMP/d.bin"
-expect_error missing_data "no such file" -- train --config "$CFG" --data "$TMP/nope.bin"
-expect_error no_config_flag "--config" -- train --data "$TMP/d.bin"
-expect_error unknown_flag "unknown flag" -- train --config "$CFG" --data "$TMP/d.bin" --frobnicate 3
-expect_error bad_number "--seq-len" -- train --config "$CFG" --data "$TMP/d.bin" --seq-len 12x
-expect_error seq_longer_than_data "--seq-len" -- train --config "$CFG" --data "$TMP/d.bin" --seq-len 5000
+expect_error missing_config "no such file" -- $TRAIN --config "$TMP/nope.json" --data "$TMP/d.bin"
+expect_error missing_data "no such file" -- $TRAIN --config "$CFG" --data "$TMP/nope.bin"
+expect_error no_config_flag "--config" -- $TRAIN --data "$TMP/d.bin"
+expect_error unknown_flag "unknown flag" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --frobnicate 3
+expect_error bad_number "--seq-len" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 12x
+expect_error seq_longer_than_data "--seq-len" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 5000
 
 sed 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' "$CFG" >"$TMP/heads.json"
-expect_error heads_do_not_divide "num_key_value_heads" -- train --config "$TMP/heads.json" --data "$TMP/d.bin"
+expect_error heads_do_not_divide "num_key_value_heads" -- $TRAIN --config "$TMP/heads.json" --data "$TMP/d.bin"
 printf '{"hidden_size": 128,' >"$TMP/broken.json"
-expect_error invalid_json "json" -- train --config "$TMP/broken.json" --data "$TMP/d.bin"
+expect_error invalid_json "json" -- $TRAIN --config "$TMP/broken.json" --data "$TMP/d.bin"
 
 # Safetensors: make a valid file, then truncate and corrupt it.
-train --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --lr 0 --save "$TMP/w.safetensors" >/dev/null 2>&1 \
+$TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --lr 0 --save "$TMP/w.safetensors" >/dev/null 2>&1 \
   || bad "could not write weights"
 size=$(stat -c %s "$TMP/w.safetensors")
 head -c $((size / 2)) "$TMP/w.safetensors" >"$TMP/trunc.safetensors"
-expect_error truncated_safetensors "safetensors" -- train --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/trunc.safetensors"
+expect_error truncated_safetensors "safetensors" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/trunc.safetensors"
 head -c 7 "$TMP/w.safetensors" >"$TMP/tiny.safetensors"
-expect_error tiny_safetensors "safetensors" -- train --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/tiny.safetensors"
+expect_error tiny_safetensors "safetensors" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/tiny.safetensors"
 { printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2, 3'; cat /dev/zero | head -c 100; } >"$TMP/garbage.safetensors"
-expect_error malformed_header "safetensors" -- train --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/garbage.safetensors"
+expect_error malformed_header "safetensors" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/garbage.safetensors"
 sed 's/"hidden_size": 128/"hidden_size": 96/; s/"head_dim": 32/"head_dim": 24/' "$CFG" >"$TMP/other.json"
-expect_error wrong_shapes "shape" -- train --config "$TMP/other.json" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/w.safetensors"
+expect_error wrong_shapes "shape" -- $TRAIN --config "$TMP/other.json" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/w.safetensors"
 
 # Token shard: truncated.
 head -c 2000 "$TMP/d.bin" >"$TMP/short.bin"
-expect_error truncated_shard "truncated" -- train --config "$CFG" --data "$TMP/short.bin" --seq-len 64
+expect_error truncated_shard "truncated" -- $TRAIN --config "$CFG" --data "$TMP/short.bin" --seq-len 64
 
 # No half-written output: a save into a missing directory fails cleanly and leaves nothing.
-expect_error save_bad_dir "$TMP/nodir" -- train --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --save "$TMP/nodir/w.safetensors"
+expect_error save_bad_dir "$TMP/nodir" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --save "$TMP/nodir/w.safetensors"
 left=$(ls "$TMP" | grep -c 'tmp\.' || true)
 [ "$left" -eq 0 ] && ok "no temporary files left" || bad "temporary files left: $(ls "$TMP")"
 
