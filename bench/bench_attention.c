@@ -65,7 +65,8 @@ int main(int argc, char **argv) {
     bench_fill(k, nk, 2);
     bench_fill(v, nk, 3);
     bench_fill(dout, nq, 4);
-    for (size_t i = 0; i < nws; i++) ws[i] = 0.0f; // touch the pages outside the timing
+    for (size_t i = 0; i < nws; i++)
+        ws[i] = 0.0f; // touch the pages outside the timing
 
     double tf[101], tb[101];
     for (int r = -1; r < reps; r++) { // r = -1: warm-up
@@ -83,14 +84,15 @@ int main(int argc, char **argv) {
     qsort(tb, (size_t)reps, sizeof(double), bench_cmp);
     const double mf = tf[reps / 2], mb = tb[reps / 2];
     const double pairs = (double)T * T / 2.0 * HS * NH; // causal (query, key, channel) triples
-    printf("attention T=%d NH=%d NKV=%d HS=%d threads=%d ws=%.1f MiB (median of %d)\n", T, NH,
-           NKV, HS, threads, (double)nws * 4.0 / (1 << 20), reps);
+    printf("attention T=%d NH=%d NKV=%d HS=%d threads=%d ws=%.1f MiB (median of %d)\n", T, NH, NKV,
+           HS, threads, (double)nws * 4.0 / (1 << 20), reps);
     printf("  forward : %9.4f s  %7.1f GFLOP/s  (%.1f per thread)\n", mf, 4.0 * pairs / mf / 1e9,
            4.0 * pairs / mf / 1e9 / threads);
     printf("  backward: %9.4f s  %7.1f GFLOP/s  (%.1f per thread)\n", mb, 10.0 * pairs / mb / 1e9,
            10.0 * pairs / mb / 1e9 / threads);
     double cs = 0.0;
-    for (size_t i = 0; i < nq; i++) cs += dq[i];
+    for (size_t i = 0; i < nq; i++)
+        cs += dq[i];
     printf("  checksum dq %.6e\n", cs); // keeps the work observable
     free(ws);
     free(dv);

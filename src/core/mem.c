@@ -22,6 +22,7 @@ static size_t g_live_total, g_peak_total;
 static atomic_llong g_off_live;
 static atomic_llong g_off_peak;
 static long g_fail_after;
+static int g_planning;
 
 static const char *g_names[MEM_COUNT] = {"params",      "grads",      "optimizer", "checkpoints",
                                          "activations", "attention", "workspace", "comm"};
@@ -32,8 +33,32 @@ const char *mem_category_name(mem_category cat) {
 
 void mem_fail_after(long n) { g_fail_after = n; }
 
+static void count_alloc(mem_category cat, size_t bytes) {
+    g_live[cat] += bytes;
+    g_live_total += bytes;
+    if (g_live[cat] > g_peak[cat]) g_peak[cat] = g_live[cat];
+    if (g_live_total > g_peak_total) g_peak_total = g_live_total;
+}
+
+void mem_plan_begin(void) { g_planning = 1; }
+
+void mem_plan_end(void) {
+    g_planning = 0;
+    memset(g_live, 0, sizeof g_live);
+    memset(g_peak, 0, sizeof g_peak);
+    g_live_total = g_peak_total = 0;
+    atomic_store(&g_off_live, 0);
+    atomic_store(&g_off_peak, 0);
+}
+
+int mem_planning(void) { return g_planning; }
+
 void *mem_try_alloc(mem_category cat, size_t bytes) {
     UP_CHECK(cat >= 0 && cat < MEM_COUNT, "bad memory category %d", (int)cat);
+    if (g_planning) {
+        count_alloc(cat, bytes);
+        return NULL;
+    }
     if (g_fail_after > 0 && --g_fail_after == 0) return NULL;
     size_t total = up_add(bytes, MEM_HDR);
     total = (total + 63) & ~(size_t)63;
@@ -44,16 +69,13 @@ void *mem_try_alloc(mem_category cat, size_t bytes) {
     h->bytes = bytes;
     h->cat = (int)cat;
     h->magic = MEM_MAGIC;
-    g_live[cat] += bytes;
-    g_live_total += bytes;
-    if (g_live[cat] > g_peak[cat]) g_peak[cat] = g_live[cat];
-    if (g_live_total > g_peak_total) g_peak_total = g_live_total;
+    count_alloc(cat, bytes);
     return (char *)raw + MEM_HDR;
 }
 
 void *mem_alloc(mem_category cat, size_t bytes) {
     void *p = mem_try_alloc(cat, bytes);
-    if (!p) {
+    if (!p && !g_planning) {
         char b1[32], b2[32];
         up_die("out of memory: could not allocate %s for %s (%s already in use); "
                "use a shorter --seq-len or more memory-saving flags",

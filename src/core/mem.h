@@ -46,6 +46,14 @@ size_t mem_rss_peak(void);
 /* Current resident set size (VmRSS), in bytes. */
 size_t mem_rss_now(void);
 
+/* Plan mode (measure, then allocate): between mem_plan_begin and mem_plan_end, allocations are
+ * counted exactly as real ones (live bytes, peaks, offloaded bytes) but not made: they return
+ * NULL and must not be touched. Running the model's sizing code under plan mode gives the
+ * memory plan of a run without allocating it. mem_plan_end resets every counter to zero. */
+void mem_plan_begin(void);
+void mem_plan_end(void);
+int mem_planning(void);
+
 /* Debug hook: make the n-th following allocation fail (0 = off); for tests of the try path. */
 void mem_fail_after(long n);
 

@@ -4,6 +4,8 @@
 #include "core/mem.h"
 #include "io/safetensors.h"
 #include "kernels/kernels.h"
+#include "memory/offload.h"
+#include "model/upipe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -107,80 +109,140 @@ int model_check_layout(const model_config *c, long T, int P, int R, char *err, s
     return -1;
 }
 
-void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm) {
+int model_check_options(const model_config *c, int P, const model_options *o, char *err,
+                        size_t errlen) {
+    if (o->U && upipe_check(c, P, o->U, err, errlen) != 0) return -1;
+    if (o->tile_mlp < 0 || o->tile_loss < 0) {
+        snprintf(err, errlen, "tile sizes must be positive token counts");
+        return -1;
+    }
+    return 0;
+}
+
+float *model_buffer(model *m, mem_category cat, size_t n) {
+    float *p = mem_alloc_f32(cat, n);
+    if (p) {
+        UP_CHECK(m->nowned < MODEL_MAX_BUFFERS, "too many model buffers");
+        m->owned[m->nowned++] = p;
+    }
+    return p;
+}
+
+void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
+                const model_options *opt) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    m->opt = *opt;
+    if (m->opt.offload_dir) m->opt.checkpoint = 1;
     m->comm = comm;
     m->P = comm->P;
     m->T = T;
     m->Tg = T * m->P;
     m->NH_loc = cfg->NH / m->P;
     m->NKV_loc = cfg->NKV >= m->P ? cfg->NKV / m->P : 1;
+    m->tile_mlp = opt->tile_mlp > 0 && opt->tile_mlp < T ? opt->tile_mlp : T;
+    m->tile_loss = opt->tile_loss > 0 && opt->tile_loss < T ? opt->tile_loss : T;
     build_table(m);
     const model_config *c = &m->cfg;
     size_t Tn = (size_t)T, Tg = (size_t)m->Tg, C = c->C, F = c->F, V = c->V, HS = c->HS;
     size_t qd = (size_t)c->NH * c->HS, kvd = (size_t)c->NKV * c->HS;
     size_t qh = up_mul3(Tg, (size_t)m->NH_loc, HS), kvh = up_mul3(Tg, (size_t)m->NKV_loc, HS);
-    int P1 = m->P == 1;
+    int P1 = m->P == 1, plain = m->opt.U == 0, tiled_mlp = m->tile_mlp < T;
+    int ckpt = m->opt.checkpoint, offload = m->opt.offload_dir != NULL;
 
-    m->params = mem_alloc_f32(MEM_PARAMS, m->nparams);
-    m->grads = mem_alloc_f32(MEM_GRADS, m->nparams);
-    m->m = mem_alloc_f32(MEM_OPTIMIZER, m->nparams);
-    m->v = mem_alloc_f32(MEM_OPTIMIZER, m->nparams);
+    m->params = model_buffer(m, MEM_PARAMS, m->nparams);
+    m->grads = model_buffer(m, MEM_GRADS, m->nparams);
+    m->m = model_buffer(m, MEM_OPTIMIZER, m->nparams);
+    m->v = model_buffer(m, MEM_OPTIMIZER, m->nparams);
 
+    /* saved tensors: one set per layer, or one shared set when the layer is recomputed */
     m->acts = calloc((size_t)c->L, sizeof *m->acts);
     UP_CHECK(m->acts, "out of memory");
     for (int l = 0; l < c->L; l++) {
         layer_acts *a = &m->acts[l];
-        a->x_in = mem_alloc_f32(MEM_CHECKPOINTS, Tn * C);
-        a->h1 = mem_alloc_f32(MEM_ACTIVATIONS, Tn * C);
-        a->rstd1 = mem_alloc_f32(MEM_ACTIVATIONS, Tn);
-        a->q = mem_alloc_f32(MEM_ATTENTION, qh);
-        a->k = mem_alloc_f32(MEM_ATTENTION, kvh);
-        a->v = mem_alloc_f32(MEM_ATTENTION, kvh);
-        a->att = mem_alloc_f32(MEM_ACTIVATIONS, up_mul(Tn, qd));
-        a->lse = mem_alloc_f32(MEM_ACTIVATIONS, up_mul(Tg, (size_t)m->NH_loc));
-        a->x_mid = mem_alloc_f32(MEM_ACTIVATIONS, Tn * C);
-        a->h2 = mem_alloc_f32(MEM_ACTIVATIONS, Tn * C);
-        a->rstd2 = mem_alloc_f32(MEM_ACTIVATIONS, Tn);
-        a->gate = mem_alloc_f32(MEM_ACTIVATIONS, up_mul(Tn, F));
-        a->up = mem_alloc_f32(MEM_ACTIVATIONS, up_mul(Tn, F));
-        a->act = mem_alloc_f32(MEM_ACTIVATIONS, up_mul(Tn, F));
+        if (!offload) a->x_in = model_buffer(m, MEM_CHECKPOINTS, Tn * C);
+        if (ckpt && l > 0) {
+            float *x_in = a->x_in;
+            *a = m->acts[0];
+            a->x_in = x_in;
+            continue;
+        }
+        if (plain) {
+            a->q = model_buffer(m, MEM_ATTENTION, qh);
+            a->k = model_buffer(m, MEM_ATTENTION, kvh);
+            a->v = model_buffer(m, MEM_ATTENTION, kvh);
+        }
+        a->att = model_buffer(m, MEM_ACTIVATIONS, up_mul(Tn, qd));
+        a->lse = model_buffer(m, MEM_ACTIVATIONS, up_mul(Tg, (size_t)m->NH_loc));
+        a->x_mid = model_buffer(m, MEM_ACTIVATIONS, Tn * C);
+        if (!tiled_mlp) {
+            a->gate = model_buffer(m, MEM_ACTIVATIONS, up_mul(Tn, F));
+            a->up = model_buffer(m, MEM_ACTIVATIONS, up_mul(Tn, F));
+            a->act = model_buffer(m, MEM_ACTIVATIONS, up_mul(Tn, F));
+        }
     }
-    m->x_final = mem_alloc_f32(MEM_CHECKPOINTS, Tn * C);
-    m->xf = mem_alloc_f32(MEM_ACTIVATIONS, Tn * C);
-    m->rstdf = mem_alloc_f32(MEM_ACTIVATIONS, Tn);
-    m->logits = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, V));
-    m->inv_freq = mem_alloc_f32(MEM_WORKSPACE, HS / 2);
-    m->rope_cos = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, HS / 2));
-    m->rope_sin = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, HS / 2));
-    m->dres = mem_alloc_f32(MEM_WORKSPACE, Tn * C);
-    m->dh = mem_alloc_f32(MEM_WORKSPACE, Tn * C);
-    m->dq = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, qd));
-    m->dk = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
-    m->dv = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, kvd));
-    m->datt = mem_alloc_f32(MEM_ATTENTION, up_mul(Tn, qd));
-    m->dact = mem_alloc_f32(MEM_WORKSPACE, up_mul(Tn, F));
-    m->attn_ws = mem_alloc_f32(MEM_ATTENTION,
-                               attention_workspace_floats(m->Tg, m->NH_loc, m->NKV_loc, c->HS));
-    /* with P == 1 head layout is sequence layout: the exchange buffers are aliases */
-    /* the forward's projections (before the exchange) and the backward's dq/dk/dv (after it)
-     * have the same shape and are never live together: one buffer each */
-    m->q_seq = P1 ? NULL : m->dq;
-    m->k_seq = P1 ? NULL : m->dk;
-    m->v_seq = P1 ? NULL : m->dv;
-    m->att_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
-    m->datt_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
-    m->dq_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, qh);
-    m->dk_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, kvh);
-    m->dv_h = P1 ? NULL : mem_alloc_f32(MEM_ATTENTION, kvh);
-    if (!P1) {
-        size_t pq = comm_pack_floats(comm, T, c->NH, c->HS);
-        size_t pkv = comm_pack_floats(comm, T, c->NKV, c->HS);
-        m->pack = mem_alloc_f32(MEM_ATTENTION, pq > pkv ? pq : pkv);
+    if (offload) {
+        /* three resident buffers: one in use, one in flight to the store, one prefetched */
+        size_t slot = up_mul(Tn * C, sizeof(float));
+        if (mem_planning()) {
+            mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot, 3));
+            mem_add_offloaded((long long)offload_store_bytes(slot, c->L));
+        } else {
+            char err[512];
+            m->store = offload_open(m->opt.offload_dir, slot, c->L, 3, err, sizeof err);
+            if (!m->store) up_die("%s", err);
+        }
     }
-    m->inputs = mem_alloc(MEM_WORKSPACE, up_mul(Tn, sizeof(int32_t)));
-    m->targets = mem_alloc(MEM_WORKSPACE, up_mul(Tn, sizeof(int32_t)));
+
+    size_t tm = (size_t)m->tile_mlp, tl = (size_t)m->tile_loss;
+    m->x_final = model_buffer(m, MEM_WORKSPACE, Tn * C);
+    m->h = model_buffer(m, MEM_WORKSPACE, Tn * C);
+    m->rstd1 = model_buffer(m, MEM_WORKSPACE, Tn);
+    m->rstd2 = model_buffer(m, MEM_WORKSPACE, Tn);
+    m->inv_freq = model_buffer(m, MEM_WORKSPACE, HS / 2);
+    m->rope_cos = model_buffer(m, MEM_WORKSPACE, up_mul(Tn, HS / 2));
+    m->rope_sin = model_buffer(m, MEM_WORKSPACE, up_mul(Tn, HS / 2));
+    if (tiled_mlp) {
+        m->gate_t = model_buffer(m, MEM_WORKSPACE, up_mul(tm, F));
+        m->up_t = model_buffer(m, MEM_WORKSPACE, up_mul(tm, F));
+        m->act_t = model_buffer(m, MEM_WORKSPACE, up_mul(tm, F));
+    }
+    m->dact = model_buffer(m, MEM_WORKSPACE, up_mul(tm, F));
+    m->xf = model_buffer(m, MEM_WORKSPACE, tl * C);
+    m->rstdf = model_buffer(m, MEM_WORKSPACE, tl);
+    m->logits = model_buffer(m, MEM_WORKSPACE, up_mul(tl, V));
+    m->dxf = model_buffer(m, MEM_WORKSPACE, tl * C);
+    m->dres = model_buffer(m, MEM_WORKSPACE, Tn * C);
+    m->dh = model_buffer(m, MEM_WORKSPACE, Tn * C);
+    m->datt = model_buffer(m, MEM_WORKSPACE, up_mul(Tn, qd)); /* like the saved o, not staged */
+    if (plain) {
+        m->dq = model_buffer(m, MEM_ATTENTION, up_mul(Tn, qd));
+        m->dk = model_buffer(m, MEM_ATTENTION, up_mul(Tn, kvd));
+        m->dv = model_buffer(m, MEM_ATTENTION, up_mul(Tn, kvd));
+        m->attn_ws = model_buffer(m, MEM_ATTENTION,
+                                  attention_workspace_floats(m->Tg, m->NH_loc, m->NKV_loc, c->HS));
+        /* with P == 1 head layout is sequence layout: the exchange buffers are aliases. The
+         * forward's projections (before the exchange) and the backward's dq/dk/dv (after it)
+         * have the same shape and are never live together: one buffer each */
+        m->q_seq = P1 ? NULL : m->dq;
+        m->k_seq = P1 ? NULL : m->dk;
+        m->v_seq = P1 ? NULL : m->dv;
+        if (!P1) {
+            m->att_h = model_buffer(m, MEM_ATTENTION, qh);
+            m->datt_h = model_buffer(m, MEM_ATTENTION, qh);
+            m->dq_h = model_buffer(m, MEM_ATTENTION, qh);
+            m->dk_h = model_buffer(m, MEM_ATTENTION, kvh);
+            m->dv_h = model_buffer(m, MEM_ATTENTION, kvh);
+            size_t pq = comm_pack_floats(comm, T, c->NH, c->HS);
+            size_t pkv = comm_pack_floats(comm, T, c->NKV, c->HS);
+            m->pack = model_buffer(m, MEM_ATTENTION, pq > pkv ? pq : pkv);
+        }
+    } else {
+        m->upipe = upipe_init(m);
+    }
+    m->inputs = (int32_t *)model_buffer(m, MEM_WORKSPACE, Tn);
+    m->targets = (int32_t *)model_buffer(m, MEM_WORKSPACE, Tn);
+    if (mem_planning()) return;
 
     rope_inv_freq(m->inv_freq, c->HS, c->rope_theta, &c->rope);
     /* RoPE at global positions: this rank holds tokens cp_rank * T_loc .. */
@@ -188,19 +250,10 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm) {
 }
 
 void model_free(model *m) {
-    for (int l = 0; l < m->cfg.L && m->acts; l++) {
-        layer_acts *a = &m->acts[l];
-        float *bufs[] = {a->x_in, a->h1,  a->rstd1, a->q,    a->k,    a->v,  a->att,
-                         a->lse,  a->x_mid, a->h2, a->rstd2, a->gate, a->up, a->act};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
-    }
+    if (m->store) offload_close(m->store);
+    if (m->upipe) upipe_free(m->upipe);
+    for (int i = 0; i < m->nowned; i++) mem_free(m->owned[i]);
     free(m->acts);
-    void *bufs[] = {m->params, m->grads,  m->m,        m->v,        m->x_final, m->xf,
-                    m->rstdf,  m->logits, m->inv_freq, m->rope_cos, m->rope_sin, m->dres,
-                    m->dh,     m->dq,     m->dk,       m->dv,       m->datt,     m->dact,
-                    m->attn_ws, m->inputs, m->targets,
-                    m->att_h,  m->datt_h, m->dq_h, m->dk_h, m->dv_h, m->pack};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     free(m->tensors);
     free(m->layer_off);
     memset(m, 0, sizeof *m);
@@ -304,84 +357,38 @@ static void ulysses_head_to_seq(model *m, const float *head, float *seq, int nh)
     if (seq != head) comm_head_to_seq(m->comm, head, seq, m->T, nh, m->cfg.HS, m->pack);
 }
 
-static void layer_forward(model *m, int l, float *x_out) {
-    const model_config *c = &m->cfg;
-    int T = m->T, C = c->C, F = c->F, NH = c->NH, NKV = c->NKV, HS = c->HS;
-    int qd = NH * HS, kvd = NKV * HS;
-    layer_weights w = model_layer_view(m, m->params, l);
-    layer_acts *a = &m->acts[l];
+/* ---- plain Ulysses attention: all heads at once, q/k/v saved in head layout ----------------- */
 
+static void attn_plain_forward(model *m, const layer_weights *w, layer_acts *a) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C, NH = c->NH, NKV = c->NKV, HS = c->HS, qd = NH * HS, kvd = NKV * HS;
     /* with P == 1 the projections land directly in the saved head-layout buffers */
     float *qs = m->P > 1 ? m->q_seq : a->q, *ks = m->P > 1 ? m->k_seq : a->k;
     float *vs = m->P > 1 ? m->v_seq : a->v, *atth = m->P > 1 ? m->att_h : a->att;
 
-    rmsnorm_forward(a->h1, a->rstd1, a->x_in, w.attn_norm, T, C, c->eps);  // (T, C)
-    matmul_forward(qs, a->h1, w.wq, T, C, qd, 0);                         // (T, NH*HS)
-    matmul_forward(ks, a->h1, w.wk, T, C, kvd, 0);                        // (T, NKV*HS)
-    matmul_forward(vs, a->h1, w.wv, T, C, kvd, 0);                        // (T, NKV*HS)
-    rope_forward(qs, m->rope_cos, m->rope_sin, T, NH, HS);                // global positions
+    matmul_forward(qs, m->h, w->wq, T, C, qd, 0);                     // (T, NH*HS)
+    matmul_forward(ks, m->h, w->wk, T, C, kvd, 0);                    // (T, NKV*HS)
+    matmul_forward(vs, m->h, w->wv, T, C, kvd, 0);                    // (T, NKV*HS)
+    rope_forward(qs, m->rope_cos, m->rope_sin, T, NH, HS);            // global positions
     rope_forward(ks, m->rope_cos, m->rope_sin, T, NKV, HS);
-    ulysses_seq_to_head(m, qs, a->q, NH);                                 // (Tg, NH_loc, HS)
-    ulysses_seq_to_head(m, ks, a->k, NKV);                                // (Tg, NKV_loc, HS)
+    ulysses_seq_to_head(m, qs, a->q, NH);                             // (Tg, NH_loc, HS)
+    ulysses_seq_to_head(m, ks, a->k, NKV);                            // (Tg, NKV_loc, HS)
     ulysses_seq_to_head(m, vs, a->v, NKV);
     attention_forward(atth, a->lse, a->q, a->k, a->v, m->Tg, m->NH_loc, m->NKV_loc, HS,
-                      m->attn_ws);                                         // (Tg, NH_loc, HS)
-    ulysses_head_to_seq(m, atth, a->att, NH);                             // (T, NH*HS)
-    memcpy(a->x_mid, a->x_in, sizeof(float) * (size_t)T * C);
-    matmul_forward(a->x_mid, a->att, w.wo, T, qd, C, 1);                  // x_mid = x + o Wo^T
-
-    rmsnorm_forward(a->h2, a->rstd2, a->x_mid, w.mlp_norm, T, C, c->eps);  // (T, C)
-    matmul_forward(a->gate, a->h2, w.wg, T, C, F, 0);                     // (T, F)
-    matmul_forward(a->up, a->h2, w.wu, T, C, F, 0);                       // (T, F)
-    swiglu_forward(a->act, a->gate, a->up, (size_t)T * F);                // (T, F)
-    memcpy(x_out, a->x_mid, sizeof(float) * (size_t)T * C);
-    matmul_forward(x_out, a->act, w.wd, T, F, C, 1);                      // x_out = x_mid + mlp
+                      m->attn_ws);                                     // (Tg, NH_loc, HS)
+    ulysses_head_to_seq(m, atth, a->att, NH);                         // (T, NH*HS)
 }
 
-double model_forward(model *m, float grad_scale) {
+/* m->datt holds d loss / d att; dh += d loss / d h; weight gradients accumulate. */
+static void attn_plain_backward(model *m, const layer_weights *w, const layer_weights *g,
+                                const layer_acts *a) {
     const model_config *c = &m->cfg;
-    int T = m->T, C = c->C, V = c->V;
-    embedding_forward(m->acts[0].x_in, m->inputs, m->params + m->embed_off, T, C); // (T, C)
-    for (int l = 0; l < c->L; l++) {
-        float *x_out = l + 1 < c->L ? m->acts[l + 1].x_in : m->x_final;
-        layer_forward(m, l, x_out);
-    }
-    rmsnorm_forward(m->xf, m->rstdf, m->x_final, m->params + m->final_norm_off, T, C, c->eps);
-    matmul_forward(m->logits, m->xf, m->params + m->lm_head_off, T, C, V, 0); // (T, V)
-    /* the loss's backward runs here: logits become d loss / d logits */
-    return cross_entropy_fused(m->logits, m->targets, T, V, grad_scale);
-}
-
-static void layer_backward(model *m, int l) {
-    const model_config *c = &m->cfg;
-    int T = m->T, C = c->C, F = c->F, NH = c->NH, NKV = c->NKV, HS = c->HS;
-    int qd = NH * HS, kvd = NKV * HS;
-    layer_weights w = model_layer_view(m, m->params, l);
-    layer_weights g = model_layer_view(m, m->grads, l);
-    layer_acts *a = &m->acts[l];
-    size_t TC = (size_t)T * C;
-
-    /* m->dres holds d loss / d x_out; it becomes d loss / d x_in in place (residual adds). */
-    // x_out = x_mid + act Wd^T
-    memset(m->dact, 0, sizeof(float) * (size_t)T * F);
-    matmul_backward(m->dact, g.wd, m->dres, a->act, w.wd, T, F, C);
-    // act = silu(gate) * up   (gradients overwrite gate and up in place)
-    swiglu_backward(a->gate, a->up, m->dact, a->gate, a->up, (size_t)T * F);
-    // gate = h2 Wg^T, up = h2 Wu^T
-    memset(m->dh, 0, sizeof(float) * TC);
-    matmul_backward(m->dh, g.wg, a->gate, a->h2, w.wg, T, C, F);
-    matmul_backward(m->dh, g.wu, a->up, a->h2, w.wu, T, C, F);
-    // h2 = rmsnorm(x_mid)
-    rmsnorm_backward(m->dres, g.mlp_norm, m->dh, a->x_mid, w.mlp_norm, a->rstd2, T, C);
-
-    // x_mid = x_in + att Wo^T
-    memset(m->datt, 0, sizeof(float) * (size_t)T * qd);
-    matmul_backward(m->datt, g.wo, m->dres, a->att, w.wo, T, qd, C);
+    int T = m->T, C = c->C, NH = c->NH, NKV = c->NKV, HS = c->HS, qd = NH * HS, kvd = NKV * HS;
     // att = head_to_seq(attention(seq_to_head(q, k, v)))
     float *atth = m->att_h ? m->att_h : a->att, *datth = m->datt_h ? m->datt_h : m->datt;
     float *dqh = m->dq_h ? m->dq_h : m->dq, *dkh = m->dk_h ? m->dk_h : m->dk;
     float *dvh = m->dv_h ? m->dv_h : m->dv;
-    ulysses_seq_to_head(m, a->att, atth, NH); /* the forward's output, needed for D = rowsum(dO*O) */
+    ulysses_seq_to_head(m, a->att, atth, NH); /* the forward's output, for D = rowsum(dO*O) */
     ulysses_seq_to_head(m, m->datt, datth, NH);
     attention_backward(dqh, dkh, dvh, datth, a->q, a->k, a->v, atth, a->lse, m->Tg, m->NH_loc,
                        m->NKV_loc, HS, m->attn_ws);
@@ -391,31 +398,151 @@ static void layer_backward(model *m, int l) {
     // q, k = rope(q, k)
     rope_backward(m->dq, m->rope_cos, m->rope_sin, T, NH, HS);
     rope_backward(m->dk, m->rope_cos, m->rope_sin, T, NKV, HS);
-    // q = h1 Wq^T, k = h1 Wk^T, v = h1 Wv^T
-    memset(m->dh, 0, sizeof(float) * TC);
-    matmul_backward(m->dh, g.wq, m->dq, a->h1, w.wq, T, C, qd);
-    matmul_backward(m->dh, g.wk, m->dk, a->h1, w.wk, T, C, kvd);
-    matmul_backward(m->dh, g.wv, m->dv, a->h1, w.wv, T, C, kvd);
-    // h1 = rmsnorm(x_in)
-    rmsnorm_backward(m->dres, g.attn_norm, m->dh, a->x_in, w.attn_norm, a->rstd1, T, C);
+    // q = h Wq^T, k = h Wk^T, v = h Wv^T
+    matmul_backward(m->dh, g->wq, m->dq, m->h, w->wq, T, C, qd);
+    matmul_backward(m->dh, g->wk, m->dk, m->h, w->wk, T, C, kvd);
+    matmul_backward(m->dh, g->wv, m->dv, m->h, w->wv, T, C, kvd);
+}
+
+/* ---- MLP: untiled (intermediates saved) or over tiles of tile_mlp tokens (recomputed) ------- */
+
+static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, float *x_out) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C, F = c->F, N = m->tile_mlp, tiled = N < T;
+    for (int t0 = 0; t0 < T; t0 += N) {
+        int n = T - t0 < N ? T - t0 : N;
+        size_t r = (size_t)t0 * C, rf = tiled ? 0 : (size_t)t0 * F;
+        float *gate = tiled ? m->gate_t : a->gate + rf, *up = tiled ? m->up_t : a->up + rf;
+        float *act = tiled ? m->act_t : a->act + rf;
+        rmsnorm_forward(m->h + r, m->rstd2 + t0, a->x_mid + r, w->mlp_norm, n, C, c->eps);
+        matmul_forward(gate, m->h + r, w->wg, n, C, F, 0);              // (n, F)
+        matmul_forward(up, m->h + r, w->wu, n, C, F, 0);                // (n, F)
+        swiglu_forward(act, gate, up, (size_t)n * F);                   // (n, F)
+        memcpy(x_out + r, a->x_mid + r, sizeof(float) * (size_t)n * C);
+        matmul_forward(x_out + r, act, w->wd, n, F, C, 1);              // x_out = x_mid + mlp
+    }
+}
+
+/* m->dres: d loss / d x_out on entry, d loss / d x_mid on return (the residual adds). */
+static void mlp_backward(model *m, const layer_weights *w, const layer_weights *g,
+                         const layer_acts *a) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C, F = c->F, N = m->tile_mlp, tiled = N < T;
+    for (int t0 = 0; t0 < T; t0 += N) {
+        int n = T - t0 < N ? T - t0 : N;
+        size_t r = (size_t)t0 * C, rf = tiled ? 0 : (size_t)t0 * F;
+        float *gate = tiled ? m->gate_t : a->gate + rf, *up = tiled ? m->up_t : a->up + rf;
+        float *act = tiled ? m->act_t : a->act + rf, *h2 = m->h + r;
+        // recompute h2 = rmsnorm(x_mid) (cheap, not saved) and, when tiled, gate, up, act
+        rmsnorm_forward(h2, m->rstd2 + t0, a->x_mid + r, w->mlp_norm, n, C, c->eps);
+        if (tiled) {
+            matmul_forward(gate, h2, w->wg, n, C, F, 0);
+            matmul_forward(up, h2, w->wu, n, C, F, 0);
+            swiglu_forward(act, gate, up, (size_t)n * F);
+        }
+        // x_out = x_mid + act Wd^T
+        memset(m->dact, 0, sizeof(float) * (size_t)n * F);
+        matmul_backward(m->dact, g->wd, m->dres + r, act, w->wd, n, F, C);
+        // act = silu(gate) * up   (gradients overwrite gate and up in place)
+        swiglu_backward(gate, up, m->dact, gate, up, (size_t)n * F);
+        // gate = h2 Wg^T, up = h2 Wu^T
+        memset(m->dh + r, 0, sizeof(float) * (size_t)n * C);
+        matmul_backward(m->dh + r, g->wg, gate, h2, w->wg, n, C, F);
+        matmul_backward(m->dh + r, g->wu, up, h2, w->wu, n, C, F);
+        // h2 = rmsnorm(x_mid)
+        rmsnorm_backward(m->dres + r, g->mlp_norm, m->dh + r, a->x_mid + r, w->mlp_norm,
+                         m->rstd2 + t0, n, C);
+    }
+}
+
+/* ---- layers --------------------------------------------------------------------------------- */
+
+static void layer_forward(model *m, int l, const float *x_in, float *x_out) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C;
+    layer_weights w = model_layer_view(m, m->params, l);
+    layer_acts *a = &m->acts[l];
+
+    rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);    // h = rmsnorm(x) (T, C)
+    if (m->upipe) upipe_attention_forward(m->upipe, &w, a);              // att (T, NH*HS)
+    else attn_plain_forward(m, &w, a);
+    memcpy(a->x_mid, x_in, sizeof(float) * (size_t)T * C);
+    matmul_forward(a->x_mid, a->att, w.wo, T, c->NH * c->HS, C, 1);     // x_mid = x + o Wo^T
+    mlp_forward(m, &w, a, x_out);                                        // x_out = x_mid + mlp
+}
+
+/* m->dres: d loss / d x_out on entry, d loss / d x_in on return. */
+static void layer_backward(model *m, int l, const float *x_in) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C, qd = c->NH * c->HS;
+    layer_weights w = model_layer_view(m, m->params, l);
+    layer_weights g = model_layer_view(m, m->grads, l);
+    layer_acts *a = &m->acts[l];
+
+    mlp_backward(m, &w, &g, a);
+    // x_mid = x_in + att Wo^T
+    memset(m->datt, 0, sizeof(float) * (size_t)T * qd);
+    matmul_backward(m->datt, g.wo, m->dres, a->att, w.wo, T, qd, C);
+    // recompute h = rmsnorm(x_in) (cheap, not saved)
+    rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);
+    memset(m->dh, 0, sizeof(float) * (size_t)T * C);
+    if (m->upipe) upipe_attention_backward(m->upipe, &w, &g, a);        // dh += d/dh
+    else attn_plain_backward(m, &w, &g, a);
+    // h = rmsnorm(x_in)
+    rmsnorm_backward(m->dres, g.attn_norm, m->dh, x_in, w.attn_norm, m->rstd1, T, C);
+}
+
+/* Final norm, LM head and cross-entropy over tiles of tile_loss tokens; the loss's backward runs
+ * here too, so the (T, V) logits never exist: dres := d loss / d x_final. */
+static double loss_forward_backward(model *m, float grad_scale) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C, V = c->V, N = m->tile_loss;
+    const float *wlm = m->params + m->lm_head_off, *wn = m->params + m->final_norm_off;
+    float *glm = m->grads + m->lm_head_off, *gn = m->grads + m->final_norm_off;
+    double loss = 0;
+    memset(m->dres, 0, sizeof(float) * (size_t)T * C);
+    for (int t0 = 0; t0 < T; t0 += N) {
+        int n = T - t0 < N ? T - t0 : N;
+        size_t r = (size_t)t0 * C;
+        rmsnorm_forward(m->xf, m->rstdf, m->x_final + r, wn, n, C, c->eps);   // (n, C)
+        matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
+        loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
+        // logits = xf Wlm^T
+        memset(m->dxf, 0, sizeof(float) * (size_t)n * C);
+        matmul_backward(m->dxf, glm, m->logits, m->xf, wlm, n, C, V);
+        // xf = rmsnorm(x_final)
+        rmsnorm_backward(m->dres + r, gn, m->dxf, m->x_final + r, wn, m->rstdf, n, C);
+    }
+    return loss;
+}
+
+double model_forward(model *m, float grad_scale) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C, L = c->L;
+    float *x = m->store ? offload_acquire(m->store) : m->acts[0].x_in;
+    embedding_forward(x, m->inputs, m->params + m->embed_off, T, C);     // (T, C)
+    for (int l = 0; l < L; l++) {
+        float *x_out = l + 1 == L ? m->x_final
+                       : m->store ? offload_acquire(m->store) : m->acts[l + 1].x_in;
+        layer_forward(m, l, x, x_out);
+        if (m->store) offload_write(m->store, l, x); /* x_l leaves working memory */
+        x = x_out;
+    }
+    return loss_forward_backward(m, grad_scale);
 }
 
 void model_backward(model *m) {
     const model_config *c = &m->cfg;
-    int T = m->T, C = c->C, V = c->V;
-    size_t TC = (size_t)T * C;
-
-    // logits = xf Wlm^T   (m->logits already holds d loss / d logits)
-    memset(m->dh, 0, sizeof(float) * TC);
-    matmul_backward(m->dh, m->grads + m->lm_head_off, m->logits, m->xf,
-                    m->params + m->lm_head_off, T, C, V);
-    // xf = rmsnorm(x_final)
-    memset(m->dres, 0, sizeof(float) * TC);
-    rmsnorm_backward(m->dres, m->grads + m->final_norm_off, m->dh, m->x_final,
-                     m->params + m->final_norm_off, m->rstdf, T, C);
-    for (int l = c->L - 1; l >= 0; l--) layer_backward(m, l);
+    if (m->store) offload_prefetch(m->store, c->L - 1);
+    for (int l = c->L - 1; l >= 0; l--) {
+        const float *x_in = m->store ? offload_wait(m->store, l) : m->acts[l].x_in;
+        if (m->store && l > 0) offload_prefetch(m->store, l - 1); /* one layer ahead */
+        if (m->opt.checkpoint) layer_forward(m, l, x_in, m->x_final); /* recompute */
+        layer_backward(m, l, x_in);
+        if (m->store) offload_release(m->store, (float *)x_in);
+    }
     // x_0 = embed[inputs]
-    embedding_backward(m->grads + m->embed_off, m->dres, m->inputs, T, C);
+    embedding_backward(m->grads + m->embed_off, m->dres, m->inputs, m->T, c->C);
 }
 
 double model_flops_per_step(const model_config *c, int T) {

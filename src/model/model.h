@@ -9,6 +9,7 @@
 #define UP_MODEL_H
 
 #include "comm/comm.h"
+#include "core/mem.h"
 #include "io/config.h"
 
 #include <stddef.h>
@@ -38,33 +39,46 @@ typedef struct {
     float *wd;        /* (C, F) */
 } layer_weights;
 
-/* Activations saved by the forward for the backward of one layer. T = T_loc rows on this rank;
- * q, k, v are kept in head layout: all Tg = T_loc * P tokens, this rank's NH_loc / NKV_loc heads
- * (with P = 1 the two layouts are the same). */
+/* Memory techniques (DESIGN.md §3-4); every combination gives the numbers of the plain path. */
 typedef struct {
-    float *x_in;  /* (T, C) layer input (residual stream) */
-    float *h1;    /* (T, C) attention rmsnorm output */
-    float *rstd1; /* (T) */
-    float *q;     /* (Tg, NH_loc, HS) after RoPE */
-    float *k;     /* (Tg, NKV_loc, HS) after RoPE */
-    float *v;     /* (Tg, NKV_loc, HS) */
-    float *att;   /* (T, NH*HS) attention output o, sequence layout */
-    float *lse;   /* (NH_loc, Tg) */
+    int checkpoint;          /* keep only each layer's input; recompute the layer in backward */
+    const char *offload_dir; /* move layer inputs to a store file in this directory (implies
+                                checkpoint); NULL: resident */
+    int tile_mlp;            /* tokens per MLP tile (norm included), 0: untiled */
+    int tile_loss;           /* tokens per loss tile (final norm, LM head, CE), 0: T_loc */
+    int U;                   /* query heads per UPipe stage (staged path), 0: plain Ulysses */
+} model_options;
+
+/* Tensors the forward saves for the backward of one layer. T = T_loc rows on this rank; plain
+ * attention keeps q, k, v in head layout (all Tg = T_loc * P tokens, this rank's NH_loc/NKV_loc
+ * heads). With checkpointing every layer shares one set (the layer being recomputed). */
+typedef struct {
+    float *x_in;  /* (T, C) layer input (residual stream): the checkpoint */
+    float *q;     /* (Tg, NH_loc, HS) after RoPE; plain attention only */
+    float *k;     /* (Tg, NKV_loc, HS) after RoPE; plain attention only */
+    float *v;     /* (Tg, NKV_loc, HS); plain attention only */
+    float *att;   /* (T, NH*HS) attention output o, sequence layout, model head order */
+    float *lse;   /* (NH_loc, Tg) log-sum-exp; staged: stage after stage, (U/P, Tg) each */
     float *x_mid; /* (T, C) residual after attention */
-    float *h2;    /* (T, C) mlp rmsnorm output */
-    float *rstd2; /* (T) */
-    float *gate;  /* (T, F) */
-    float *up;    /* (T, F) */
-    float *act;   /* (T, F) silu(gate) * up */
+    float *gate;  /* (T, F) untiled MLP only */
+    float *up;    /* (T, F) untiled MLP only */
+    float *act;   /* (T, F) silu(gate) * up, untiled MLP only */
 } layer_acts;
+
+struct offload_store;
+struct upipe_plan;
+
+#define MODEL_MAX_BUFFERS 256
 
 typedef struct {
     model_config cfg;
+    model_options opt;
     int T;       /* T_loc: tokens per forward on this rank */
     int Tg;      /* T: tokens of the whole sequence (T_loc * P) */
     int P;       /* context-parallel degree */
     int NH_loc;  /* query heads per rank in head layout (NH / P) */
     int NKV_loc; /* kv heads per rank in head layout (NKV / P, or 1 when replicated) */
+    int tile_mlp, tile_loss; /* effective tile sizes (T_loc when untiled) */
     comm_ctx *comm;
 
     param_tensor *tensors;
@@ -75,37 +89,54 @@ typedef struct {
 
     float *params, *grads, *m, *v; /* slabs of nparams floats */
 
-    /* activations */
     layer_acts *acts; /* (L) */
-    float *x_final;   /* (T, C) output of the last layer */
-    float *xf;        /* (T, C) final norm output */
-    float *rstdf;     /* (T) */
-    float *logits;    /* (T, V) logits, then d loss / d logits */
-    float *inv_freq;  /* (HS/2) */
+    struct offload_store *store; /* checkpoint offload, NULL when resident */
+    struct upipe_plan *upipe;    /* staged attention, NULL for plain Ulysses */
+
+    /* shared scratch */
+    float *x_final;      /* (T, C) output of the last layer; the recompute's output scratch */
+    float *h;            /* (T, C) rmsnorm output (attention, then MLP); recomputed in backward */
+    float *rstd1, *rstd2; /* (T) */
+    float *inv_freq;     /* (HS/2) */
     float *rope_cos, *rope_sin; /* (T, HS/2) */
-    /* attention exchange buffers (aliases of the saved/seq buffers when P == 1) */
+    /* MLP tiles (tile_mlp rows; T when untiled only dact is used) */
+    float *gate_t, *up_t, *act_t, *dact; /* (tile_mlp, F) */
+    /* loss tiles */
+    float *xf, *rstdf, *logits, *dxf; /* (tile_loss, C), (tile_loss), (tile_loss, V), (.., C) */
+    /* plain attention exchange buffers (aliases of the saved/seq buffers when P == 1) */
     float *q_seq, *k_seq, *v_seq; /* (T, NH*HS), (T, NKV*HS) x2: projections before exchange */
     float *att_h;                 /* (Tg, NH_loc, HS) attention output in head layout */
     float *datt_h;                /* (Tg, NH_loc, HS) */
     float *dq_h, *dk_h, *dv_h;    /* (Tg, NH_loc, HS), (Tg, NKV_loc, HS) x2 */
     float *pack;                  /* all-to-all pack scratch */
+    float *attn_ws;
     /* backward scratch */
     float *dres;  /* (T, C) gradient of the residual stream */
     float *dh;    /* (T, C) */
     float *dq, *dk, *dv, *datt; /* (T, NH*HS), (T, NKV*HS) x2, (T, NH*HS) */
-    float *dact;  /* (T, F) */
-    float *attn_ws;
     int32_t *inputs, *targets; /* (T) */
+
+    void *owned[MODEL_MAX_BUFFERS]; /* every mem_alloc'd buffer, freed by model_free */
+    int nowned;
 } model;
+
+/* A buffer of n floats owned by the model (freed by model_free). NULL under plan mode. */
+float *model_buffer(model *m, mem_category cat, size_t n);
 
 /* Builds the tensor table and allocates params, grads, optimizer moments (all zero) and the
  * activations for T_loc tokens on this rank of comm's context-parallel group (P = comm->P; the
- * rank holds global positions cp_rank * T_loc ..). The layout must be valid (model_check_layout).
- * Not collective; forward and backward are (over the CP group). */
-void model_init(model *m, const model_config *cfg, int T_loc, comm_ctx *comm);
+ * rank holds global positions cp_rank * T_loc ..). The layout must be valid (model_check_layout,
+ * model_check_options). Under mem plan mode nothing is allocated or computed: the counters then
+ * hold the run's memory plan. Not collective; forward and backward are (over the CP group). */
+void model_init(model *m, const model_config *cfg, int T_loc, comm_ctx *comm,
+                const model_options *opt);
 /* Checks NH % P, NKV vs P, T % P for context-parallel degree P; 0, or -1 with a message saying
  * what to change (err). R = world size, for the suggestions. */
 int model_check_layout(const model_config *cfg, long T, int P, int R, char *err, size_t errlen);
+/* Checks the options against config and layout (U divides NH, U % P, the GQA schedule, tile
+ * sizes); 0, or -1 with a message. */
+int model_check_options(const model_config *cfg, int P, const model_options *opt, char *err,
+                        size_t errlen);
 void model_free(model *m);
 
 /* Fills params: normal(0, init_std) for matrices, 1 for norm weights; a counter-based RNG keyed
@@ -121,9 +152,9 @@ void model_save_slab(const model *m, const float *slab, const char *path);
 layer_weights model_layer_view(const model *m, float *slab, int l);
 
 /* Forward over m->inputs/m->targets (this rank's T_loc tokens): returns this rank's sum of token
- * losses (double) over targets >= 0;
- * with grad_scale != 0 the loss gradient (scaled by grad_scale, normally 1/valid tokens) is left
- * in m->logits for model_backward. */
+ * losses (double) over targets >= 0. The loss's backward runs inside, per loss tile: the LM head
+ * and final norm gradients are accumulated and d loss / d x_final (scaled by grad_scale, normally
+ * 1 / valid targets of the global batch) is left in m->dres for model_backward. */
 double model_forward(model *m, float grad_scale);
 /* Backward: grads += d loss / d params (accumulate: zero m->grads before the first micro-batch
  * of a step). Requires model_forward just before. */

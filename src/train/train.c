@@ -56,6 +56,19 @@ void train_print_help(void) {
         "  --mem-report FILE      JSON memory report: peak_bytes, rss_peak_bytes,\n"
         "                         offloaded_peak_bytes, categories (max over ranks)\n"
         "  --quiet                no summary and no per-step lines on the terminal\n\n"
+        "memory (each leaves the loss and gradients unchanged)\n"
+        "  --checkpoint           keep only each layer's input, recompute the layer in backward\n"
+        "  --offload DIR          move the layer inputs to a file in DIR (unlinked at once), back\n"
+        "                         one layer ahead of backward; implies --checkpoint\n"
+        "  --tile-mlp [N]         run the MLP over tiles of N tokens (default N: hidden_size)\n"
+        "  --tile-loss [N]        final norm, LM head and loss over tiles of N tokens, the\n"
+        "                         (T, vocab) logits never exist (default N: hidden_size)\n"
+        "  --upipe-heads U        attention in stages of U query heads (UPipe; U/P per rank);\n"
+        "                         attention memory shrinks by U/num_attention_heads\n"
+        "  --dry-run              print the memory plan per category and exit (with\n"
+        "                         --mem-report, write it in the report's JSON schema)\n"
+        "  --mem-limit SIZE       refuse, before allocating, a run whose plan exceeds SIZE bytes\n"
+        "                         per rank (suffixes KiB MiB GiB, KB MB GB: e.g. 6GiB)\n\n"
         "parallelism (launch with mpiexec -n R)\n"
         "  --cp P                 context-parallel degree: each sequence is split over P\n"
         "                         consecutive ranks (Ulysses); R/P replicas train on different\n"
@@ -84,10 +97,37 @@ static double parse_double(const char *flag, const char *s, double lo, double hi
     return v;
 }
 
+/* "6GiB", "512MiB", "1.5GB", "1000000": bytes. */
+static unsigned long long parse_size(const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},          {"B", 1},           {"KiB", 1024.0},  {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
+                 {"GB", 1e9},      {"TB", 1e12},       {"K", 1024.0},    {"M", 1048576.0},
+                 {"G", 1073741824.0}};
+    if (errno == 0 && end != s && v > 0)
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (!strcmp(end, units[i].suffix)) return (unsigned long long)(v * units[i].mult);
+    up_die_all("%s expects a size such as 6GiB, 512MiB or 1000000 (bytes), got '%s'", flag, s);
+}
+
+/* Value of a flag whose size is optional: --flag=N, --flag N, or --flag alone (-1: default). */
+static int optional_count(const char *flag, int argc, char **argv) {
+    if (optarg) return (int)parse_long(flag, optarg, 1, 1 << 30);
+    if (optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9')
+        return (int)parse_long(flag, argv[optind++], 1, 1 << 30);
+    return -1;
+}
+
 enum {
     OPT_CONFIG = 256, OPT_DATA, OPT_SEQ, OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_MINLR, OPT_WD,
     OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
-    OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM
+    OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
+    OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -127,6 +167,13 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"quiet", no_argument, 0, OPT_QUIET},
         {"cp", required_argument, 0, OPT_CP},
         {"grad-accum", required_argument, 0, OPT_ACCUM},
+        {"checkpoint", no_argument, 0, OPT_CKPT},
+        {"offload", required_argument, 0, OPT_OFFLOAD},
+        {"tile-mlp", optional_argument, 0, OPT_TILE_MLP},
+        {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
+        {"upipe-heads", required_argument, 0, OPT_UPIPE},
+        {"dry-run", no_argument, 0, OPT_DRY},
+        {"mem-limit", required_argument, 0, OPT_MEMLIM},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     optind = 1;
@@ -156,6 +203,13 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_QUIET: o->quiet = 1; break;
         case OPT_CP: o->cp = (int)parse_long("--cp", optarg, 1, 1 << 20); break;
         case OPT_ACCUM: o->accum = (int)parse_long("--grad-accum", optarg, 1, 1 << 20); break;
+        case OPT_CKPT: o->mopt.checkpoint = 1; break;
+        case OPT_OFFLOAD: o->mopt.offload_dir = optarg; break;
+        case OPT_TILE_MLP: o->mopt.tile_mlp = optional_count("--tile-mlp", argc, argv); break;
+        case OPT_TILE_LOSS: o->mopt.tile_loss = optional_count("--tile-loss", argc, argv); break;
+        case OPT_UPIPE: o->mopt.U = (int)parse_long("--upipe-heads", optarg, 1, 1 << 20); break;
+        case OPT_DRY: o->dry_run = 1; break;
+        case OPT_MEMLIM: o->mem_limit = parse_size("--mem-limit", optarg); break;
         case OPT_HELP: return 1;
         case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
         default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
@@ -207,12 +261,68 @@ static void print_summary(const train_options *o, const model *m, int threads) {
     fflush(stdout);
 }
 
-static void write_mem_report(const char *path, comm_ctx *comm) {
+/* Per-category bytes of a run: the plan (from plan mode) or the measured peaks. */
+typedef struct {
+    unsigned long long cat[MEM_COUNT], peak, offloaded, rss;
+} mem_plan;
+
+static mem_plan plan_capture(void) {
+    mem_plan p;
+    memset(&p, 0, sizeof p);
+    for (int c = 0; c < MEM_COUNT; c++) p.cat[c] = mem_peak((mem_category)c);
+    p.peak = mem_peak_total();
+    p.offloaded = mem_offloaded_peak();
+    return p;
+}
+
+/* Flags that shrink each category (for --mem-limit's refusal). */
+static const char *g_shrink[MEM_COUNT] = {
+    "more ranks (FSDP shards model state)", "more ranks (FSDP shards model state)",
+    "more ranks (FSDP shards model state)", "--offload DIR",
+    "--checkpoint",                          "--upipe-heads U (smaller U) or more --cp ranks",
+    "--tile-mlp / --tile-loss",              "fewer ranks per group"};
+
+static void print_plan(const mem_plan *p, const train_options *o, const model_config *c, int P,
+                       int T_loc) {
+    char b[32];
+    printf("memory plan per rank: T=%ld (T_loc=%d, cp=%d), C=%d L=%d NH=%d NKV=%d F=%d V=%d\n",
+           o->T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V);
+    printf("  %-12s %12s\n", "category", "bytes");
+    for (int k = 0; k < MEM_COUNT; k++)
+        printf("  %-12s %12s\n", mem_category_name((mem_category)k),
+               up_fmt_bytes(b, sizeof b, (double)p->cat[k]));
+    printf("  %-12s %12s\n", "peak", up_fmt_bytes(b, sizeof b, (double)p->peak));
+    printf("  %-12s %12s\n", "offloaded", up_fmt_bytes(b, sizeof b, (double)p->offloaded));
+    fflush(stdout);
+}
+
+static UP_NORETURN void refuse_plan(const mem_plan *p, const train_options *o,
+                                    const model_config *c) {
+    /* the two largest categories and what shrinks them */
+    int a = 0, b = 1;
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (p->cat[k] > p->cat[a]) a = k;
+    if (a == b) b = 0;
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (k != a && p->cat[k] > p->cat[b]) b = k;
+    char s1[32], s2[32], s3[32], s4[32];
+    up_die_all("the run needs %s per rank but --mem-limit is %s: largest are %s (%s: try %s) and "
+               "%s (%s: try %s), or use a shorter --seq-len than %ld",
+               up_fmt_bytes(s1, sizeof s1, (double)p->peak),
+               up_fmt_bytes(s2, sizeof s2, (double)o->mem_limit),
+               mem_category_name((mem_category)a), up_fmt_bytes(s3, sizeof s3, (double)p->cat[a]),
+               g_shrink[a], mem_category_name((mem_category)b),
+               up_fmt_bytes(s4, sizeof s4, (double)p->cat[b]), g_shrink[b], o->T);
+    (void)c;
+}
+
+/* The memory report (DESIGN.md §5), max over ranks; predicted: from the plan (no RSS). */
+static void write_report(const char *path, comm_ctx *comm, const mem_plan *p, int predicted) {
     unsigned long long glob[MEM_COUNT + 3];
-    for (int c = 0; c < MEM_COUNT; c++) glob[c] = mem_peak((mem_category)c);
-    glob[MEM_COUNT] = mem_peak_total();
-    glob[MEM_COUNT + 1] = mem_rss_peak();
-    glob[MEM_COUNT + 2] = mem_offloaded_peak();
+    for (int c = 0; c < MEM_COUNT; c++) glob[c] = p->cat[c];
+    glob[MEM_COUNT] = p->peak;
+    glob[MEM_COUNT + 1] = p->rss;
+    glob[MEM_COUNT + 2] = p->offloaded;
     comm_max_u64(comm, glob, MEM_COUNT + 3);
     if (comm->rank != 0) return;
     json_t *root = json_object(), *cats = json_object();
@@ -224,6 +334,7 @@ static void write_mem_report(const char *path, comm_ctx *comm) {
         json_object_set_new(cats, mem_category_name((mem_category)c),
                             json_integer((json_int_t)glob[c]));
     json_object_set_new(root, "categories", cats);
+    json_object_set_new(root, "predicted", json_boolean(predicted));
     char *text = json_dumps(root, JSON_INDENT(2));
     json_decref(root);
     UP_CHECK(text, "json_dumps failed");
@@ -303,11 +414,32 @@ int train_main(int argc, char **argv) {
     if (o.init && !up_file_readable(o.init))
         up_die_all("--init %s: cannot read the file (%s)", o.init, strerror(errno));
 
+    if (model_check_options(&cfg, P, &o.mopt, err, sizeof err) != 0) up_die_all("%s", err);
+    if (o.mopt.tile_mlp < 0) o.mopt.tile_mlp = cfg.C; /* flag without a size: ~C tokens */
+    if (o.mopt.tile_loss < 0) o.mopt.tile_loss = cfg.C;
+
     comm_ctx comm;
     comm_init(&comm, MPI_COMM_WORLD, P);
     int T_loc = (int)(o.T / P);
     model m;
-    model_init(&m, &cfg, T_loc, &comm);
+
+    /* the plan: the model's own sizing code under plan mode, before anything is allocated */
+    mem_plan_begin();
+    model_init(&m, &cfg, T_loc, &comm, &o.mopt);
+    model_free(&m);
+    mem_plan plan = plan_capture();
+    mem_plan_end();
+    if (o.dry_run) {
+        if (rank == 0) print_plan(&plan, &o, &cfg, P, T_loc);
+        if (o.mem_report) write_report(o.mem_report, &comm, &plan, 1);
+        comm_free(&comm);
+        shard_close(&shard);
+        MPI_Finalize();
+        return 0;
+    }
+    if (o.mem_limit && plan.peak > o.mem_limit) refuse_plan(&plan, &o, &cfg);
+
+    model_init(&m, &cfg, T_loc, &comm, &o.mopt);
     if (o.init) model_load(&m, o.init);
     else model_init_random(&m, o.seed);
     if (rank == 0 && !o.quiet) {
@@ -410,7 +542,11 @@ int train_main(int argc, char **argv) {
     }
     if (logf && fclose(logf) != 0) up_die("--log %s: write failed", o.log);
     if (o.save && rank == 0) model_save_slab(&m, m.params, o.save);
-    if (o.mem_report) write_mem_report(o.mem_report, &comm);
+    if (o.mem_report) {
+        mem_plan measured = plan_capture();
+        measured.rss = mem_rss_peak();
+        write_report(o.mem_report, &comm, &measured, 0);
+    }
     if (rank == 0 && !o.quiet) {
         char pk[32], rss[32];
         printf("done: loss %.4f -> %.4f in %.1f s, peak %s accounted, %s RSS\n", first_loss,

@@ -2,6 +2,8 @@
 #ifndef UP_TRAIN_H
 #define UP_TRAIN_H
 
+#include "model/model.h"
+
 #include <stdint.h>
 
 typedef struct {
@@ -14,6 +16,9 @@ typedef struct {
     int threads; /* 0: default */
     int cp;      /* context-parallel degree; 0: all ranks */
     int accum;   /* sequences per replica per step (gradient accumulation) */
+    model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads */
+    int dry_run;
+    unsigned long long mem_limit; /* bytes, 0: none */
     int quiet;
 } train_options;
 

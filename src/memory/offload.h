@@ -1,0 +1,92 @@
+/* offload.h — checkpoint offload store (DESIGN.md §4 "Checkpoint offload").
+ *
+ * Moves each layer's saved input x_l (T_loc, C) out of working memory into a file on disk and
+ * brings it back one layer ahead of its use in backward. A background I/O thread serves the
+ * requests in FIFO order, one large sequential pwrite/pread of a whole slot at a time, so a read
+ * of a slot whose write is still queued returns the written data.
+ *
+ * Memory: the store owns nbuf resident buffers (one slab in MEM_CHECKPOINTS, 4096-aligned for
+ * O_DIRECT, allocated at open by the main thread); the file's bytes are reported through
+ * mem_add_offloaded when a slot is first written and given back at close.
+ *
+ * Buffer life cycle (each buffer is in exactly one state):
+ *   free --offload_acquire--> caller --offload_write--> writing --(I/O thread)--> free
+ *   free --offload_prefetch--> reading --(I/O thread)--> ready --offload_wait--> caller
+ *   caller --offload_release--> free
+ *
+ * Minimum nbuf: 2 for the pattern below (1 deadlocks in backward: the caller holds the only
+ * buffer while prefetching the next slot); the model uses 3 (one filled/used by the caller,
+ * one in flight to the file, one prefetched):
+ *   forward:  for l in 0..L-1 { b = acquire(); fill b; write(l, b); }
+ *   backward: prefetch(L-1); for l = L-1..0 { b = wait(l); if (l > 0) prefetch(l-1);
+ *                                             use b; release(b); }
+ * A call that would wait for a buffer while none can ever come back (all held by the caller or
+ * prefetched and not yet waited for) stops with a check failure instead of hanging.
+ *
+ * Errors: an I/O failure in the thread (ENOSPC, EFBIG, EIO, short transfer) is recorded; the
+ * next main-thread call on the store (acquire/write/prefetch/wait/close) stops every rank
+ * through up_die with a message naming the directory, the slot, the system error and what to
+ * do. Not thread-safe: every offload_* call comes from one (main) thread. */
+#ifndef UP_OFFLOAD_H
+#define UP_OFFLOAD_H
+
+#include <stddef.h>
+
+typedef struct offload_store offload_store;
+
+/* Creates the store file in dir (mkstemp, unlinked at once so nothing is left even after a
+ * crash), tries O_DIRECT and falls back to buffered I/O (writes then flushed and dropped from
+ * the page cache) when the file system refuses it, allocates nbuf (>= 2) resident buffers of
+ * slot_bytes rounded up to 4096, and starts the I/O thread. Checks up front that the directory
+ * has room for nslots slots and that the file-size limit (ulimit -f) allows them; ignores
+ * SIGXFSZ so that the limit gives an error instead of killing the process.
+ * Returns NULL with a one-line message in err (what is wrong and what to do) on a user error. */
+offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int nbuf, char *err,
+                            size_t errlen);
+/* Joins the I/O thread (queued writes that nobody can read any more are dropped), closes the
+ * file, frees the buffers and gives back the offloaded bytes. NULL is fine. */
+void offload_close(offload_store *s);
+
+/* A free resident buffer of slot_bytes (blocks while all buffers are being written). The caller
+ * owns it until offload_write or offload_release. */
+float *offload_acquire(offload_store *s);
+/* Queues the write of buf (a buffer the caller owns) into slot and returns at once; buf goes
+ * back to the free pool once written. A slot may be rewritten any number of times. */
+void offload_write(offload_store *s, int slot, float *buf);
+/* Queues the read of slot (written before) into a free buffer (blocks only until a buffer is
+ * free). No-op when slot is already prefetched and not yet waited for. */
+void offload_prefetch(offload_store *s, int slot);
+/* The buffer holding slot: waits for its prefetch (issues it first when none was). The caller
+ * owns the buffer until offload_release (or offload_write). */
+float *offload_wait(offload_store *s, int slot);
+/* Gives a buffer from offload_acquire/offload_wait back to the free pool. */
+void offload_release(offload_store *s, float *buf);
+
+/* Sizes for the memory plan: resident bytes the store allocates in MEM_CHECKPOINTS (nbuf
+ * rounded slots plus alignment slack under 4096 bytes), and the bytes a store of nslots slots
+ * holds on disk (what mem_offloaded_peak reports once every slot is written). */
+size_t offload_buffer_bytes(size_t slot_bytes, int nbuf);
+size_t offload_store_bytes(size_t slot_bytes, int nslots);
+
+/* "O_DIRECT" or "buffered": the I/O mode the store's file system accepted. A store falls back
+ * to buffered for good if the file system later refuses an O_DIRECT transfer (EINVAL). */
+const char *offload_mode(offload_store *s);
+/* Test/user switch: 0 makes stores opened afterwards use buffered I/O without trying O_DIRECT. */
+void offload_allow_direct(int allow);
+
+typedef enum { OFFLOAD_OP_WRITE, OFFLOAD_OP_READ } offload_op;
+
+/* Counters of completed operations (a snapshot, consistent under the store's lock). */
+typedef struct {
+    long writes, reads;                  /* completed slot writes / reads */
+    size_t bytes_written, bytes_read;    /* bytes moved to and from the file */
+    double write_seconds, read_seconds;  /* time the I/O thread spent in pwrite / pread */
+} offload_stats;
+void offload_get_stats(offload_store *s, offload_stats *out);
+
+/* Debug hook: fn(ctx, op, slot) is called by the I/O thread after each completed operation, in
+ * completion order (which is request order). Set it before any request; NULL turns it off. */
+void offload_set_trace(offload_store *s, void (*fn)(void *ctx, offload_op op, int slot),
+                       void *ctx);
+
+#endif

@@ -1,0 +1,407 @@
+/* test_attention.c — the causal GQA attention kernels against their reference twins and against
+ * finite differences.
+ *
+ * Checks
+ *  1. fast vs ref: forward out and lse, backward dq, dk, dv, for T in {1, 7, 129, 300} (one token,
+ *     less than a tile, a tile + 1, a partial last tile), (NH, NKV) in {(4,4), (4,2), (8,1)}
+ *     (MHA, GQA, MQA), HS in {16, 24, 64, 128} (24: not a multiple of the vector width).
+ *  2. thread counts 1, 2, 3 at T = 520: both backward schemes (KV heads owned by threads; private
+ *     dQ buffers) give the ref's answer, and the backward is bit-for-bit reproducible.
+ *  3. finite differences in double on T=5, NH=2, NKV=1, HS=4, loss = sum(out * g): the ref
+ *     backward and the fast backward against central differences.
+ *  4. large scores (q and k scaled by 30, scores ~ +-300, far beyond exp's fp32 range): finite,
+ *     and equal to the ref within the fp32 score-error bound: proves the online softmax.
+ *  5. attention_workspace_floats grows linearly in T (not quadratically).
+ * Every call gets a workspace and outputs filled with NaN first ("any content" / overwrite), and
+ * guard floats after each of them that must survive (the workspace covers all scratch).
+ * Last line: "N passed, M failed"; exit 1 on any failure. */
+#include "kernels/kernels.h"
+#include "kernels/kernels_ref.h"
+
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_pass = 0, g_fail = 0;
+
+enum { CANARY = 64 }; // guard floats after outputs and workspace
+
+static void check(int ok, const char *what) {
+    if (ok) {
+        g_pass++;
+    } else {
+        g_fail++;
+        printf("FAIL: %s\n", what);
+    }
+}
+
+static float *talloc(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "test_attention: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void fill_nan(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
+/* Uniform in [-a, a), reproducible from the seed. */
+static void fill_uniform(float *x, size_t n, uint64_t seed, float a) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 12345;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = a * (float)((double)(s >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+    }
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)x[i]));
+    return m;
+}
+
+/* max |a - b| / max |b|; infinite if a holds a NaN or an Inf. */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double e = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        e = fmax(e, fabs((double)a[i] - (double)b[i]));
+    }
+    double m = max_abs(b, n);
+    return m > 0.0 ? e / m : e;
+}
+
+/* One problem: inputs, fast and ref outputs. */
+typedef struct {
+    int T, NH, NKV, HS;
+    size_t nq, nk;
+    float *q, *k, *v, *dout;
+    float *out, *lse, *dq, *dk, *dv;           // fast
+    float *r_out, *r_lse, *r_dq, *r_dk, *r_dv; // ref
+} problem;
+
+static void problem_init(problem *p, int T, int NH, int NKV, int HS, uint64_t seed, float qk_amp) {
+    p->T = T, p->NH = NH, p->NKV = NKV, p->HS = HS;
+    p->nq = (size_t)T * NH * HS;
+    p->nk = (size_t)T * NKV * HS;
+    p->q = talloc(p->nq), p->k = talloc(p->nk), p->v = talloc(p->nk), p->dout = talloc(p->nq);
+    p->out = talloc(p->nq + CANARY), p->lse = talloc((size_t)NH * T + CANARY);
+    p->dq = talloc(p->nq + CANARY), p->dk = talloc(p->nk + CANARY), p->dv = talloc(p->nk + CANARY);
+    p->r_out = talloc(p->nq), p->r_lse = talloc((size_t)NH * T);
+    p->r_dq = talloc(p->nq), p->r_dk = talloc(p->nk), p->r_dv = talloc(p->nk);
+    fill_uniform(p->q, p->nq, seed * 4 + 0, qk_amp);
+    fill_uniform(p->k, p->nk, seed * 4 + 1, qk_amp);
+    fill_uniform(p->v, p->nk, seed * 4 + 2, 1.0f);
+    fill_uniform(p->dout, p->nq, seed * 4 + 3, 1.0f);
+}
+
+static void problem_free(problem *p) {
+    float *bufs[] = {p->q,  p->k,  p->v,     p->dout,  p->out,  p->lse,  p->dq,
+                     p->dk, p->dv, p->r_out, p->r_lse, p->r_dq, p->r_dk, p->r_dv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        free(bufs[i]);
+}
+
+static void problem_ref(problem *p) {
+    ref_attention_forward(p->r_out, p->r_lse, p->q, p->k, p->v, p->T, p->NH, p->NKV, p->HS);
+    ref_attention_backward(p->r_dq, p->r_dk, p->r_dv, p->dout, p->q, p->k, p->v, p->T, p->NH,
+                           p->NKV, p->HS);
+}
+
+/* Canary floats after every output and after the workspace: the kernels must write only inside
+ * their outputs and their workspace (which must therefore cover all their scratch). */
+static const float canary_value = -12345.678f;
+
+static void canary_set(float *x, size_t n) {
+    for (size_t i = 0; i < CANARY; i++)
+        x[n + i] = canary_value;
+}
+
+static int canary_ok(const float *x, size_t n) {
+    for (size_t i = 0; i < CANARY; i++)
+        if (x[n + i] != canary_value) return 0;
+    return 1;
+}
+
+/* Fast forward + backward with `threads` OpenMP threads, NaN-filled workspace and outputs. */
+static void problem_fast(problem *p, int threads) {
+    omp_set_num_threads(threads);
+    const size_t nws = attention_workspace_floats(p->T, p->NH, p->NKV, p->HS);
+    const size_t nl = (size_t)p->NH * p->T;
+    float *ws = talloc(nws + CANARY);
+    fill_nan(ws, nws);
+    fill_nan(p->out, p->nq);
+    fill_nan(p->lse, nl);
+    fill_nan(p->dq, p->nq);
+    fill_nan(p->dk, p->nk);
+    fill_nan(p->dv, p->nk);
+    float *outs[] = {ws, p->out, p->lse, p->dq, p->dk, p->dv};
+    const size_t ns[] = {nws, p->nq, nl, p->nq, p->nk, p->nk};
+    for (int i = 0; i < 6; i++)
+        canary_set(outs[i], ns[i]);
+    attention_forward(p->out, p->lse, p->q, p->k, p->v, p->T, p->NH, p->NKV, p->HS, ws);
+    fill_nan(ws, nws);
+    attention_backward(p->dq, p->dk, p->dv, p->dout, p->q, p->k, p->v, p->out, p->lse, p->T, p->NH,
+                       p->NKV, p->HS, ws);
+    int ok = 1;
+    for (int i = 0; i < 6; i++)
+        ok &= canary_ok(outs[i], ns[i]);
+    char what[160];
+    snprintf(what, sizeof what,
+             "T=%d NH=%d NKV=%d HS=%d threads=%d: write past an output or the "
+             "workspace",
+             p->T, p->NH, p->NKV, p->HS, threads);
+    check(ok, what);
+    free(ws);
+}
+
+/* Tolerance of fast vs ref for inputs in [-1, 1]. The ref accumulates in double and rounds once,
+ * so the difference is the fast kernel's fp32 error: each score is an HS-term fp32 dot product
+ * (relative error ~ sqrt(HS) * 6e-8 for random signs, |s| <= ~5 here), exp adds ~2 ulp, and every
+ * output is a sum over up to T terms in fp32 plus the online-softmax rescales: ~1e-7 .. 1e-6
+ * relative to the tensor's scale (measured worst over the grid: out 2e-7, lse 3e-7). 1e-5
+ * relative to max|ref| leaves margin for other blockings (the sgemm path, other T), while a
+ * wrong mask, a missed tile, a wrong KV head or a wrong scale gives errors of 1e-3 .. 1. */
+#define TOL_FWD 1e-5
+/* The backward has the same error sources plus the difference dP - D (D = dO . O is a sum of
+ * HS fp32 products, both O(1)), whose fp32 rounding ~1e-7 absolute is relative to |dS| ~ p;
+ * gradients sum up to T such terms (measured worst: dq 9e-7, dk 1.6e-6, dv 1.3e-6 relative to
+ * max|ref|): the same 1e-5 keeps a 6x margin. */
+#define TOL_BWD 1e-5
+
+static void compare(problem *p, double tol_f, double tol_b, const char *tag, double *worst) {
+    char what[256];
+    const size_t nl = (size_t)p->NH * p->T;
+    double e[5] = {rel_err(p->out, p->r_out, p->nq), rel_err(p->lse, p->r_lse, nl),
+                   rel_err(p->dq, p->r_dq, p->nq), rel_err(p->dk, p->r_dk, p->nk),
+                   rel_err(p->dv, p->r_dv, p->nk)};
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++) {
+        double tol = i < 2 ? tol_f : tol_b;
+        snprintf(what, sizeof what, "%s T=%d NH=%d NKV=%d HS=%d: %s rel err %.3g > %.1g", tag, p->T,
+                 p->NH, p->NKV, p->HS, names[i], e[i], tol);
+        check(e[i] <= tol, what);
+        if (worst && e[i] > worst[i]) worst[i] = e[i];
+    }
+}
+
+/* 1. fast vs ref over the shape grid (default thread count). */
+static void test_shapes(void) {
+    const int Ts[] = {1, 7, 129, 300};
+    const int heads[][2] = {{4, 4}, {4, 2}, {8, 1}};
+    const int HSs[] = {16, 24, 64, 128};
+    double worst[5] = {0};
+    uint64_t seed = 1;
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 4; c++) {
+                problem p;
+                problem_init(&p, Ts[a], heads[b][0], heads[b][1], HSs[c], seed++, 1.0f);
+                problem_ref(&p);
+                problem_fast(&p, 2);
+                compare(&p, TOL_FWD, TOL_BWD, "shapes", worst);
+                problem_free(&p);
+            }
+    printf("shapes: worst rel err out %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n", worst[0], worst[1],
+           worst[2], worst[3], worst[4]);
+}
+
+/* 2. thread counts and reproducibility. 3 threads with NKV = 4 or 2 takes the private-dQ-buffer
+ * scheme; 2 threads with NKV = 4 or 2 the owner scheme; NKV = 1 with 2 threads the buffers. */
+static void test_threads(void) {
+    const int heads[][2] = {{8, 4}, {4, 2}, {8, 1}};
+    for (int b = 0; b < 3; b++) {
+        problem p;
+        // T = 520: several 128- and 256-blocks and a partial one (all diagonal cases)
+        problem_init(&p, 520, heads[b][0], heads[b][1], 24, 100 + (uint64_t)b, 1.0f);
+        problem_ref(&p);
+        for (int th = 1; th <= 3; th++) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "threads=%d", th);
+            problem_fast(&p, th);
+            compare(&p, TOL_FWD, TOL_BWD, tag, NULL);
+            // same call again: the backward must be bit-for-bit identical (fixed assignment)
+            float *dq1 = talloc(p.nq), *dk1 = talloc(p.nk), *dv1 = talloc(p.nk);
+            memcpy(dq1, p.dq, p.nq * sizeof(float));
+            memcpy(dk1, p.dk, p.nk * sizeof(float));
+            memcpy(dv1, p.dv, p.nk * sizeof(float));
+            problem_fast(&p, th);
+            char what[128];
+            snprintf(what, sizeof what, "%s NH=%d NKV=%d: backward not reproducible", tag,
+                     heads[b][0], heads[b][1]);
+            check(memcmp(dq1, p.dq, p.nq * sizeof(float)) == 0 &&
+                      memcmp(dk1, p.dk, p.nk * sizeof(float)) == 0 &&
+                      memcmp(dv1, p.dv, p.nk * sizeof(float)) == 0,
+                  what);
+            free(dq1);
+            free(dk1);
+            free(dv1);
+        }
+        problem_free(&p);
+    }
+    omp_set_num_threads(2);
+}
+
+/* Loss sum(out * g) of causal GQA attention, all in double (for finite differences). */
+static double fd_loss(const double *q, const double *k, const double *v, const double *g, int T,
+                      int NH, int NKV, int HS) {
+    const int G = NH / NKV;
+    const double scale = 1.0 / sqrt((double)HS);
+    double loss = 0.0, s[64];
+    for (int h = 0; h < NH; h++)
+        for (int i = 0; i < T; i++) {
+            double mx = -INFINITY, sum = 0.0;
+            for (int j = 0; j <= i; j++) {
+                s[j] = 0.0;
+                for (int e = 0; e < HS; e++)
+                    s[j] +=
+                        q[((size_t)i * NH + h) * HS + e] * k[((size_t)j * NKV + h / G) * HS + e];
+                s[j] *= scale;
+                mx = fmax(mx, s[j]);
+            }
+            for (int j = 0; j <= i; j++)
+                sum += (s[j] = exp(s[j] - mx));
+            for (int e = 0; e < HS; e++) {
+                double o = 0.0;
+                for (int j = 0; j <= i; j++)
+                    o += s[j] / sum * v[((size_t)j * NKV + h / G) * HS + e];
+                loss += o * g[((size_t)i * NH + h) * HS + e];
+            }
+        }
+    return loss;
+}
+
+/* 3. ref and fast backward vs central differences of fd_loss (dout = g). */
+static void test_finite_differences(void) {
+    const int T = 5, NH = 2, NKV = 1, HS = 4;
+    problem p;
+    problem_init(&p, T, NH, NKV, HS, 7, 1.5f);
+    problem_ref(&p);
+    problem_fast(&p, 2);
+    double *dq = malloc(p.nq * sizeof(double)), *dk = malloc(p.nk * sizeof(double));
+    double *dv = malloc(p.nk * sizeof(double)), *g = malloc(p.nq * sizeof(double));
+    double *fq = malloc(p.nq * sizeof(double)), *fk = malloc(p.nk * sizeof(double));
+    double *fv = malloc(p.nk * sizeof(double));
+    for (size_t i = 0; i < p.nq; i++)
+        dq[i] = p.q[i], g[i] = p.dout[i];
+    for (size_t i = 0; i < p.nk; i++)
+        dk[i] = p.k[i], dv[i] = p.v[i];
+    // the double loss agrees with the ref forward (so its derivative is the right oracle)
+    double lref = 0.0;
+    for (size_t i = 0; i < p.nq; i++)
+        lref += (double)p.r_out[i] * g[i];
+    double l0 = fd_loss(dq, dk, dv, g, T, NH, NKV, HS);
+    // ref out is rounded to fp32 (6e-8 relative per element, 40 terms of size ~1)
+    check(fabs(lref - l0) <= 1e-6 * (1.0 + fabs(l0)), "fd: double loss != ref forward");
+    // Central differences with step 1e-5: truncation error ~h^2 * f''' ~ 1e-10 and cancellation
+    // ~1e-16 / 1e-5 = 1e-11 for a loss of order 1: the FD gradient is good to ~1e-9.
+    const double step = 1e-5;
+    double *xs[3] = {dq, dk, dv}, *fd[3] = {fq, fk, fv};
+    const size_t ns[3] = {p.nq, p.nk, p.nk};
+    for (int t = 0; t < 3; t++)
+        for (size_t i = 0; i < ns[t]; i++) {
+            double x0 = xs[t][i];
+            xs[t][i] = x0 + step;
+            double lp = fd_loss(dq, dk, dv, g, T, NH, NKV, HS);
+            xs[t][i] = x0 - step;
+            double lm = fd_loss(dq, dk, dv, g, T, NH, NKV, HS);
+            xs[t][i] = x0;
+            fd[t][i] = (lp - lm) / (2.0 * step);
+        }
+    // The ref gradient is exact up to its final rounding to fp32 (6e-8 relative), the fast one up
+    // to fp32 accumulation over at most 5 terms (~5e-7): 2e-6 relative to the largest gradient
+    // entry covers both with margin; a sign or factor error (e.g. a missing scale) is O(1).
+    const float *refs[3] = {p.r_dq, p.r_dk, p.r_dv}, *fasts[3] = {p.dq, p.dk, p.dv};
+    const char *names[3] = {"dq", "dk", "dv"};
+    for (int t = 0; t < 3; t++) {
+        double m = 0.0, er = 0.0, ef = 0.0;
+        for (size_t i = 0; i < ns[t]; i++)
+            m = fmax(m, fabs(fd[t][i]));
+        for (size_t i = 0; i < ns[t]; i++) {
+            er = fmax(er, fabs(refs[t][i] - fd[t][i]) / m);
+            ef = fmax(ef, isfinite(fasts[t][i]) ? fabs(fasts[t][i] - fd[t][i]) / m : INFINITY);
+        }
+        char what[128];
+        snprintf(what, sizeof what, "fd: ref %s vs finite differences rel err %.3g", names[t], er);
+        check(er <= 2e-6, what);
+        snprintf(what, sizeof what, "fd: fast %s vs finite differences rel err %.3g", names[t], ef);
+        check(ef <= 2e-6, what);
+        printf("fd %s: ref err %.2g fast err %.2g (max |grad| %.3g)\n", names[t], er, ef, m);
+    }
+    free(dq), free(dk), free(dv), free(g), free(fq), free(fk), free(fv);
+    problem_free(&p);
+}
+
+/* 4. large score magnitudes: q, k uniform in [-30, 30), scores ~ N(0, 300^2). A softmax without
+ * the running maximum overflows exp (fp32 limit ~88) at once. Tolerance: the fp32 score error
+ * is what moves the result, and it grows with the score magnitude. An HS-term fp32 dot product
+ * errs by at most HS * eps * sum|q_e k_e| (worst case, all roundings aligned); with random
+ * rounding it is ~sqrt(HS) * eps * sum|q_e k_e|. We take delta = 4 * HS * eps * scale * max|q|
+ * max|k| (~3e-3 here): about sqrt(HS)/4 = 2x above the random-rounding estimate of sum|q_e k_e|
+ * <= HS max|q| max|k|. A score error delta scales a softmax weight by exp(delta) ~ 1 + delta, so
+ * out, dq, dk, dv move by ~delta relative to their scale, and lse by ~delta absolute (compared
+ * relative to max|lse| ~ 1e3, generous). Measured: ~1e-5 .. 1e-4. Without the online maximum
+ * the result is inf/NaN, which fails any tolerance. */
+static void test_large_scores(void) {
+    problem p;
+    problem_init(&p, 300, 4, 2, 64, 55, 30.0f);
+    problem_ref(&p);
+    problem_fast(&p, 2);
+    const double scale = 1.0 / sqrt(64.0);
+    double delta = 4.0 * 64 * FLT_EPSILON * scale * max_abs(p.q, p.nq) * max_abs(p.k, p.nk);
+    int finite = 1;
+    for (size_t i = 0; i < p.nq; i++)
+        finite &= isfinite(p.out[i]) && isfinite(p.dq[i]);
+    for (size_t i = 0; i < (size_t)p.NH * p.T; i++)
+        finite &= isfinite(p.lse[i]);
+    check(finite, "large scores: non-finite output");
+    double worst[5] = {0};
+    compare(&p, delta, delta, "large scores", worst);
+    printf("large scores: max|lse| %.0f, tolerance %.2g, worst rel err out %.2g lse %.2g dq %.2g "
+           "dk %.2g dv %.2g\n",
+           max_abs(p.r_lse, (size_t)p.NH * p.T), delta, worst[0], worst[1], worst[2], worst[3],
+           worst[4]);
+    problem_free(&p);
+}
+
+/* 5. workspace linear in T: with T a multiple of the tile, the increments from T to 2T and from
+ * 2T to 4T must be in ratio 2 (quadratic growth would give 4). Small slack for rounding. */
+static void test_workspace(void) {
+    for (int th = 1; th <= 3; th++) {
+        omp_set_num_threads(th);
+        const int heads[][2] = {{8, 4}, {8, 1}};
+        for (int b = 0; b < 2; b++) {
+            size_t w1 = attention_workspace_floats(4096, heads[b][0], heads[b][1], 64);
+            size_t w2 = attention_workspace_floats(8192, heads[b][0], heads[b][1], 64);
+            size_t w4 = attention_workspace_floats(16384, heads[b][0], heads[b][1], 64);
+            char what[160];
+            snprintf(what, sizeof what, "workspace threads=%d NKV=%d: %zu %zu %zu not linear in T",
+                     th, heads[b][1], w1, w2, w4);
+            check(w2 > w1 && w4 - w2 <= 2 * (w2 - w1) + 64, what);
+            // and far below one (T, T) score matrix per head
+            check(w4 < (size_t)16384 * 16384 / 8, "workspace: quadratic size at T=16384");
+        }
+    }
+    omp_set_num_threads(2);
+}
+
+int main(void) {
+    double t0 = omp_get_wtime();
+    test_shapes();
+    test_threads();
+    test_finite_differences();
+    test_large_scores();
+    test_workspace();
+    printf("test_attention: %.1f s\n", omp_get_wtime() - t0);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
