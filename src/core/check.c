@@ -26,23 +26,40 @@ static UP_NORETURN void stop_all(int code) {
     exit(code);
 }
 
+/* Formats prefix + message + newline and writes it with one call, so a rank killed by another
+ * rank's MPI_Abort right after cannot leave half a line. */
+static void write_line(const char *prefix, const char *fmt, va_list ap) {
+    char buf[2048];
+    int n = snprintf(buf, sizeof buf, "%s", prefix);
+    if (n < 0) n = 0;
+    if ((size_t)n < sizeof buf) {
+        int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+        if (m > 0) n += m;
+    }
+    if ((size_t)n >= sizeof buf - 1) n = (int)sizeof buf - 2;
+    buf[n++] = '\n';
+    fflush(stdout);
+    fwrite(buf, 1, (size_t)n, stderr);
+    fflush(stderr);
+}
+
 void up_fatal(const char *file, int line, const char *fmt, ...) {
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "[rank %d] %s:%d: ", g_rank, file, line);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "[rank %d] %s:%d: ", g_rank, file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    write_line(prefix, fmt, ap);
     va_end(ap);
     stop_all(2);
 }
 
 void up_die(const char *fmt, ...) {
+    char prefix[64];
+    if (g_world > 1) snprintf(prefix, sizeof prefix, "upipe: error (rank %d): ", g_rank);
+    else snprintf(prefix, sizeof prefix, "upipe: error: ");
     va_list ap;
     va_start(ap, fmt);
-    if (g_world > 1) fprintf(stderr, "upipe: error (rank %d): ", g_rank);
-    else fprintf(stderr, "upipe: error: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    write_line(prefix, fmt, ap);
     va_end(ap);
     stop_all(1);
 }
@@ -51,9 +68,7 @@ void up_die_all(const char *fmt, ...) {
     if (g_rank == 0) {
         va_list ap;
         va_start(ap, fmt);
-        fprintf(stderr, "upipe: error: ");
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
+        write_line("upipe: error: ", fmt, ap);
         va_end(ap);
     }
     fflush(stdout);

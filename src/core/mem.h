@@ -3,7 +3,7 @@
  * Every large buffer comes from mem_alloc with a category. The module knows the live bytes per
  * category, the peak of each category and the peak of their sum. Memory is 64-byte aligned and
  * zeroed (so it is touched: accounted bytes track resident bytes). Not thread-safe: allocate
- * from the main thread only (the offload I/O thread reports through mem_set_offloaded). */
+ * from the main thread only (the offload I/O thread reports through mem_add_offloaded). */
 #ifndef UP_MEM_H
 #define UP_MEM_H
 

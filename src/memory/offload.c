@@ -43,8 +43,8 @@ struct offload_store {
                           I/O thread may switch it to 0 (see transfer) */
     size_t slot_bytes; /* rounded up to OFFLOAD_ALIGN */
     int nslots, nbuf;
-    void *slab;  /* mem_alloc block; base is its first OFFLOAD_ALIGN boundary */
-    char *base;  /* (nbuf, slot_bytes) */
+    void *slab; /* mem_alloc block; base is its first OFFLOAD_ALIGN boundary */
+    char *base; /* (nbuf, slot_bytes) */
 
     pthread_mutex_t mu;
     pthread_cond_t cv_work; /* main -> I/O thread: a request was queued, or stop */
@@ -52,15 +52,15 @@ struct offload_store {
     pthread_t thread;
     int stop;
 
-    buf_state *bstate;          /* (nbuf) */
-    offload_req *queue;         /* (nbuf) ring: every queued request holds its own buffer */
+    buf_state *bstate;  /* (nbuf) */
+    offload_req *queue; /* (nbuf) ring: every queued request holds its own buffer */
     int qhead, qcount;
     int *slot_buf;              /* (nslots) buffer of a pending or ready read, -1: none */
     unsigned char *slot_queued; /* (nslots) a write was queued (main side, for checks) */
     unsigned char *slot_held;   /* (nslots) written at least once (counted as offloaded) */
     size_t offloaded;           /* bytes reported to mem_add_offloaded */
 
-    int failed; /* first I/O error, reported by the next main-thread call */
+    int failed;     /* first I/O error, reported by the next main-thread call */
     int fail_errno; /* errno, or OFFLOAD_EOF for a short transfer */
     offload_op fail_op;
     int fail_slot;
@@ -73,7 +73,9 @@ struct offload_store {
 
 static int g_allow_direct = 1;
 
-void offload_allow_direct(int allow) { g_allow_direct = allow; }
+void offload_allow_direct(int allow) {
+    g_allow_direct = allow;
+}
 
 static size_t round_slot(size_t slot_bytes) {
     return up_add(slot_bytes, OFFLOAD_ALIGN - 1) & ~(OFFLOAD_ALIGN - 1);
@@ -147,7 +149,8 @@ static void *io_main(void *arg) {
     offload_store *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (s->qcount == 0 && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
+        while (s->qcount == 0 && !s->stop)
+            pthread_cond_wait(&s->cv_work, &s->mu);
         if (s->stop) break; /* closing: queued requests are dropped below */
         offload_req r = s->queue[s->qhead];
         s->qhead = (s->qhead + 1) % s->nbuf;
@@ -156,7 +159,7 @@ static void *io_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
 
         char *p = s->base + (size_t)r.buf * s->slot_bytes;
-        off_t off = (off_t)up_mul((size_t)r.slot, s->slot_bytes);
+        off_t off = (off_t)((size_t)r.slot * s->slot_bytes); /* < store size, checked at open */
         size_t done = 0;
         double t0 = now_seconds();
         int e = skip ? 0 : transfer(s, r.op, p, off, &done);
@@ -324,8 +327,7 @@ float *offload_wait(offload_store *s, int slot) {
 void offload_release(offload_store *s, float *buf) {
     pthread_mutex_lock(&s->mu);
     int b = buffer_index(s, buf, "offload_release");
-    UP_CHECK(s->bstate[b] == BUF_CALLER, "offload_release: buffer %d is not held by the caller",
-             b);
+    UP_CHECK(s->bstate[b] == BUF_CALLER, "offload_release: buffer %d is not held by the caller", b);
     s->bstate[b] = BUF_FREE;
     pthread_mutex_unlock(&s->mu);
 }
@@ -380,8 +382,8 @@ static int choose_mode(offload_store *s) {
 offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int nbuf, char *err,
                             size_t errlen) {
     UP_CHECK(slot_bytes > 0 && nslots >= 1 && nbuf >= 2,
-             "offload_open: slot_bytes %zu, nslots %d, nbuf %d (need > 0, >= 1, >= 2)",
-             slot_bytes, nslots, nbuf);
+             "offload_open: slot_bytes %zu, nslots %d, nbuf %d (need > 0, >= 1, >= 2)", slot_bytes,
+             nslots, nbuf);
     if (dir == NULL || dir[0] == '\0') {
         snprintf(err, errlen, "--offload: no directory given: pass a writable directory");
         return NULL;
@@ -389,16 +391,22 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
     struct stat st;
     if (stat(dir, &st) != 0) {
         if (errno == ENOENT)
-            snprintf(err, errlen, "--offload %s: no such directory: create it or pass an "
-                                  "existing writable directory", dir);
+            snprintf(err, errlen,
+                     "--offload %s: no such directory: create it or pass an "
+                     "existing writable directory",
+                     dir);
         else
-            snprintf(err, errlen, "--offload %s: cannot access it (%s): pass a writable "
-                                  "directory", dir, strerror(errno));
+            snprintf(err, errlen,
+                     "--offload %s: cannot access it (%s): pass a writable "
+                     "directory",
+                     dir, strerror(errno));
         return NULL;
     }
     if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "--offload %s: not a directory: pass a directory (the store "
-                              "creates its own file in it)", dir);
+        snprintf(err, errlen,
+                 "--offload %s: not a directory: pass a directory (the store "
+                 "creates its own file in it)",
+                 dir);
         return NULL;
     }
     size_t rounded = round_slot(slot_bytes), total = offload_store_bytes(slot_bytes, nslots);
@@ -407,18 +415,21 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
     if (statvfs(dir, &vfs) == 0 && vfs.f_blocks > 0) { /* 0 blocks: fs that does not say */
         double avail = (double)vfs.f_bavail * (double)vfs.f_frsize;
         if (avail < (double)total) {
-            snprintf(err, errlen, "--offload %s: the store needs %s but only %s are free there: "
-                     "free disk space or pass a directory on a larger disk", dir,
-                     up_fmt_bytes(b1, sizeof b1, (double)total), up_fmt_bytes(b2, sizeof b2, avail));
+            snprintf(err, errlen,
+                     "--offload %s: the store needs %s but only %s are free there: "
+                     "free disk space or pass a directory on a larger disk",
+                     dir, up_fmt_bytes(b1, sizeof b1, (double)total),
+                     up_fmt_bytes(b2, sizeof b2, avail));
             return NULL;
         }
     }
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (double)rl.rlim_cur < (double)total) {
-        snprintf(err, errlen, "--offload %s: the store needs a file of %s but the file-size limit "
-                 "(ulimit -f) is %s: raise it (ulimit -f unlimited)", dir,
-                 up_fmt_bytes(b1, sizeof b1, (double)total),
+        snprintf(err, errlen,
+                 "--offload %s: the store needs a file of %s but the file-size limit "
+                 "(ulimit -f) is %s: raise it (ulimit -f unlimited)",
+                 dir, up_fmt_bytes(b1, sizeof b1, (double)total),
                  up_fmt_bytes(b2, sizeof b2, (double)rl.rlim_cur));
         return NULL;
     }
@@ -438,7 +449,8 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
     s->slot_held = calloc((size_t)nslots, 1);
     UP_CHECK(s->dir && s->bstate && s->queue && s->slot_buf && s->slot_queued && s->slot_held,
              "offload_open: out of memory");
-    for (int i = 0; i < nslots; i++) s->slot_buf[i] = -1;
+    for (int i = 0; i < nslots; i++)
+        s->slot_buf[i] = -1;
 
     size_t dlen = strlen(dir);
     char *path = malloc(dlen + 32);
@@ -446,8 +458,10 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
     snprintf(path, dlen + 32, "%s/upipe-offload-XXXXXX", dir);
     s->fd = mkostemp(path, O_CLOEXEC);
     if (s->fd < 0) {
-        snprintf(err, errlen, "--offload %s: cannot create a file there (%s): pass a writable "
-                              "directory", dir, strerror(errno));
+        snprintf(err, errlen,
+                 "--offload %s: cannot create a file there (%s): pass a writable "
+                 "directory",
+                 dir, strerror(errno));
         free(path);
         free_meta(s);
         return NULL;
@@ -462,8 +476,10 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
 
     int e = choose_mode(s);
     if (e != 0) {
-        snprintf(err, errlen, "--offload %s: cannot write to a file there (%s): free disk space "
-                              "or pass another directory", dir, strerror(e));
+        snprintf(err, errlen,
+                 "--offload %s: cannot write to a file there (%s): free disk space "
+                 "or pass another directory",
+                 dir, strerror(e));
         goto fail;
     }
     pthread_mutex_init(&s->mu, NULL);

@@ -78,15 +78,14 @@ typedef enum { OFFLOAD_OP_WRITE, OFFLOAD_OP_READ } offload_op;
 
 /* Counters of completed operations (a snapshot, consistent under the store's lock). */
 typedef struct {
-    long writes, reads;                  /* completed slot writes / reads */
-    size_t bytes_written, bytes_read;    /* bytes moved to and from the file */
-    double write_seconds, read_seconds;  /* time the I/O thread spent in pwrite / pread */
+    long writes, reads;                 /* completed slot writes / reads */
+    size_t bytes_written, bytes_read;   /* bytes moved to and from the file */
+    double write_seconds, read_seconds; /* time the I/O thread spent in pwrite / pread */
 } offload_stats;
 void offload_get_stats(offload_store *s, offload_stats *out);
 
 /* Debug hook: fn(ctx, op, slot) is called by the I/O thread after each completed operation, in
  * completion order (which is request order). Set it before any request; NULL turns it off. */
-void offload_set_trace(offload_store *s, void (*fn)(void *ctx, offload_op op, int slot),
-                       void *ctx);
+void offload_set_trace(offload_store *s, void (*fn)(void *ctx, offload_op op, int slot), void *ctx);
 
 #endif

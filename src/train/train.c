@@ -414,9 +414,9 @@ int train_main(int argc, char **argv) {
     if (o.init && !up_file_readable(o.init))
         up_die_all("--init %s: cannot read the file (%s)", o.init, strerror(errno));
 
-    if (model_check_options(&cfg, P, &o.mopt, err, sizeof err) != 0) up_die_all("%s", err);
     if (o.mopt.tile_mlp < 0) o.mopt.tile_mlp = cfg.C; /* flag without a size: ~C tokens */
     if (o.mopt.tile_loss < 0) o.mopt.tile_loss = cfg.C;
+    if (model_check_options(&cfg, P, &o.mopt, err, sizeof err) != 0) up_die_all("%s", err);
 
     comm_ctx comm;
     comm_init(&comm, MPI_COMM_WORLD, P);

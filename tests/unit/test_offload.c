@@ -34,7 +34,9 @@ static char g_dir[256];
         }                                                                                          \
     } while (0)
 
-static size_t round4k(size_t n) { return (n + 4095) & ~(size_t)4095; }
+static size_t round4k(size_t n) {
+    return (n + 4095) & ~(size_t)4095;
+}
 
 /* Exact in fp32: a 20-bit integer that depends on step, slot and index. */
 static float fill_value(int step, int slot, size_t i) {
@@ -43,13 +45,15 @@ static float fill_value(int step, int slot, size_t i) {
 }
 
 static void fill(float *b, size_t n, int step, int slot) {
-    for (size_t i = 0; i < n; i++) b[i] = fill_value(step, slot, i);
+    for (size_t i = 0; i < n; i++)
+        b[i] = fill_value(step, slot, i);
 }
 
 /* Number of elements that differ from the formula. */
 static size_t count_bad(const float *b, size_t n, int step, int slot) {
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += b[i] != fill_value(step, slot, i);
+    for (size_t i = 0; i < n; i++)
+        bad += b[i] != fill_value(step, slot, i);
     return bad;
 }
 
@@ -76,7 +80,8 @@ static int visible_store_files(void) {
     if (!d) return -1;
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, "upipe-offload-", 14) == 0;
+    while ((e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, "upipe-offload-", 14) == 0;
     closedir(d);
     return n;
 }
@@ -101,8 +106,8 @@ static void run_pattern(size_t n, int L, int nbuf, int steps, int direct, int *m
     size_t want = offload_buffer_bytes(slot_bytes, nbuf);
     CHECK(mem_live(MEM_CHECKPOINTS) == want && want >= nbuf * rounded &&
               want - nbuf * rounded < 4096,
-          "MEM_CHECKPOINTS %zu, expected %zu (nbuf %d x %zu + slack)",
-          mem_live(MEM_CHECKPOINTS), want, nbuf, rounded);
+          "MEM_CHECKPOINTS %zu, expected %zu (nbuf %d x %zu + slack)", mem_live(MEM_CHECKPOINTS),
+          want, nbuf, rounded);
 
     size_t bad = 0;
     for (int step = 0; step < steps; step++) {
@@ -125,8 +130,7 @@ static void run_pattern(size_t n, int L, int nbuf, int steps, int direct, int *m
     CHECK(bad == 0, "L=%d nbuf=%d %s: %zu elements differ", L, nbuf, mode, bad);
     CHECK(st.writes == (long)steps * L && st.reads == (long)steps * L &&
               st.bytes_written == (size_t)steps * L * rounded,
-          "stats: %ld writes, %ld reads, %zu bytes written", st.writes, st.reads,
-          st.bytes_written);
+          "stats: %ld writes, %ld reads, %zu bytes written", st.writes, st.reads, st.bytes_written);
     // FIFO: each step's writes 0..L-1 complete, then its reads L-1..0
     int order_ok = lg.n == 2 * L * steps;
     for (int k = 0; order_ok && k < lg.n; k++) {
@@ -135,8 +139,8 @@ static void run_pattern(size_t n, int L, int nbuf, int steps, int direct, int *m
         int slot = j < L ? j : 2 * L - 1 - j;
         order_ok = lg.op[k] == op && lg.slot[k] == slot;
     }
-    CHECK(order_ok, "L=%d nbuf=%d: completion order differs from W0..W%d R%d..R0 (%d ops)", L,
-          nbuf, L - 1, L - 1, lg.n);
+    CHECK(order_ok, "L=%d nbuf=%d: completion order differs from W0..W%d R%d..R0 (%d ops)", L, nbuf,
+          L - 1, L - 1, lg.n);
     // (3) offloaded bytes: every slot once, rounded; earlier stores (smaller) gave theirs back
     CHECK(mem_offloaded_peak() == (size_t)L * rounded, "offloaded peak %zu, expected %zu",
           mem_offloaded_peak(), (size_t)L * rounded);
@@ -220,8 +224,7 @@ static void test_open_errors(void) {
     FILE *fp = fopen(path, "w");
     if (fp) fclose(fp);
     err[0] = '\0';
-    CHECK(offload_open(path, 4096, 2, 2, err, sizeof err) == NULL &&
-              strstr(err, "not a directory"),
+    CHECK(offload_open(path, 4096, 2, 2, err, sizeof err) == NULL && strstr(err, "not a directory"),
           "regular file: '%s'", err);
     unlink(path);
 
@@ -246,8 +249,7 @@ static void test_open_errors(void) {
     small.rlim_cur = 1 << 20;
     setrlimit(RLIMIT_FSIZE, &small);
     err[0] = '\0';
-    CHECK(offload_open(g_dir, 1 << 20, 4, 2, err, sizeof err) == NULL &&
-              strstr(err, "ulimit -f"),
+    CHECK(offload_open(g_dir, 1 << 20, 4, 2, err, sizeof err) == NULL && strstr(err, "ulimit -f"),
           "over the file-size limit at open: '%s'", err);
     setrlimit(RLIMIT_FSIZE, &old);
     CHECK(mem_live(MEM_CHECKPOINTS) == 0 && visible_store_files() == 0,
@@ -280,8 +282,10 @@ static int run_child(void (*fn)(int), int arg, char *out, size_t outlen) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* Child: a file-size limit of 3 slots, then the forward writes 6. Must die in up_die. */
-static void child_write_past_limit(int direct) {
+/* Child: a file-size limit of 3 slots (plus 100 bytes when arg & 2: a partial write, whose
+ * unaligned rest O_DIRECT refuses), then the forward writes 6 slots. Must die in up_die. */
+static void child_write_past_limit(int arg) {
+    int direct = arg & 1;
     size_t slot = 64 * 1024;
     char err[512];
     offload_allow_direct(direct);
@@ -292,7 +296,7 @@ static void child_write_past_limit(int direct) {
     }
     struct rlimit rl;
     getrlimit(RLIMIT_FSIZE, &rl);
-    rl.rlim_cur = 3 * slot;
+    rl.rlim_cur = 3 * slot + ((arg & 2) ? 100 : 0);
     setrlimit(RLIMIT_FSIZE, &rl);
     for (int l = 0; l < 6; l++) {
         float *b = offload_acquire(s);
@@ -317,10 +321,11 @@ static void child_deadlock(int unused) {
 
 static void test_failures(void) {
     char out[4096];
-    for (int direct = 1; direct >= 0; direct--) {
-        int rc = run_child(child_write_past_limit, direct, out, sizeof out);
-        CHECK(rc == 1, "write past ulimit -f (%s): child exit %d, stderr '%s'",
-              direct ? "default mode" : "buffered", rc, out);
+    for (int arg = 0; arg < 4; arg++) {
+        int rc = run_child(child_write_past_limit, arg, out, sizeof out);
+        CHECK(rc == 1, "write past ulimit -f (%s, %s limit): child exit %d, stderr '%s'",
+              (arg & 1) ? "default mode" : "buffered", (arg & 2) ? "unaligned" : "aligned", rc,
+              out);
         CHECK(strstr(out, "write of layer checkpoint 3 failed") && strstr(out, "File too large") &&
                   strstr(out, g_dir) && strstr(out, "ulimit -f"),
               "write past ulimit -f: message '%s'", out);
