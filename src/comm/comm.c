@@ -5,8 +5,9 @@
 #include <limits.h>
 #include <string.h>
 
-static const char *g_kind_names[COMM_KIND_COUNT] = {"seq_to_head", "head_to_seq", "grad_reduce",
-                                                    "loss_reduce", "other"};
+static const char *g_kind_names[COMM_KIND_COUNT] = {
+    "seq_to_head", "head_to_seq", "grad_reduce", "loss_reduce", "fsdp_gather", "fsdp_reduce",
+    "other"};
 
 const char *comm_kind_name(comm_kind k) { return g_kind_names[k]; }
 
@@ -160,6 +161,39 @@ void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *cnt) {
     *loss_sum = v[0];
     *cnt = (long long)(v[1] + 0.5);
     count(c, COMM_LOSS_REDUCE, t0, sizeof v);
+}
+
+static int int_count(size_t n) {
+    UP_CHECK(n <= INT_MAX, "a shard of %zu floats exceeds MPI's int count: use more ranks", n);
+    return (int)n;
+}
+
+void comm_allgather_start(comm_ctx *c, const float *shard, float *full, size_t n,
+                          MPI_Request *req) {
+    double t0 = MPI_Wtime();
+    int k = int_count(n);
+    MPI_CALL(MPI_Iallgather(shard, k, MPI_FLOAT, full, k, MPI_FLOAT, c->world, req));
+    count(c, COMM_FSDP_GATHER, t0, (double)n * sizeof(float) * (c->R - 1));
+    c->stats[COMM_FSDP_GATHER].calls--; /* counted once, at the wait */
+}
+
+void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind) {
+    double t0 = MPI_Wtime();
+    MPI_CALL(MPI_Wait(req, MPI_STATUS_IGNORE));
+    count(c, kind, t0, 0);
+}
+
+void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n) {
+    double t0 = MPI_Wtime();
+    MPI_CALL(MPI_Reduce_scatter_block(full, shard, int_count(n), MPI_FLOAT, MPI_SUM, c->world));
+    count(c, COMM_FSDP_REDUCE, t0, (double)n * sizeof(float) * (c->R - 1));
+}
+
+void comm_sum_double(comm_ctx *c, double *v) {
+    if (c->R == 1) return;
+    double t0 = MPI_Wtime();
+    MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_SUM, c->world));
+    count(c, COMM_OTHER, t0, sizeof(double));
 }
 
 void comm_max_u64(comm_ctx *c, unsigned long long *v, int n) {

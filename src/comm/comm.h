@@ -17,6 +17,8 @@ typedef enum {
     COMM_HEAD_TO_SEQ,
     COMM_GRAD_REDUCE,
     COMM_LOSS_REDUCE,
+    COMM_FSDP_GATHER,
+    COMM_FSDP_REDUCE,
     COMM_OTHER,
     COMM_KIND_COUNT
 } comm_kind;
@@ -66,6 +68,18 @@ size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS);
 void comm_reduce_grads(comm_ctx *c, float *g, size_t n);
 /* Sum of the loss sum and the valid-target count over all ranks, in place. */
 void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
+/* FSDP over the whole world (DESIGN.md §4). All-gather of equal shards of n floats:
+ * full (R * n) receives rank i's shard at i * n. The start variant returns at once; the gather
+ * is complete after comm_wait (time is counted there). */
+void comm_allgather_start(comm_ctx *c, const float *shard, float *full, size_t n,
+                          MPI_Request *req);
+void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind);
+/* Reduce-scatter: full (R * n) summed over ranks, this rank's block i = rank lands in shard (n).
+ * overwrite shard. */
+void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n);
+/* Sum of one double over the world, in place (e.g. the squared gradient norm of shards). */
+void comm_sum_double(comm_ctx *c, double *v);
+
 /* Max over the world of n unsigned 64-bit values, in place (memory reports). */
 void comm_max_u64(comm_ctx *c, unsigned long long *v, int n);
 

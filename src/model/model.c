@@ -8,6 +8,7 @@
 #include "model/upipe.h"
 
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,11 +69,11 @@ static void build_table(model *m) {
     }
 }
 
-layer_weights model_layer_view(const model *m, float *slab, int l) {
+layer_weights model_layer_view(const model *m, float *layer) {
     const model_config *c = &m->cfg;
     size_t qd = (size_t)c->NH * c->HS, kvd = (size_t)c->NKV * c->HS, C = c->C, F = c->F;
     layer_weights w;
-    float *p = slab + m->layer_off[l];
+    float *p = layer;
     w.attn_norm = p, p += C;
     w.wq = p, p += qd * C;
     w.wk = p, p += kvd * C;
@@ -150,10 +151,28 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     int P1 = m->P == 1, plain = m->opt.U == 0, tiled_mlp = m->tile_mlp < T;
     int ckpt = m->opt.checkpoint, offload = m->opt.offload_dir != NULL;
 
-    m->params = model_buffer(m, MEM_PARAMS, m->nparams);
-    m->grads = model_buffer(m, MEM_GRADS, m->nparams);
-    m->m = model_buffer(m, MEM_OPTIMIZER, m->nparams);
-    m->v = model_buffer(m, MEM_OPTIMIZER, m->nparams);
+    /* model state: this rank's shards (all of it without --fsdp) */
+    fsdp_layout(m, opt->fsdp ? comm->R : 1, opt->fsdp ? comm->rank : 0);
+    m->params = model_buffer(m, MEM_PARAMS, m->nshard);
+    m->grads = model_buffer(m, MEM_GRADS, m->nshard);
+    m->m = model_buffer(m, MEM_OPTIMIZER, m->nshard);
+    m->v = model_buffer(m, MEM_OPTIMIZER, m->nshard);
+    if (m->R_f > 1) {
+        size_t maxs = 0;
+        for (int u = 0; u < m->nunits; u++) maxs = m->shard_n[u] > maxs ? m->shard_n[u] : maxs;
+        size_t full = up_mul(maxs, (size_t)m->R_f);
+        m->gbuf[0] = model_buffer(m, MEM_COMM, full);
+        m->gbuf[1] = model_buffer(m, MEM_COMM, full);
+        m->gradbuf = model_buffer(m, MEM_COMM, full);
+        m->rs_tmp = model_buffer(m, MEM_COMM, maxs);
+        if (c->tied) {
+            size_t e = up_mul(m->shard_n[0], (size_t)m->R_f);
+            m->gbuf[2] = model_buffer(m, MEM_COMM, e);
+            m->embed_gradbuf = model_buffer(m, MEM_COMM, e);
+        }
+        m->greq = calloc(3, sizeof(MPI_Request));
+        UP_CHECK(m->greq, "out of memory");
+    }
 
     /* saved tensors: one set per layer, or one shared set when the layer is recomputed */
     m->acts = calloc((size_t)c->L, sizeof *m->acts);
@@ -256,6 +275,11 @@ void model_free(model *m) {
     free(m->acts);
     free(m->tensors);
     free(m->layer_off);
+    free(m->unit_off);
+    free(m->shard_n);
+    free(m->shard_off);
+    free(m->tensor_unit);
+    free(m->greq);
     memset(m, 0, sizeof *m);
 }
 
@@ -272,19 +296,34 @@ static uint64_t mix64(uint64_t x) {
 
 static double unit_open(uint64_t x) { return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
+int model_owned_part(const model *m, int t, size_t *i0, size_t *i1) {
+    const param_tensor *pt = &m->tensors[t];
+    size_t g0, g1;
+    fsdp_owned(m, m->tensor_unit[t], &g0, &g1);
+    size_t end = pt->offset + pt->numel;
+    size_t a = pt->offset > g0 ? pt->offset : g0, b = end < g1 ? end : g1;
+    if (a >= b) return 0;
+    *i0 = a - pt->offset;
+    *i1 = b - pt->offset;
+    return 1;
+}
+
 void model_init_random(model *m, uint64_t seed) {
     const double two_pi = 6.283185307179586;
     for (int t = 0; t < m->ntensors; t++) {
         const param_tensor *pt = &m->tensors[t];
-        float *p = m->params + pt->offset;
+        /* only this rank's part of the tensor: elements [i0, i1) */
+        size_t i0, i1;
+        if (!model_owned_part(m, t, &i0, &i1)) continue;
+        float *p = fsdp_shard_at(m, m->params, m->tensor_unit[t], pt->offset + i0) - i0;
         if (pt->ndim == 1) {
-            for (size_t i = 0; i < pt->numel; i++) p[i] = 1.0f;
+            for (size_t i = i0; i < i1; i++) p[i] = 1.0f;
             continue;
         }
         uint64_t key = mix64(seed ^ mix64((uint64_t)t + 1));
         float std = m->cfg.init_std;
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < pt->numel; i++) {
+        for (size_t i = i0; i < i1; i++) {
             /* Box-Muller on two hashed uniforms of this element's counter */
             double u1 = unit_open(mix64(key + 2 * (uint64_t)i));
             double u2 = unit_open(mix64(key + 2 * (uint64_t)i + 1));
@@ -320,7 +359,10 @@ void model_load(model *m, const char *path) {
             up_die("%s: tensor %s has shape [%s] but the config needs [%s]: use the "
                    "config.json that belongs to these weights", path, pt->name, got, want);
         }
-        if (st_read_f32(&f, st, 0, pt->numel, m->params + pt->offset, err, sizeof err) != 0) {
+        size_t i0, i1;
+        if (!model_owned_part(m, t, &i0, &i1)) continue; /* FSDP: keep only this rank's shard */
+        float *dst = fsdp_shard_at(m, m->params, m->tensor_unit[t], pt->offset + i0);
+        if (st_read_f32(&f, st, i0, i1 - i0, dst, err, sizeof err) != 0) {
             st_close(&f);
             up_die("%s", err);
         }
@@ -328,7 +370,12 @@ void model_load(model *m, const char *path) {
     st_close(&f);
 }
 
-void model_save_slab(const model *m, const float *slab, const char *path) {
+void model_save_slab(model *m, const float *slab, const char *path) {
+    /* the full layout on rank 0 (a temporary copy: the shards are spread over the ranks) */
+    float *full = m->comm->rank == 0 ? mem_alloc_f32(MEM_COMM, m->nparams) : NULL;
+    fsdp_gather_full(m, slab, full);
+    if (m->comm->rank != 0) return;
+    slab = full;
     st_entry *e = calloc((size_t)m->ntensors, sizeof *e);
     UP_CHECK(e, "out of memory");
     for (int t = 0; t < m->ntensors; t++) {
@@ -342,6 +389,7 @@ void model_save_slab(const model *m, const float *slab, const char *path) {
     char err[512];
     int rc = st_write_f32(path, e, m->ntensors, err, sizeof err);
     free(e);
+    mem_free(full);
     if (rc != 0) up_die("%s", err);
 }
 
@@ -460,7 +508,7 @@ static void mlp_backward(model *m, const layer_weights *w, const layer_weights *
 static void layer_forward(model *m, int l, const float *x_in, float *x_out) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C;
-    layer_weights w = model_layer_view(m, m->params, l);
+    layer_weights w = model_layer_view(m, fsdp_gather(m, l + 1));
     layer_acts *a = &m->acts[l];
 
     rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);    // h = rmsnorm(x) (T, C)
@@ -475,8 +523,8 @@ static void layer_forward(model *m, int l, const float *x_in, float *x_out) {
 static void layer_backward(model *m, int l, const float *x_in) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, qd = c->NH * c->HS;
-    layer_weights w = model_layer_view(m, m->params, l);
-    layer_weights g = model_layer_view(m, m->grads, l);
+    layer_weights w = model_layer_view(m, fsdp_gather(m, l + 1));
+    layer_weights g = model_layer_view(m, fsdp_grads(m, l + 1));
     layer_acts *a = &m->acts[l];
 
     mlp_backward(m, &w, &g, a);
@@ -496,9 +544,11 @@ static void layer_backward(model *m, int l, const float *x_in) {
  * here too, so the (T, V) logits never exist: dres := d loss / d x_final. */
 static double loss_forward_backward(model *m, float grad_scale) {
     const model_config *c = &m->cfg;
-    int T = m->T, C = c->C, V = c->V, N = m->tile_loss;
-    const float *wlm = m->params + m->lm_head_off, *wn = m->params + m->final_norm_off;
-    float *glm = m->grads + m->lm_head_off, *gn = m->grads + m->final_norm_off;
+    int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
+    /* the head unit (final norm, then lm_head unless tied: then the embedding's weights) */
+    float *wn = fsdp_gather(m, head), *gn = fsdp_grads(m, head);
+    const float *wlm = c->tied ? fsdp_gather(m, 0) : wn + C;
+    float *glm = c->tied ? fsdp_grads(m, 0) : gn + C;
     double loss = 0;
     memset(m->dres, 0, sizeof(float) * (size_t)T * C);
     for (int t0 = 0; t0 < T; t0 += N) {
@@ -513,6 +563,7 @@ static double loss_forward_backward(model *m, float grad_scale) {
         // xf = rmsnorm(x_final)
         rmsnorm_backward(m->dres + r, gn, m->dxf, m->x_final + r, wn, m->rstdf, n, C);
     }
+    fsdp_reduce(m, head); /* a tied embedding's gradients are reduced after its own backward */
     return loss;
 }
 
@@ -520,8 +571,14 @@ double model_forward(model *m, float grad_scale) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, L = c->L;
     float *x = m->store ? offload_acquire(m->store) : m->acts[0].x_in;
-    embedding_forward(x, m->inputs, m->params + m->embed_off, T, C);     // (T, C)
+    fsdp_invalidate(m); /* the optimizer may have changed the shards since the last gathers */
+    if (m->embed_gradbuf) /* tied + FSDP: the LM head's part of the embedding gradient */
+        memset(m->embed_gradbuf, 0, sizeof(float) * m->shard_n[0] * (size_t)m->R_f);
+    float *wte = fsdp_gather(m, 0);
+    fsdp_prefetch(m, 1);
+    embedding_forward(x, m->inputs, wte, T, C);                          // (T, C)
     for (int l = 0; l < L; l++) {
+        fsdp_prefetch(m, l + 2); /* the next unit's gather overlaps this layer */
         float *x_out = l + 1 == L ? m->x_final
                        : m->store ? offload_acquire(m->store) : m->acts[l + 1].x_in;
         layer_forward(m, l, x, x_out);
@@ -537,12 +594,16 @@ void model_backward(model *m) {
     for (int l = c->L - 1; l >= 0; l--) {
         const float *x_in = m->store ? offload_wait(m->store, l) : m->acts[l].x_in;
         if (m->store && l > 0) offload_prefetch(m->store, l - 1); /* one layer ahead */
+        fsdp_gather(m, l + 1);
+        if (l > 0) fsdp_prefetch(m, l); /* the next layer's gather overlaps this one */
         if (m->opt.checkpoint) layer_forward(m, l, x_in, m->x_final); /* recompute */
         layer_backward(m, l, x_in);
+        fsdp_reduce(m, l + 1); /* right after the unit's backward */
         if (m->store) offload_release(m->store, (float *)x_in);
     }
     // x_0 = embed[inputs]
-    embedding_backward(m->grads + m->embed_off, m->dres, m->inputs, m->T, c->C);
+    embedding_backward(fsdp_grads(m, 0), m->dres, m->inputs, m->T, c->C);
+    fsdp_reduce(m, 0);
 }
 
 double model_flops_per_step(const model_config *c, int T) {

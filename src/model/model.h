@@ -47,6 +47,7 @@ typedef struct {
     int tile_mlp;            /* tokens per MLP tile (norm included), 0: untiled */
     int tile_loss;           /* tokens per loss tile (final norm, LM head, CE), 0: T_loc */
     int U;                   /* query heads per UPipe stage (staged path), 0: plain Ulysses */
+    int fsdp;                /* shard params, grads and optimizer state over all ranks */
 } model_options;
 
 /* Tensors the forward saves for the backward of one layer. T = T_loc rows on this rank; plain
@@ -87,7 +88,26 @@ typedef struct {
     size_t embed_off, final_norm_off, lm_head_off; /* lm_head_off == embed_off when tied */
     size_t *layer_off;                              /* (L) first float of each layer */
 
-    float *params, *grads, *m, *v; /* slabs of nparams floats */
+    /* Units of FSDP (DESIGN.md §4): 0 embedding, 1..L the layers, L+1 final norm (+ lm_head).
+     * This rank owns a padded 1/R_f shard of every unit: R_f = R with --fsdp, else 1 (the shard
+     * is the whole unit and the slabs are the full layout). */
+    int R_f, rank_f;
+    int nunits;
+    size_t *unit_off;  /* (nunits + 1) offsets of the units in the full layout */
+    size_t *shard_n;   /* (nunits) padded shard floats: ceil(unit floats / R_f) */
+    size_t *shard_off; /* (nunits) offsets of the shards in the slabs */
+    size_t nshard;     /* floats of a slab */
+    int *tensor_unit;  /* (ntensors) */
+    float *params, *grads, *m, *v; /* this rank's shards: slabs of nshard floats */
+    /* gather buffers (R_f > 1): units alternate between slots 0 and 1; slot 2 keeps a tied
+     * embedding for the LM head */
+    float *gbuf[3];
+    int gbuf_unit[3];
+    int gbuf_pending[3];
+    void *greq; /* (3) MPI_Request */
+    float *gradbuf;       /* (R_f * max shard_n) full gradients of the unit in backward */
+    float *embed_gradbuf; /* tied + R_f > 1: embedding gradients from the LM head and the input */
+    float *rs_tmp;        /* (max shard_n) reduce-scatter result before it is added */
 
     layer_acts *acts; /* (L) */
     struct offload_store *store; /* checkpoint offload, NULL when resident */
@@ -145,11 +165,39 @@ void model_init_random(model *m, uint64_t seed);
 /* Loads params from a safetensors file with HF names (F32/BF16/F16), every tensor shape checked
  * against the config. Dies with a one-line message on any mismatch. */
 void model_load(model *m, const char *path);
-/* Writes a slab (params or grads) as F32 safetensors with HF names, atomically. */
-void model_save_slab(const model *m, const float *slab, const char *path);
+/* Writes a slab (params or grads; gathered from the shards) as F32 safetensors with HF names,
+ * atomically, from rank 0. Collective. */
+void model_save_slab(model *m, const float *slab, const char *path);
 
-/* Named pointers of layer l into slab (m->params, m->grads, m->m or m->v). */
-layer_weights model_layer_view(const model *m, float *slab, int l);
+/* Named pointers into a layer's full data (a gathered unit or the unit's place in a slab). */
+layer_weights model_layer_view(const model *m, float *layer);
+
+/* ---- FSDP units (fsdp.c) --------------------------------------------------------------------- */
+/* Builds the unit and shard tables for R_f ranks (1: unsharded). */
+void fsdp_layout(model *m, int R_f, int rank_f);
+/* The elements [i0, i1) of tensor t that this rank owns (all of them without FSDP); 0 when
+ * none. fsdp_shard_at(m, slab, m->tensor_unit[t], tensor offset + i0) is where they live. */
+int model_owned_part(const model *m, int t, size_t *i0, size_t *i1);
+/* Full parameters of unit u: with R_f == 1 its place in the slab; else a gather buffer (waits for
+ * a prefetch, or gathers now). Collective when it gathers. */
+float *fsdp_gather(model *m, int u);
+/* Forgets what the gather buffers hold (the shards changed: after an optimizer step). */
+void fsdp_invalidate(model *m);
+/* Starts the gather of unit u into its slot ahead of use (no-op when R_f == 1). Collective. */
+void fsdp_prefetch(model *m, int u);
+/* Where the backward of unit u accumulates full gradients: the slab (R_f == 1) or a zeroed
+ * buffer that fsdp_reduce reduce-scatters into this rank's shard. */
+float *fsdp_grads(model *m, int u);
+/* Reduce-scatter of unit u's gradient buffer, added to the shard (no-op when R_f == 1).
+ * Collective. */
+void fsdp_reduce(model *m, int u);
+/* Global (full-layout) range [g0, g1) of unit u owned by this rank. */
+void fsdp_owned(const model *m, int u, size_t *g0, size_t *g1);
+/* Pointer into a shard slab for the owned global offset g of unit u. */
+float *fsdp_shard_at(const model *m, float *slab, int u, size_t g);
+/* The full layout of a shard slab on rank 0 (full: nparams floats there, may be NULL
+ * elsewhere). Collective. */
+void fsdp_gather_full(model *m, const float *slab, float *full);
 
 /* Forward over m->inputs/m->targets (this rank's T_loc tokens): returns this rank's sum of token
  * losses (double) over targets >= 0. The loss's backward runs inside, per loss tile: the LM head

@@ -72,7 +72,10 @@ void train_print_help(void) {
         "parallelism (launch with mpiexec -n R)\n"
         "  --cp P                 context-parallel degree: each sequence is split over P\n"
         "                         consecutive ranks (Ulysses); R/P replicas train on different\n"
-        "                         sequences (default: P = R, one sequence over all ranks)\n\n"
+        "                         sequences (default: P = R, one sequence over all ranks)\n"
+        "  --fsdp                 shard parameters, gradients and AdamW state over all ranks\n"
+        "                         (ZeRO-3): each layer is gathered before its forward and\n"
+        "                         backward and its gradients reduce-scattered after\n\n"
         "machine\n"
         "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
         "                         else the cores divided by the ranks on this node)\n"
@@ -127,7 +130,7 @@ enum {
     OPT_CONFIG = 256, OPT_DATA, OPT_SEQ, OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_MINLR, OPT_WD,
     OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
     OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
-    OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM
+    OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -173,6 +176,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
         {"upipe-heads", required_argument, 0, OPT_UPIPE},
         {"dry-run", no_argument, 0, OPT_DRY},
+        {"fsdp", no_argument, 0, OPT_FSDP},
         {"mem-limit", required_argument, 0, OPT_MEMLIM},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
@@ -209,6 +213,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_TILE_LOSS: o->mopt.tile_loss = optional_count("--tile-loss", argc, argv); break;
         case OPT_UPIPE: o->mopt.U = (int)parse_long("--upipe-heads", optarg, 1, 1 << 20); break;
         case OPT_DRY: o->dry_run = 1; break;
+        case OPT_FSDP: o->mopt.fsdp = 1; break;
         case OPT_MEMLIM: o->mem_limit = parse_size("--mem-limit", optarg); break;
         case OPT_HELP: return 1;
         case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
@@ -476,7 +481,7 @@ int train_main(int argc, char **argv) {
         comm_reduce_loss(&comm, &zero, &valid);
         float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
 
-        memset(m.grads, 0, sizeof(float) * m.nparams);
+        memset(m.grads, 0, sizeof(float) * m.nshard);
         double loss_sum = 0;
         for (int b = 0; b < o.accum; b++) {
             read_tokens(&shard, &comm, o.T, T_loc, step_seq(step, &comm, o.accum, b), &m);
@@ -485,21 +490,28 @@ int train_main(int argc, char **argv) {
         }
         long long local = 0;
         comm_reduce_loss(&comm, &loss_sum, &local); /* token-weighted over all ranks */
-        comm_reduce_grads(&comm, m.grads, m.nparams);
+        if (m.R_f == 1) comm_reduce_grads(&comm, m.grads, m.nshard); /* FSDP reduced per unit */
         double loss = valid > 0 ? loss_sum / (double)valid : 0.0;
 
-        if (step == 0 && o.save_grads && rank == 0) model_save_slab(&m, m.grads, o.save_grads);
+        if (step == 0 && o.save_grads) model_save_slab(&m, m.grads, o.save_grads);
 
-        double norm = sqrt(sum_squares(m.grads, m.nparams));
+        double sq = sum_squares(m.grads, m.nshard);
+        if (m.R_f > 1) comm_sum_double(&comm, &sq); /* shards: the norm of the whole gradient */
+        double norm = sqrt(sq);
         float clip = clip_factor(norm, (float)o.grad_clip);
         float lr = lr_schedule((int)step, (int)o.steps, (float)o.lr, (int)o.warmup,
                                (float)o.min_lr_frac);
         if (o.lr > 0) {
             hp.lr = lr;
+            /* every tensor's owned part: the whole tensor, or this rank's FSDP shard of it */
             for (int t = 0; t < m.ntensors; t++) {
-                const param_tensor *pt = &m.tensors[t];
-                adamw_update(m.params + pt->offset, m.grads + pt->offset, m.m + pt->offset,
-                             m.v + pt->offset, pt->numel, &hp, (int)step + 1, clip, pt->decay);
+                size_t i0, i1;
+                if (!model_owned_part(&m, t, &i0, &i1)) continue;
+                int u = m.tensor_unit[t];
+                size_t g = m.tensors[t].offset + i0;
+                adamw_update(fsdp_shard_at(&m, m.params, u, g), fsdp_shard_at(&m, m.grads, u, g),
+                             fsdp_shard_at(&m, m.m, u, g), fsdp_shard_at(&m, m.v, u, g), i1 - i0,
+                             &hp, (int)step + 1, clip, m.tensors[t].decay);
             }
         } else {
             lr = 0;
@@ -541,7 +553,7 @@ int train_main(int argc, char **argv) {
         }
     }
     if (logf && fclose(logf) != 0) up_die("--log %s: write failed", o.log);
-    if (o.save && rank == 0) model_save_slab(&m, m.params, o.save);
+    if (o.save) model_save_slab(&m, m.params, o.save);
     if (o.mem_report) {
         mem_plan measured = plan_capture();
         measured.rss = mem_rss_peak();
