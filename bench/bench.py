@@ -38,7 +38,8 @@ def main():
     data = os.path.join(tmp, "data.bin")
     run([a.upipe, "data", "recall", "--output", data, "--tokens", str(max(a.T) * 3 + 1),
          "--distance", "1024"], check=True)
-    sg = json.loads(run([os.path.join(bdir, "bench_sgemm"), str(a.threads)], check=True).stdout)
+    sgemm_cmd = [os.path.join(bdir, "bench_sgemm"), str(a.threads)]
+    sg = json.loads(run(sgemm_cmd, check=True).stdout)
     sgemm = sg["gflops"]
     print(f"cblas_sgemm ({sg['M']}x{sg['K']}x{sg['N']}, {a.threads} threads): {sgemm:.1f} GFLOP/s")
     rows = []
@@ -66,6 +67,13 @@ def main():
                 row["torch_rss"] = tj.get("rss_peak_bytes")
         rows.append(row)
         print_row(row, sgemm, header=len(rows) == 1)
+    # the machine is shared: measure the yardstick again and keep the higher (stricter) figure
+    sg2 = json.loads(run(sgemm_cmd, check=True).stdout)["gflops"]
+    print(f"cblas_sgemm again after the runs: {sg2:.1f} GFLOP/s; fractions against "
+          f"{max(sgemm, sg2):.1f}:")
+    for r in rows:
+        if r.get("gflops"):
+            print(f"  T={r['T']}: {100 * r['gflops'] / max(sgemm, sg2):.1f}% of sgemm")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"sgemm_gflops": sgemm, "rows": rows}, f, indent=2)
