@@ -466,7 +466,9 @@ int train_main(int argc, char **argv) {
     double flops = model_flops_per_step(&cfg, (int)o.T) * comm.D * o.accum;
     double tokens = (double)o.T * comm.D * o.accum;
     double t_start = now_s();
-    double first_loss = 0, last_loss = 0;
+    /* the closing line compares the first loss with the mean of the last tenth of the steps */
+    long tail_n = o.steps / 10 > 0 ? o.steps / 10 : 1;
+    double first_loss = 0, tail_sum = 0;
     for (long step = 0; step < o.steps; step++) {
         comm_reset_stats(&comm);
         double t0 = now_s();
@@ -519,7 +521,7 @@ int train_main(int argc, char **argv) {
         double dt = now_s() - t0;
         double comm_s = comm_seconds(&comm);
         if (step == 0) first_loss = loss;
-        last_loss = loss;
+        if (step >= o.steps - tail_n) tail_sum += loss;
         if (!isfinite(loss))
             up_die_all("loss is %f at step %ld: training diverged; lower --lr or check the data",
                        loss, step + 1);
@@ -564,8 +566,9 @@ int train_main(int argc, char **argv) {
     }
     if (rank == 0 && !o.quiet) {
         char pk[32], rss[32];
-        printf("done: loss %.4f -> %.4f in %.1f s, peak %s accounted, %s RSS\n", first_loss,
-               last_loss, now_s() - t_start, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
+        printf("done: loss %.4f (step 1) -> %.4f (mean of the last %ld steps) in %.1f s, peak %s "
+               "accounted, %s RSS\n", first_loss, tail_sum / (double)tail_n, tail_n,
+               now_s() - t_start, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
                up_fmt_bytes(rss, sizeof rss, (double)mem_rss_peak()));
     }
     model_free(&m);
