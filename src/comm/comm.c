@@ -71,8 +71,11 @@ size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS) {
     return up_mul3((size_t)T_loc, (size_t)heads_out(nh, c->P) * (size_t)c->P, (size_t)HS);
 }
 
-static int block_count(int T_loc, int nh_out, int HS) {
-    size_t n = up_mul3((size_t)T_loc, (size_t)nh_out, (size_t)HS);
+static size_t block_floats(int T_loc, int nh_out, int HS) {
+    return up_mul3((size_t)T_loc, (size_t)nh_out, (size_t)HS);
+}
+
+static int block_count(size_t n) {
     UP_CHECK(n <= INT_MAX, "all-to-all block of %zu floats exceeds MPI's int count: use more "
              "context-parallel ranks or smaller stages", n);
     return (int)n;
@@ -82,13 +85,13 @@ void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, in
                       float *pack) {
     int P = c->P, nh_out = heads_out(nh, P);
     UP_CHECK(nh % P == 0 || P % nh == 0, "%d heads cannot be spread over %d ranks", nh, P);
-    int n = block_count(T_loc, nh_out, HS);
     double t0 = MPI_Wtime();
     if (P == 1) {
-        memcpy(recv, send, sizeof(float) * (size_t)n);
+        memcpy(recv, send, sizeof(float) * block_floats(T_loc, nh_out, HS));
         count(c, COMM_SEQ_TO_HEAD, t0, 0);
         return;
     }
+    int n = block_count(block_floats(T_loc, nh_out, HS));
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
     // pack: block j (T_loc, nh_out, HS) holds the heads rank j owns
 #pragma omp parallel for collapse(2) schedule(static)
@@ -108,13 +111,13 @@ void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, in
                       float *pack) {
     int P = c->P, nh_out = heads_out(nh, P);
     UP_CHECK(nh % P == 0 || P % nh == 0, "%d heads cannot be spread over %d ranks", nh, P);
-    int n = block_count(T_loc, nh_out, HS);
     double t0 = MPI_Wtime();
     if (P == 1) {
-        memcpy(recv, send, sizeof(float) * (size_t)n);
+        memcpy(recv, send, sizeof(float) * block_floats(T_loc, nh_out, HS));
         count(c, COMM_HEAD_TO_SEQ, t0, 0);
         return;
     }
+    int n = block_count(block_floats(T_loc, nh_out, HS));
     // block j of send (tokens j*T_loc..) goes to rank j as is
     MPI_CALL(MPI_Alltoall(send, n, MPI_FLOAT, pack, n, MPI_FLOAT, c->cp));
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;

@@ -506,7 +506,37 @@ static char *build_header(const st_entry *entries, int n, size_t *len_out, const
     return out;
 }
 
+/* The data of st_write_f32's entries, one tensor per chunk. */
+typedef struct {
+    const st_entry *entries;
+    int n, next;
+} entry_source;
+
+static int next_entry(void *ctx, const float **chunk, size_t *count) {
+    entry_source *src = ctx;
+    if (src->next >= src->n) return -1;
+    const st_entry *e = &src->entries[src->next++];
+    size_t numel = 1;
+    for (int d = 0; d < e->ndim; d++) numel *= (size_t)e->shape[d];
+    *chunk = e->data;
+    *count = numel;
+    return 0;
+}
+
 int st_write_f32(const char *path, const st_entry *entries, int n, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < entries[i].ndim && entries[i].ndim <= 4; d++)
+            numel *= entries[i].shape[d] > 0 ? (size_t)entries[i].shape[d] : 0;
+        if (numel > 0 && entries[i].data == NULL && entries[i].name)
+            return st_fail(err, errlen, path, "tensor \"%s\" has no data", entries[i].name);
+    }
+    entry_source src = {entries, n, 0};
+    return st_write_f32_stream(path, entries, n, next_entry, &src, err, errlen);
+}
+
+int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chunk_fn next,
+                        void *ctx, char *err, size_t errlen) {
     if (n < 0) return st_fail(err, errlen, path, "negative tensor count %d", n);
     for (int i = 0; i < n; i++) {
         const st_entry *e = &entries[i];
@@ -522,8 +552,7 @@ int st_write_f32(const char *path, const st_entry *entries, int n, char *err, si
                                e->name);
             numel *= (size_t)e->shape[d];
         }
-        if (numel > 0 && e->data == NULL)
-            return st_fail(err, errlen, path, "tensor \"%s\" has no data", e->name);
+        (void)numel;
         for (int j = 0; j < i; j++)
             if (strcmp(entries[j].name, e->name) == 0)
                 return st_fail(err, errlen, path, "tensor name \"%s\" appears twice", e->name);
@@ -553,11 +582,32 @@ int st_write_f32(const char *path, const st_entry *entries, int n, char *err, si
     for (int i = 0; i < 8; i++)
         lenb[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
     int ok = write_full(fd, lenb, 8) == 0 && write_full(fd, hdr, hlen) == 0;
-    for (int i = 0; ok && i < n; i++) {
+    /* the data: chunks from the source until every tensor's bytes are written, in order */
+    size_t total = 0, written = 0;
+    for (int i = 0; i < n; i++) {
         size_t numel = 1;
         for (int d = 0; d < entries[i].ndim; d++)
             numel *= (size_t)entries[i].shape[d];
-        if (numel > 0) ok = write_full(fd, entries[i].data, numel * sizeof(float)) == 0;
+        total += numel;
+    }
+    int short_source = 0;
+    while (ok && written < total) {
+        const float *chunk = NULL;
+        size_t count = 0;
+        if (next(ctx, &chunk, &count) != 0 || (count > 0 && chunk == NULL)) {
+            short_source = 1;
+            break;
+        }
+        if (count > total - written) count = total - written;
+        if (count > 0) ok = write_full(fd, chunk, count * sizeof(float)) == 0;
+        written += count;
+    }
+    if (short_source) {
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        free(hdr);
+        return st_fail(err, errlen, path, "the data source ended early (internal error)");
     }
     if (ok) ok = fsync(fd) == 0;
     int saved = errno;

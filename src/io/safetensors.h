@@ -51,5 +51,11 @@ typedef struct {
     int64_t shape[4];
 } st_entry;
 int st_write_f32(const char *path, const st_entry *entries, int n, char *err, size_t errlen);
+/* Streaming variant: the entries give names and shapes (data ignored); the data comes from next(),
+ * called until every tensor's elements are written, in entry order and as one stream (a chunk may
+ * span tensors). next returns 0 and a chunk, or -1 when exhausted. Same atomicity. */
+typedef int (*st_chunk_fn)(void *ctx, const float **chunk, size_t *count);
+int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chunk_fn next,
+                        void *ctx, char *err, size_t errlen);
 
 #endif

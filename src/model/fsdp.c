@@ -104,18 +104,3 @@ void fsdp_reduce(model *m, int u) {
     float *dst = m->grads + m->shard_off[u];
     for (size_t i = 0; i < n; i++) dst[i] += tmp[i];
 }
-
-void fsdp_gather_full(model *m, const float *slab, float *full) {
-    if (m->R_f == 1) {
-        if (full) memcpy(full, slab, sizeof(float) * m->nparams);
-        return;
-    }
-    for (int u = 0; u < m->nunits; u++) {
-        MPI_Request req;
-        comm_allgather_start(m->comm, slab + m->shard_off[u], m->gradbuf, m->shard_n[u], &req);
-        comm_wait(m->comm, &req, COMM_FSDP_GATHER);
-        if (full)
-            memcpy(full + m->unit_off[u], m->gradbuf,
-                   sizeof(float) * (m->unit_off[u + 1] - m->unit_off[u]));
-    }
-}

@@ -7,6 +7,7 @@
 #include "memory/offload.h"
 #include "model/upipe.h"
 
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -105,6 +106,9 @@ int model_check_layout(const model_config *c, long T, int P, int R, char *err, s
     else if (T % P)
         snprintf(err, errlen, "--seq-len %ld is not divisible by the context-parallel degree (%d): "
                  "use a multiple of %d, or --cp %s", T, P, P, sug);
+    else if (P > 1 && (double)(T / P) * ((c->NH + P - 1) / P) * c->HS > INT_MAX)
+        snprintf(err, errlen, "--seq-len %ld over %d ranks makes all-to-all blocks beyond MPI's "
+                 "int count: use more context-parallel ranks or --upipe-heads", T, P);
     else
         return 0;
     return -1;
@@ -123,7 +127,11 @@ int model_check_options(const model_config *c, int P, const model_options *o, ch
 float *model_buffer(model *m, mem_category cat, size_t n) {
     float *p = mem_alloc_f32(cat, n);
     if (p) {
-        UP_CHECK(m->nowned < MODEL_MAX_BUFFERS, "too many model buffers");
+        if (m->nowned == m->owned_cap) {
+            m->owned_cap = m->owned_cap ? 2 * m->owned_cap : 64;
+            m->owned = realloc(m->owned, sizeof *m->owned * (size_t)m->owned_cap);
+            UP_CHECK(m->owned, "out of memory");
+        }
         m->owned[m->nowned++] = p;
     }
     return p;
@@ -272,6 +280,7 @@ void model_free(model *m) {
     if (m->store) offload_close(m->store);
     if (m->upipe) upipe_free(m->upipe);
     for (int i = 0; i < m->nowned; i++) mem_free(m->owned[i]);
+    free(m->owned);
     free(m->acts);
     free(m->tensors);
     free(m->layer_off);
@@ -370,26 +379,56 @@ void model_load(model *m, const char *path) {
     st_close(&f);
 }
 
+/* The data of a save in file order: the slab itself (unsharded), or one gathered unit at a time
+ * (FSDP: every rank takes part in the gathers, rank 0 writes). */
+typedef struct {
+    model *m;
+    const float *slab;
+    int unit;
+} save_source;
+
+static int save_next(void *ctx, const float **chunk, size_t *count) {
+    save_source *src = ctx;
+    model *m = src->m;
+    if (src->unit >= m->nunits) return -1;
+    if (m->R_f == 1) {
+        src->unit = m->nunits;
+        *chunk = src->slab;
+        *count = m->nparams;
+        return 0;
+    }
+    int u = src->unit++;
+    MPI_Request req;
+    comm_allgather_start(m->comm, src->slab + m->shard_off[u], m->gradbuf, m->shard_n[u], &req);
+    comm_wait(m->comm, &req, COMM_FSDP_GATHER);
+    *chunk = m->gradbuf;
+    *count = m->unit_off[u + 1] - m->unit_off[u];
+    return 0;
+}
+
 void model_save_slab(model *m, const float *slab, const char *path) {
-    /* the full layout on rank 0 (a temporary copy: the shards are spread over the ranks) */
-    float *full = m->comm->rank == 0 ? mem_alloc_f32(MEM_COMM, m->nparams) : NULL;
-    fsdp_gather_full(m, slab, full);
-    if (m->comm->rank != 0) return;
-    slab = full;
+    save_source src = {m, slab, 0};
+    if (m->comm->rank != 0) {
+        /* the other ranks only take part in rank 0's gathers, in the same order */
+        const float *chunk;
+        size_t count;
+        if (m->R_f > 1)
+            while (save_next(&src, &chunk, &count) == 0) {
+            }
+        return;
+    }
     st_entry *e = calloc((size_t)m->ntensors, sizeof *e);
     UP_CHECK(e, "out of memory");
     for (int t = 0; t < m->ntensors; t++) {
         const param_tensor *pt = &m->tensors[t];
         e[t].name = pt->name;
-        e[t].data = slab + pt->offset;
         e[t].ndim = pt->ndim;
         e[t].shape[0] = pt->shape[0];
         e[t].shape[1] = pt->shape[1];
     }
     char err[512];
-    int rc = st_write_f32(path, e, m->ntensors, err, sizeof err);
+    int rc = st_write_f32_stream(path, e, m->ntensors, save_next, &src, err, sizeof err);
     free(e);
-    mem_free(full);
     if (rc != 0) up_die("%s", err);
 }
 

@@ -69,8 +69,6 @@ typedef struct {
 struct offload_store;
 struct upipe_plan;
 
-#define MODEL_MAX_BUFFERS 256
-
 typedef struct {
     model_config cfg;
     model_options opt;
@@ -136,8 +134,8 @@ typedef struct {
     float *dq, *dk, *dv, *datt; /* (T, NH*HS), (T, NKV*HS) x2, (T, NH*HS) */
     int32_t *inputs, *targets; /* (T) */
 
-    void *owned[MODEL_MAX_BUFFERS]; /* every mem_alloc'd buffer, freed by model_free */
-    int nowned;
+    void **owned; /* every mem_alloc'd buffer, freed by model_free */
+    int nowned, owned_cap;
 } model;
 
 /* A buffer of n floats owned by the model (freed by model_free). NULL under plan mode. */
@@ -165,8 +163,8 @@ void model_init_random(model *m, uint64_t seed);
 /* Loads params from a safetensors file with HF names (F32/BF16/F16), every tensor shape checked
  * against the config. Dies with a one-line message on any mismatch. */
 void model_load(model *m, const char *path);
-/* Writes a slab (params or grads; gathered from the shards) as F32 safetensors with HF names,
- * atomically, from rank 0. Collective. */
+/* Writes a slab (params or grads) as F32 safetensors with HF names, atomically, from rank 0;
+ * with FSDP the units are gathered one at a time and streamed (no full copy). Collective. */
 void model_save_slab(model *m, const float *slab, const char *path);
 
 /* Named pointers into a layer's full data (a gathered unit or the unit's place in a slab). */
@@ -195,9 +193,7 @@ void fsdp_reduce(model *m, int u);
 void fsdp_owned(const model *m, int u, size_t *g0, size_t *g1);
 /* Pointer into a shard slab for the owned global offset g of unit u. */
 float *fsdp_shard_at(const model *m, float *slab, int u, size_t g);
-/* The full layout of a shard slab on rank 0 (full: nparams floats there, may be NULL
- * elsewhere). Collective. */
-void fsdp_gather_full(model *m, const float *slab, float *full);
+
 
 /* Forward over m->inputs/m->targets (this rank's T_loc tokens): returns this rank's sum of token
  * losses (double) over targets >= 0. The loss's backward runs inside, per loss tile: the LM head

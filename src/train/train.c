@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
@@ -114,7 +115,9 @@ static unsigned long long parse_size(const char *flag, const char *s) {
                  {"G", 1073741824.0}};
     if (errno == 0 && end != s && v > 0)
         for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-            if (!strcmp(end, units[i].suffix)) return (unsigned long long)(v * units[i].mult);
+            if (!strcmp(end, units[i].suffix) && v * units[i].mult >= 1 &&
+                v * units[i].mult < 1.8e19)
+                return (unsigned long long)(v * units[i].mult);
     up_die_all("%s expects a size such as 6GiB, 512MiB or 1000000 (bytes), got '%s'", flag, s);
 }
 
@@ -188,9 +191,9 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_CONFIG: o->config = optarg; break;
         case OPT_DATA: o->data = optarg; break;
         case OPT_SEQ: o->T = parse_long("--seq-len", optarg, 1, 1L << 30); break;
-        case OPT_STEPS: o->steps = parse_long("--steps", optarg, 1, 1L << 40); break;
+        case OPT_STEPS: o->steps = parse_long("--steps", optarg, 1, INT_MAX); break;
         case OPT_LR: o->lr = parse_double("--lr", optarg, 0, 10); break;
-        case OPT_WARMUP: o->warmup = parse_long("--warmup", optarg, 0, 1L << 40); break;
+        case OPT_WARMUP: o->warmup = parse_long("--warmup", optarg, 0, INT_MAX); break;
         case OPT_MINLR: o->min_lr_frac = parse_double("--min-lr-frac", optarg, 0, 1); break;
         case OPT_WD: o->weight_decay = parse_double("--weight-decay", optarg, 0, 10); break;
         case OPT_B1: o->beta1 = parse_double("--beta1", optarg, 0, 0.999999); break;

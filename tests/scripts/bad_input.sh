@@ -49,9 +49,18 @@ expect_error wrong_shapes "shape" -- $TRAIN --config "$TMP/other.json" --data "$
 head -c 2000 "$TMP/d.bin" >"$TMP/short.bin"
 expect_error truncated_shard "truncated" -- $TRAIN --config "$CFG" --data "$TMP/short.bin" --seq-len 64
 
-# No half-written output: a save into a missing directory fails cleanly and leaves nothing.
+# No half-written output: a save into a missing directory fails cleanly; a save that fails in the
+# middle of writing (a 64 MB model under a 10 MB file-size limit; MPI's own files need less)
+# leaves neither the file nor its temporary behind.
 expect_error save_bad_dir "$TMP/nodir" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --save "$TMP/nodir/w.safetensors"
-left=$(ls "$TMP" | grep -c 'tmp\.' || true)
-[ "$left" -eq 0 ] && ok "no temporary files left" || bad "temporary files left: $(ls "$TMP")"
+mkdir -p "$TMP/outdir"
+rc=0
+( ulimit -f 10000; trap '' XFSZ; $TRAIN --config "$SRC/configs/bench.json" --data "$TMP/d.bin" --seq-len 32 --steps 1 \
+    --save "$TMP/outdir/w.safetensors" ) >"$TMP/save.out" 2>&1 || rc=$?
+if [ "$rc" -eq 1 ] && grep -q "upipe: error" "$TMP/save.out" && [ -z "$(ls -A "$TMP/outdir")" ]; then
+  ok "failed save leaves nothing: $(grep 'upipe: error' "$TMP/save.out")"
+else
+  bad "failed save: rc $rc, left: $(ls "$TMP/outdir")"; cat "$TMP/save.out"
+fi
 
 finish

@@ -45,6 +45,10 @@ T3="--config $TIED/config.json --data $TIED/tokens.bin --init $TIED/weights.safe
 run tied_plain 3 $T3 --steps 1 --lr 0 --save-grads "$TMP/g_tied_plain.st" \
   && run tied_fsdp 3 $T3 --steps 1 --lr 0 --fsdp --save-grads "$TMP/g_tied_fsdp.st" \
   && cmp_st "tied gradients, 3 ranks" "$TMP/g_tied_fsdp.st" "$TMP/g_tied_plain.st"
+# Gradient accumulation with a tied embedding: two micro-batches per step, 3 ranks.
+run tied_acc_plain 3 $T3 --steps 2 --lr 1e-3 --adam-eps 1e-4 --grad-accum 2 --save "$TMP/w_tacc_plain.st" \
+  && run tied_acc_fsdp 3 $T3 --steps 2 --lr 1e-3 --adam-eps 1e-4 --grad-accum 2 --fsdp --save "$TMP/w_tacc_fsdp.st" \
+  && cmp_st "tied + grad-accum, weights after 2 steps" "$TMP/w_tacc_fsdp.st" "$TMP/w_tacc_plain.st"
 # All together: FSDP with UPipe, checkpoint offload and tiles on a 2 x 2 mesh.
 mkdir -p "$TMP/store"
 run all_plain 4 $G --cp 2 --steps 1 --lr 0 --save-grads "$TMP/g_all_plain.st" \

@@ -46,13 +46,18 @@ check_case tied "$FIX/golden_tied" "$FIX/golden_tied/weights.safetensors" "$FIX/
 check_case gqa_bf16 "$FIX/golden_gqa" "$FIX/golden_gqa/weights_bf16.safetensors" \
   "$FIX/golden_gqa/expected_bf16.json" 0
 
-# The comparison itself must be able to fail: a perturbed gradient file is rejected.
+# The comparison itself must be able to fail: the same gradient file with one element set to
+# 1.0 (same names and shapes, one wrong value) is rejected.
 if [ -f "$TMP/gqa.grads.safetensors" ]; then
-  if "$ST_COMPARE" "$TMP/gqa.grads.safetensors" "$FIX/golden_tied/expected_grads.safetensors" \
-      --rtol "$GRAD_RTOL" >/dev/null 2>&1; then
-    bad "st_compare accepted gradients of another model"
+  cp "$TMP/gqa.grads.safetensors" "$TMP/perturbed.safetensors"
+  size=$(stat -c %s "$TMP/perturbed.safetensors")
+  printf '\x00\x00\x80\x3f' | dd of="$TMP/perturbed.safetensors" bs=1 seek=$(( (size - 4096) / 4 * 4 )) \
+    conv=notrunc status=none
+  if "$ST_COMPARE" "$TMP/perturbed.safetensors" "$FIX/golden_gqa/expected_grads.safetensors" \
+      --rtol "$GRAD_RTOL" >"$TMP/perturbed.cmp" 2>&1; then
+    bad "st_compare accepted a perturbed gradient"
   else
-    ok "st_compare rejects mismatched gradients"
+    ok "st_compare rejects one wrong element: $(tail -n1 "$TMP/perturbed.cmp")"
   fi
 fi
 finish

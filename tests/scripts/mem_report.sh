@@ -21,4 +21,15 @@ if "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" --seq-le
 else
   bad "run failed"; cat "$TMP/out"
 fi
+# A deep model (40 layers, every layer's tensors saved) allocates and trains; its plan matches.
+sed 's/"num_hidden_layers": 4/"num_hidden_layers": 40/' "$SRC/configs/tiny.json" >"$TMP/deep.json"
+if "$UPIPE" train --config "$TMP/deep.json" --data "$TMP/d.bin" --seq-len 32 --steps 1 --threads 2 \
+    --quiet --mem-report "$TMP/deep.json.mem" >"$TMP/deep.out" 2>&1 \
+  && "$UPIPE" train --config "$TMP/deep.json" --data "$TMP/d.bin" --seq-len 32 --steps 1 --threads 2 \
+    --quiet --dry-run --mem-report "$TMP/deep.plan" >/dev/null 2>&1; then
+  a=$(json_field "$(tr -d '\n' <"$TMP/deep.json.mem")" peak_bytes); b=$(json_field "$(tr -d '\n' <"$TMP/deep.plan")" peak_bytes)
+  [ "$a" = "$b" ] && ok "40-layer model: measured peak $a = plan" || bad "40-layer model: measured $a vs plan $b"
+else
+  bad "40-layer model failed"; cat "$TMP/deep.out"
+fi
 finish

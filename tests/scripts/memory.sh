@@ -88,8 +88,8 @@ t0=$SECONDS
 ( ulimit -f 10000; mpirun_n 2 "$UPIPE" train --quiet --threads 1 --config "$TMP/v4k.json" --data "$TMP/d16k.bin" \
     --seq-len 16384 --steps 1 --tile-mlp --tile-loss --offload "$TMP/store" ) >"$TMP/o2.out" 2>&1 || rc=$?
 if [ "$rc" -ne 0 ] && [ $((SECONDS - t0)) -le 60 ] && grep -qi "offload" "$TMP/o2.out"; then
-  ok "offload write failure stops the run: $(grep -i -m1 'error' "$TMP/o2.out")"
+  ok "offload store beyond the file-size limit stops both ranks: $(grep -i -m1 'error' "$TMP/o2.out")"
 else
-  bad "offload write failure: rc $rc after $((SECONDS - t0)) s"; cat "$TMP/o2.out"
+  bad "offload store beyond the file-size limit: rc $rc after $((SECONDS - t0)) s"; cat "$TMP/o2.out"
 fi
 finish
