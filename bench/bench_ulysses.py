@@ -22,7 +22,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="upipe-bench-ulysses.")
     data = make_data(a.upipe, max(a.T) * 4, tmp)
     print(f"{'T':>6} | {'1x2 tok/s':>9} | {'2x1 tok/s':>9} | {'ratio':>5} | {'1x2 peak':>8} | "
-          f"{'2x1 peak/rank':>13} | {'ratio':>5} | {'comm %':>6} | {'a2a GB/s':>8} | {'MPI GB/s':>8}",
+          f"{'2x1 peak/rank':>13} | {'ratio':>5} | {'comm %':>6} | {'a2a GB/s':>8} | "
+          f"{'in MPI':>6} | {'plain MPI':>9}",
           flush=True)
     for T in a.T:
         one = train(a.upipe, a.config, data, T, ranks=1, threads=2, steps=a.steps, tag=f"one{T}", tmp=tmp)
@@ -31,11 +32,12 @@ def main():
         ref = json.loads(run(["mpiexec", "-n", "2", os.path.join(bdir, "bench_alltoall"),
                               str(block)]).stdout)
         a2a = two["a2a_bytes"] / two["a2a_s"] / 1e9 if two["a2a_s"] > 0 else 0
+        a2a_mpi = two["a2a_bytes"] / two["a2a_mpi_s"] / 1e9 if two["a2a_mpi_s"] > 0 else 0
         p1, p2 = one["mem"]["peak_bytes"], two["mem"]["peak_bytes"]
         print(f"{T:>6} | {one['tokens_per_s']:>9.0f} | {two['tokens_per_s']:>9.0f} | "
               f"{two['tokens_per_s'] / one['tokens_per_s']:>5.2f} | {gib(p1):>7.2f}G | "
               f"{gib(p2):>12.2f}G | {p2 / p1:>5.2f} | {100 * two['comm_s'] / two['step_s']:>5.1f}% | "
-              f"{a2a:>8.2f} | {ref['gbps']:>8.2f}", flush=True)
+              f"{a2a:>8.2f} | {a2a_mpi:>6.2f} | {ref['gbps']:>9.2f}", flush=True)
         print(f"       RSS: 1x2 {gib(one['mem']['rss_peak_bytes']):.2f} GiB, "
               f"2x1 {gib(two['mem']['rss_peak_bytes']):.2f} GiB per rank", flush=True)
 

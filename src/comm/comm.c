@@ -103,7 +103,9 @@ void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, in
                        sizeof(float) * (size_t)HS);
     // block i received from rank i covers tokens i*T_loc..: the blocks in rank order are
     // already (T, nh_out, HS)
+    double t1 = MPI_Wtime();
     MPI_CALL(MPI_Alltoall(pack, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->cp));
+    c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
     count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (P - 1) * sizeof(float));
 }
 
@@ -119,7 +121,9 @@ void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, in
     }
     int n = block_count(block_floats(T_loc, nh_out, HS));
     // block j of send (tokens j*T_loc..) goes to rank j as is
+    double t1 = MPI_Wtime();
     MPI_CALL(MPI_Alltoall(send, n, MPI_FLOAT, pack, n, MPI_FLOAT, c->cp));
+    c->stats[COMM_HEAD_TO_SEQ].mpi_seconds += MPI_Wtime() - t1;
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
     if (nh >= P) {
 #pragma omp parallel for collapse(2) schedule(static)

@@ -24,8 +24,9 @@ typedef enum {
 } comm_kind;
 
 typedef struct {
-    double seconds;
-    double bytes; /* bytes this rank sent */
+    double seconds;     /* whole call: packing, waiting for the peers, the transfer, unpacking */
+    double mpi_seconds; /* inside the MPI call alone */
+    double bytes;       /* bytes this rank sent */
     long calls;
 } comm_stat;
 

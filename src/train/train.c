@@ -547,11 +547,14 @@ int train_main(int argc, char **argv) {
                 fprintf(logf,
                         "{\"step\": %ld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
                         "\"tokens_per_s\": %.6g, \"step_s\": %.6g, \"compute_s\": %.6g, "
-                        "\"comm_s\": %.6g, \"a2a_s\": %.6g, \"a2a_bytes\": %.6g, "
+                        "\"comm_s\": %.6g, \"a2a_s\": %.6g, \"a2a_mpi_s\": %.6g, "
+                        "\"a2a_bytes\": %.6g, "
                         "\"fsdp_s\": %.6g, \"grad_reduce_s\": %.6g, "
                         "\"flops_per_s\": %.6g, \"peak_bytes\": %zu, \"rss_bytes\": %zu}\n",
                         step + 1, loss, lr, norm, tps, dt, dt - comm_s, comm_s,
                         comm.stats[COMM_SEQ_TO_HEAD].seconds + comm.stats[COMM_HEAD_TO_SEQ].seconds,
+                        comm.stats[COMM_SEQ_TO_HEAD].mpi_seconds +
+                            comm.stats[COMM_HEAD_TO_SEQ].mpi_seconds,
                         comm.stats[COMM_SEQ_TO_HEAD].bytes + comm.stats[COMM_HEAD_TO_SEQ].bytes,
                         comm.stats[COMM_FSDP_GATHER].seconds + comm.stats[COMM_FSDP_REDUCE].seconds,
                         comm.stats[COMM_GRAD_REDUCE].seconds,
