@@ -20,6 +20,9 @@ def rows(store):
             ("+UPipe (U=P)", off + tiles + ["--upipe-heads", "2"])]
 
 
+MAX_T = 1 << 22  # the data shard holds this many tokens (+1): the search's ceiling
+
+
 def longest_T(a, cfg, data, extra, tmp, limit):
     """Largest T (multiple of 1024) whose plan fits the limit, by doubling then bisection."""
     fits = lambda T: train(a.upipe, cfg, data, T, ranks=2, threads=1, extra=extra, tmp=tmp,
@@ -27,7 +30,7 @@ def longest_T(a, cfg, data, extra, tmp, limit):
     lo, hi = 1024, 2048
     while fits(hi):
         lo, hi = hi, hi * 2
-        if hi > (1 << 26):
+        if hi > MAX_T:
             return lo
     while hi - lo > 1024:
         mid = (lo + hi) // 2 // 1024 * 1024
@@ -80,7 +83,7 @@ def main():
     cfg = write_config(tmp, "stack.json", hidden_size=256, intermediate_size=704,
                        num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
                        head_dim=32, vocab_size=32000)
-    data = make_data(a.upipe, a.T * 4 + 1, tmp)
+    data = make_data(a.upipe, max(a.T * 4, MAX_T) + 1, tmp)
     limit = int(a.limit_gib * 2**30)
     results = []
     print(f"{'stack':>16} | " + " | ".join(f"{c[:6]:>6}" for c in CATS) +
