@@ -44,10 +44,9 @@ def svg(results, path, T, limit):
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
            f'<text x="{left}" y="20" font-size="15">upipe memory staircase: peak per rank by category, T={T}, 2 ranks</text>']
     base = H - 60
-    ly = top + scale * 0
     yl = base - limit * scale
     out.append(f'<line x1="{left - 10}" y1="{yl:.1f}" x2="{W - 20}" y2="{yl:.1f}" stroke="black" stroke-dasharray="4"/>')
-    out.append(f'<text x="{left - 12}" y="{yl + 4:.1f}" text-anchor="end">{limit / 2**30:.0f} GiB limit</text>')
+    out.append(f'<text x="{W - 20}" y="{yl - 5:.1f}" text-anchor="end">{limit / 2**30:.0f} GiB per-rank limit</text>')
     for i, r in enumerate(results):
         x = left + i * (bw + gap)
         y = base
