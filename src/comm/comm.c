@@ -203,6 +203,12 @@ void comm_sum_double(comm_ctx *c, double *v) {
     count(c, COMM_OTHER, t0, sizeof(double));
 }
 
+int comm_any(comm_ctx *c, int flag) {
+    int v = flag != 0;
+    if (c->R > 1) MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LOR, c->world));
+    return v;
+}
+
 void comm_max_u64(comm_ctx *c, unsigned long long *v, int n) {
     if (c->R == 1) return;
     MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_UNSIGNED_LONG_LONG, MPI_MAX, c->world));

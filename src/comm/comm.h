@@ -81,6 +81,9 @@ void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n)
 /* Sum of one double over the world, in place (e.g. the squared gradient norm of shards). */
 void comm_sum_double(comm_ctx *c, double *v);
 
+/* 1 when flag is non-zero on any rank of the world (a collective verdict). */
+int comm_any(comm_ctx *c, int flag);
+
 /* Max over the world of n unsigned 64-bit values, in place (memory reports). */
 void comm_max_u64(comm_ctx *c, unsigned long long *v, int n);
 

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static int g_rank = 0;
 static int g_world = 1;
@@ -22,7 +23,13 @@ static UP_NORETURN void stop_all(int code) {
     MPI_Finalized(&fin);
     fflush(stdout);
     fflush(stderr);
-    if (init && !fin && g_world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    if (init && !fin && g_world > 1) {
+        /* give the launcher a moment to forward this rank's message before the abort tears the
+         * job down (otherwise the line can be lost) */
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
     exit(code);
 }
 
@@ -42,6 +49,8 @@ static void write_line(const char *prefix, const char *fmt, va_list ap) {
     fwrite(buf, 1, (size_t)n, stderr);
     fflush(stderr);
 }
+
+static UP_NORETURN void finalize_exit(int code);
 
 void up_fatal(const char *file, int line, const char *fmt, ...) {
     char prefix[256];
@@ -71,13 +80,34 @@ void up_die_all(const char *fmt, ...) {
         write_line("upipe: error: ", fmt, ap);
         va_end(ap);
     }
+    finalize_exit(1);
+}
+
+static UP_NORETURN void finalize_exit(int code) {
     fflush(stdout);
     fflush(stderr);
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     if (init && !fin) MPI_Finalize();
-    exit(1);
+    exit(code);
+}
+
+static void print_line(const char *prefix, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write_line(prefix, fmt, ap);
+    va_end(ap);
+}
+
+void up_die_agreed(const char *msg) {
+    if (msg) {
+        char prefix[64];
+        if (g_world > 1) snprintf(prefix, sizeof prefix, "upipe: error (rank %d): ", g_rank);
+        else snprintf(prefix, sizeof prefix, "upipe: error: ");
+        print_line(prefix, "%s", msg);
+    }
+    finalize_exit(1);
 }
 
 size_t up_mul(size_t a, size_t b) {

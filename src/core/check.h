@@ -7,6 +7,7 @@
  *    Prints "upipe: error: message" and stops every rank.
  *  - up_die_all(fmt, ...): the same mistake found by every rank at once (collective validation):
  *    rank 0 prints the message once, every rank exits non-zero without MPI_Abort noise.
+ *  - up_die_agreed(msg): a failure some ranks found, after they agreed on it (comm_any).
  * None of these return. Never use assert() for input validation. */
 #ifndef UP_CHECK_H
 #define UP_CHECK_H
@@ -24,6 +25,9 @@
 UP_NORETURN void up_fatal(const char *file, int line, const char *fmt, ...) UP_PRINTF(3, 4);
 UP_NORETURN void up_die(const char *fmt, ...) UP_PRINTF(1, 2);
 UP_NORETURN void up_die_all(const char *fmt, ...) UP_PRINTF(1, 2);
+/* After a collective verdict that some rank failed: ranks with a message (msg != NULL) print it,
+ * every rank exits non-zero without MPI_Abort. Call on every rank. */
+UP_NORETURN void up_die_agreed(const char *msg);
 
 #define UP_CHECK(cond, ...)                                                                        \
     do {                                                                                           \

@@ -215,9 +215,11 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
             mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot, 3));
             mem_add_offloaded((long long)offload_store_bytes(slot, c->L));
         } else {
-            char err[512];
+            /* a store that cannot open may fail on some ranks only (their disks): every rank
+             * learns of it before any collective, and all stop together with the message */
+            char err[512] = "";
             m->store = offload_open(m->opt.offload_dir, slot, c->L, 3, err, sizeof err);
-            if (!m->store) up_die("%s", err);
+            if (comm_any(comm, m->store == NULL)) up_die_agreed(m->store ? NULL : err);
         }
     }
 

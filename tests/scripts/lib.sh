@@ -24,3 +24,26 @@ fi
 mpirun_n() { local n=$1; shift; timeout 300 $MPIEXEC -n "$n" "$@"; }
 # Relative difference |a-b| <= r*|b| of two numbers.
 close() { awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= r * b) }'; }
+
+# One training step of `upipe train` on n ranks writing its gradients and log under $TMP/name.
+run_case() { # name ranks args...
+  local name=$1 n=$2
+  shift 2
+  if ! mpirun_n "$n" "$UPIPE" train --quiet --threads 1 --steps 1 --lr 0 "$@" \
+      --save-grads "$TMP/$name.st" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
+    bad "$name: run failed"; cat "$TMP/$name.out"; return 1
+  fi
+}
+# Loss and gradients of run_case name against ref: gradients within rtol of each tensor's scale
+# (default $GRAD_RTOL), the loss within loss-rtol (default: rtol when given, else $LOSS_RTOL).
+compare() { # name ref [rtol [loss-rtol]]
+  local grtol=${3:-$GRAD_RTOL} lrtol=${4:-${3:-$LOSS_RTOL}} l1 l2
+  l1=$(json_field "$(head -n1 "$TMP/$1.jsonl")" loss)
+  l2=$(json_field "$(head -n1 "$TMP/$2.jsonl")" loss)
+  if close "$l1" "$l2" "$lrtol"; then ok "$1: loss $l1 = $l2"; else bad "$1: loss $l1 vs $l2"; fi
+  if "$BUILD/tests/st_compare" "$TMP/$1.st" "$TMP/$2.st" --rtol "$grtol" >"$TMP/$1.cmp" 2>&1; then
+    ok "$1: gradients $(tail -n1 "$TMP/$1.cmp")"
+  else
+    bad "$1: gradients"; cat "$TMP/$1.cmp"
+  fi
+}

@@ -3,30 +3,10 @@
 # and gradients of the plain run; the plan (--dry-run) predicts the measured peak; --mem-limit
 # refuses before allocating; an offload I/O failure stops every rank with a message.
 source "$(dirname "$0")/lib.sh"
-ST_COMPARE=$BUILD/tests/st_compare
 GQA=$FIX/golden_gqa
 G="--config $GQA/config.json --data $GQA/tokens.bin --init $GQA/weights.safetensors --seq-len 80"
 mkdir -p "$TMP/store"
 
-run_case() { # name ranks args...
-  local name=$1 n=$2
-  shift 2
-  if ! mpirun_n "$n" "$UPIPE" train --quiet --threads 1 --steps 1 --lr 0 "$@" \
-      --save-grads "$TMP/$name.st" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
-    bad "$name: run failed"; cat "$TMP/$name.out"; return 1
-  fi
-}
-compare() { # name ref rtol
-  local l1 l2
-  l1=$(json_field "$(head -n1 "$TMP/$1.jsonl")" loss)
-  l2=$(json_field "$(head -n1 "$TMP/$2.jsonl")" loss)
-  if close "$l1" "$l2" "$3"; then ok "$1: loss $l1 = $l2"; else bad "$1: loss $l1 vs $l2"; fi
-  if "$ST_COMPARE" "$TMP/$1.st" "$TMP/$2.st" --rtol "$3" >"$TMP/$1.cmp" 2>&1; then
-    ok "$1: gradients $(tail -n1 "$TMP/$1.cmp")"
-  else
-    bad "$1: gradients"; cat "$TMP/$1.cmp"
-  fi
-}
 
 run_case plain 1 $G
 # Checkpointing and offload recompute the same operations in the same order: bit-exact.

@@ -3,7 +3,6 @@
 # single-rank run, for MHA, GQA with NKV % P == 0, GQA with P > NKV (KV replication) and a
 # DP x CP mesh; and invalid layouts stop every rank within seconds with one message.
 source "$(dirname "$0")/lib.sh"
-ST_COMPARE=$BUILD/tests/st_compare
 GQA=$FIX/golden_gqa
 TIED=$FIX/golden_tied
 sed 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$SRC/configs/tiny.json" >"$TMP/mha.json"
@@ -18,26 +17,7 @@ sed 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$SRC/configs/tiny.js
 GRAD_RTOL=1e-5
 LOSS_RTOL=1e-6
 
-run_case() { # name ranks args...
-  local name=$1 n=$2
-  shift 2
-  if ! mpirun_n "$n" "$UPIPE" train --quiet --threads 1 --steps 1 --lr 0 "$@" \
-      --save-grads "$TMP/$name.st" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
-    bad "$name: run failed"; cat "$TMP/$name.out"; return 1
-  fi
-}
 
-compare() { # name reference-name
-  local l1 l2
-  l1=$(json_field "$(head -n1 "$TMP/$1.jsonl")" loss)
-  l2=$(json_field "$(head -n1 "$TMP/$2.jsonl")" loss)
-  if close "$l1" "$l2" "$LOSS_RTOL"; then ok "$1: loss $l1 = $l2"; else bad "$1: loss $l1 vs $l2"; fi
-  if "$ST_COMPARE" "$TMP/$1.st" "$TMP/$2.st" --rtol "$GRAD_RTOL" >"$TMP/$1.cmp" 2>&1; then
-    ok "$1: gradients $(tail -n1 "$TMP/$1.cmp")"
-  else
-    bad "$1: gradients"; cat "$TMP/$1.cmp"
-  fi
-}
 
 MHA="--config $TMP/mha.json --data $TMP/d.bin --seq-len 64 --seed 7"
 run_case mha_1 1 $MHA && for n in 2 4; do run_case mha_$n $n $MHA && compare mha_$n mha_1; done

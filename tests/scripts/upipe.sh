@@ -3,7 +3,6 @@
 # run, with 1, 2 and 4 ranks, for MHA, GQA and P > NKV; a loaded HF checkpoint gives the same loss
 # for every U; the accounted attention peak scales with U.
 source "$(dirname "$0")/lib.sh"
-ST_COMPARE=$BUILD/tests/st_compare
 GQA=$FIX/golden_gqa
 sed 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$SRC/configs/tiny.json" >"$TMP/mha.json"
 "$UPIPE" data recall --output "$TMP/d.bin" --tokens 4000 --distance 64 >/dev/null || bad "data recall"
@@ -15,25 +14,6 @@ sed 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$SRC/configs/tiny.js
 GRAD_RTOL=1e-5
 LOSS_RTOL=1e-6
 
-run_case() { # name ranks args...
-  local name=$1 n=$2
-  shift 2
-  if ! mpirun_n "$n" "$UPIPE" train --quiet --threads 1 --steps 1 --lr 0 "$@" \
-      --save-grads "$TMP/$name.st" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
-    bad "$name: run failed"; cat "$TMP/$name.out"; return 1
-  fi
-}
-compare() {
-  local l1 l2
-  l1=$(json_field "$(head -n1 "$TMP/$1.jsonl")" loss)
-  l2=$(json_field "$(head -n1 "$TMP/$2.jsonl")" loss)
-  if close "$l1" "$l2" "$LOSS_RTOL"; then ok "$1: loss $l1 = $l2"; else bad "$1: loss $l1 vs $l2"; fi
-  if "$ST_COMPARE" "$TMP/$1.st" "$TMP/$2.st" --rtol "$GRAD_RTOL" >"$TMP/$1.cmp" 2>&1; then
-    ok "$1: gradients $(tail -n1 "$TMP/$1.cmp")"
-  else
-    bad "$1: gradients"; cat "$TMP/$1.cmp"
-  fi
-}
 
 # MHA: NH = NKV = 4
 MHA="--config $TMP/mha.json --data $TMP/d.bin --seq-len 64 --seed 7"
