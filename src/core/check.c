@@ -110,6 +110,17 @@ void up_die_agreed(const char *msg) {
     finalize_exit(1);
 }
 
+int up_errf(char *err, size_t errlen, const char *label, const char *fmt, ...) {
+    if (err == NULL || errlen == 0) return -1;
+    int k = snprintf(err, errlen, "%s: ", label);
+    if (k < 0 || (size_t)k >= errlen) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 size_t up_mul(size_t a, size_t b) {
     UP_CHECK(b == 0 || a <= SIZE_MAX / b, "size overflow: %zu * %zu", a, b);
     return a * b;

@@ -34,6 +34,10 @@ UP_NORETURN void up_die_agreed(const char *msg);
         if (!(cond)) up_fatal(__FILE__, __LINE__, __VA_ARGS__);                                    \
     } while (0)
 
+/* Formats "<label>: <message>" into err (for functions that return -1 with a message) and
+ * returns -1. */
+int up_errf(char *err, size_t errlen, const char *label, const char *fmt, ...) UP_PRINTF(4, 5);
+
 /* Rank used in messages; set by the communication layer once MPI is up (0 before). */
 void up_set_rank(int rank, int world_size);
 int up_rank(void);

@@ -13,19 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Formats "<label>: <message>" into err and returns -1. */
-static int cfg_fail(char *err, size_t errlen, const char *label, const char *fmt, ...)
-    UP_PRINTF(4, 5);
-static int cfg_fail(char *err, size_t errlen, const char *label, const char *fmt, ...) {
-    if (err == NULL || errlen == 0) return -1;
-    int k = snprintf(err, errlen, "%s: ", label);
-    if (k < 0 || (size_t)k >= errlen) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* A positive int field. required: absent -> error; else absent -> *out untouched, returns 0.
  * null counts as absent (HF writes "head_dim": null in some configs). */
@@ -34,7 +21,7 @@ static int get_pos_int(const json_t *root, const char *key, int required, int *o
     json_t *v = json_object_get(root, key);
     if (v == NULL || json_is_null(v)) {
         if (required)
-            return cfg_fail(err, errlen, label,
+            return up_errf(err, errlen, label,
                             "required field \"%s\" is missing: add it (a positive integer)", key);
         return 0;
     }
@@ -42,14 +29,14 @@ static int get_pos_int(const json_t *root, const char *key, int required, int *o
         /* Accept 4096.0 (some exporters write floats), reject 4096.5 and strings. */
         double d = json_is_real(v) ? json_real_value(v) : NAN;
         if (!(d == floor(d)) || !(d >= 1.0 && d <= (double)INT_MAX))
-            return cfg_fail(err, errlen, label, "\"%s\" must be a positive integer: fix its value",
+            return up_errf(err, errlen, label, "\"%s\" must be a positive integer: fix its value",
                             key);
         *out = (int)d;
         return 0;
     }
     json_int_t i = json_integer_value(v);
     if (i <= 0 || i > INT_MAX)
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "\"%s\" is %lld but must be a positive integer below 2^31", key,
                         (long long)i);
     *out = (int)i;
@@ -62,14 +49,14 @@ static int get_real(const json_t *obj, const char *key, int required, double *ou
     json_t *v = json_object_get(obj, key);
     if (v == NULL || json_is_null(v)) {
         if (required)
-            return cfg_fail(err, errlen, label, "%s\"%s\" is missing: add it (a positive number)",
+            return up_errf(err, errlen, label, "%s\"%s\" is missing: add it (a positive number)",
                             where, key);
         return 0;
     }
     if (!json_is_number(v))
-        return cfg_fail(err, errlen, label, "%s\"%s\" must be a number: fix its value", where, key);
+        return up_errf(err, errlen, label, "%s\"%s\" must be a number: fix its value", where, key);
     double d = json_number_value(v);
-    if (!isfinite(d)) return cfg_fail(err, errlen, label, "%s\"%s\" must be finite", where, key);
+    if (!isfinite(d)) return up_errf(err, errlen, label, "%s\"%s\" must be finite", where, key);
     *out = d;
     return 0;
 }
@@ -79,20 +66,20 @@ static int parse_rope_scaling(model_config *cfg, const json_t *rs, const char *l
     cfg->rope.type = ROPE_SCALING_NONE;
     if (rs == NULL || json_is_null(rs)) return 0;
     if (!json_is_object(rs))
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "\"rope_scaling\" must be null or an object: use null or "
                         "{\"rope_type\": \"llama3\", ...}");
     /* Newer HF configs say "rope_type", older ones "type"; take whichever is present. */
     json_t *t = json_object_get(rs, "rope_type");
     if (t == NULL || json_is_null(t)) t = json_object_get(rs, "type");
     if (t == NULL || !json_is_string(t))
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "\"rope_scaling\" has no string \"rope_type\" (or \"type\"): "
                         "set it to \"llama3\" or \"default\", or make rope_scaling null");
     const char *type = json_string_value(t);
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "llama3") != 0)
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "rope_scaling type \"%s\" is not supported: upipe implements \"llama3\" "
                         "and \"default\" (or null)",
                         type);
@@ -105,18 +92,18 @@ static int parse_rope_scaling(model_config *cfg, const json_t *rs, const char *l
     int orig = 0;
     json_t *o = json_object_get(rs, "original_max_position_embeddings");
     if (o == NULL || json_is_null(o))
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "rope_scaling.\"original_max_position_embeddings\" is missing: add it "
                         "(8192 for Llama 3.1)");
     if (get_pos_int(rs, "original_max_position_embeddings", 1, &orig, label, err, errlen))
         return -1;
     if (!(factor > 0) || !(low > 0) || !(high > 0))
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "rope_scaling factors must be positive (factor %g, low_freq_factor %g, "
                         "high_freq_factor %g): fix them",
                         factor, low, high);
     if (!(high > low))
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "rope_scaling.high_freq_factor (%g) must be greater than low_freq_factor "
                         "(%g): the llama3 rule divides by their difference",
                         high, low);
@@ -132,7 +119,7 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
                       size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
     if (!json_is_object(root))
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "the top level is not a JSON object: expected an HF "
                         "LlamaForCausalLM config");
     if (get_pos_int(root, "hidden_size", 1, &cfg->C, label, err, errlen) ||
@@ -147,24 +134,24 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     if (get_pos_int(root, "head_dim", 0, &cfg->HS, label, err, errlen)) return -1;
     if (cfg->HS == 0) {
         if (cfg->C % cfg->NH != 0)
-            return cfg_fail(err, errlen, label,
+            return up_errf(err, errlen, label,
                             "hidden_size (%d) is not divisible by num_attention_heads (%d) and "
                             "head_dim is absent: add head_dim or fix the sizes",
                             cfg->C, cfg->NH);
         cfg->HS = cfg->C / cfg->NH;
     }
     if (cfg->NH % cfg->NKV != 0)
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "num_attention_heads (%d) is not divisible by num_key_value_heads (%d): "
                         "every KV head must serve the same number of query heads",
                         cfg->NH, cfg->NKV);
     if (cfg->HS % 2 != 0)
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "head_dim (%d) is odd: RoPE rotates pairs of channels, use an even "
                         "head_dim",
                         cfg->HS);
     if ((long long)cfg->NH * cfg->HS > INT_MAX)
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "num_attention_heads * head_dim overflows: the model "
                         "is too large");
 
@@ -174,19 +161,19 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
         get_real(root, "initializer_range", 0, &init_std, label, "", err, errlen))
         return -1;
     if (!(eps > 0))
-        return cfg_fail(err, errlen, label, "rms_norm_eps (%g) must be positive: use e.g. 1e-5",
+        return up_errf(err, errlen, label, "rms_norm_eps (%g) must be positive: use e.g. 1e-5",
                         eps);
     if (!(theta > 0))
-        return cfg_fail(err, errlen, label, "rope_theta (%g) must be positive: use e.g. 500000",
+        return up_errf(err, errlen, label, "rope_theta (%g) must be positive: use e.g. 500000",
                         theta);
     if (!(init_std >= 0))
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "initializer_range (%g) must not be negative: use e.g. 0.02", init_std);
     cfg->eps = (float)eps;
     cfg->rope_theta = (float)theta;
     cfg->init_std = (float)init_std;
     if (!(cfg->eps > 0))
-        return cfg_fail(err, errlen, label, "rms_norm_eps (%g) underflows in fp32: use e.g. 1e-5",
+        return up_errf(err, errlen, label, "rms_norm_eps (%g) underflows in fp32: use e.g. 1e-5",
                         eps);
 
     json_t *tied = json_object_get(root, "tie_word_embeddings");
@@ -197,7 +184,7 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
                  (json_integer_value(tied) == 0 || json_integer_value(tied) == 1))
             cfg->tied = (int)json_integer_value(tied);
         else
-            return cfg_fail(err, errlen, label, "\"tie_word_embeddings\" must be true or false");
+            return up_errf(err, errlen, label, "\"tie_word_embeddings\" must be true or false");
     }
 
     int max_pos = 0;
@@ -209,14 +196,14 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     json_t *act = json_object_get(root, "hidden_act");
     if (act != NULL && !json_is_null(act) &&
         (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "hidden_act is \"%s\" but upipe implements only \"silu\" (SwiGLU)",
                         json_is_string(act) ? json_string_value(act) : "?");
     const char *bias_keys[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++) {
         json_t *b = json_object_get(root, bias_keys[i]);
         if (b != NULL && json_is_true(b))
-            return cfg_fail(err, errlen, label,
+            return up_errf(err, errlen, label,
                             "\"%s\" is true but upipe's Llama has no biases: use a model without "
                             "them",
                             bias_keys[i]);
@@ -230,7 +217,7 @@ static int parse_text(model_config *cfg, const char *text, size_t len, const cha
     json_error_t jerr;
     json_t *root = json_loadb(text, len, 0, &jerr);
     if (root == NULL)
-        return cfg_fail(err, errlen, label,
+        return up_errf(err, errlen, label,
                         "invalid JSON at line %d column %d (%s): fix the file or regenerate it",
                         jerr.line, jerr.column, jerr.text);
     int rc = parse_root(cfg, root, label, err, errlen);
@@ -239,14 +226,14 @@ static int parse_text(model_config *cfg, const char *text, size_t len, const cha
 }
 
 int config_parse(model_config *cfg, const char *json_text, char *err, size_t errlen) {
-    if (json_text == NULL) return cfg_fail(err, errlen, "config.json", "no text given");
+    if (json_text == NULL) return up_errf(err, errlen, "config.json", "no text given");
     return parse_text(cfg, json_text, strlen(json_text), "config.json", err, errlen);
 }
 
 int config_load(model_config *cfg, const char *path, char *err, size_t errlen) {
     FILE *fp = fopen(path, "rb");
     if (fp == NULL)
-        return cfg_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                         "cannot open (%s): pass the path of the model's config.json",
                         strerror(errno));
     /* Configs are a few KB; refuse anything absurd instead of reading it into memory. */
@@ -254,16 +241,16 @@ int config_load(model_config *cfg, const char *path, char *err, size_t errlen) {
     char *buf = malloc(max_bytes + 1);
     if (buf == NULL) {
         fclose(fp);
-        return cfg_fail(err, errlen, path, "out of memory reading the config");
+        return up_errf(err, errlen, path, "out of memory reading the config");
     }
     size_t len = fread(buf, 1, max_bytes + 1, fp);
     int rd_err = ferror(fp);
     fclose(fp);
     int rc;
     if (rd_err)
-        rc = cfg_fail(err, errlen, path, "read error: check the file");
+        rc = up_errf(err, errlen, path, "read error: check the file");
     else if (len > max_bytes)
-        rc = cfg_fail(err, errlen, path, "file is larger than 16 MiB: this is not a config.json");
+        rc = up_errf(err, errlen, path, "file is larger than 16 MiB: this is not a config.json");
     else
         rc = parse_text(cfg, buf, len, path, err, errlen);
     free(buf);
@@ -319,13 +306,13 @@ int config_save(const model_config *cfg, const char *path, char *err, size_t err
 
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
-    if (text == NULL) return cfg_fail(err, errlen, path, "out of memory formatting the config");
+    if (text == NULL) return up_errf(err, errlen, path, "out of memory formatting the config");
     /* A trailing newline, as HF writes it. */
     size_t len = strlen(text);
     char *out = malloc(len + 2);
     if (out == NULL) {
         free(text);
-        return cfg_fail(err, errlen, path, "out of memory formatting the config");
+        return up_errf(err, errlen, path, "out of memory formatting the config");
     }
     memcpy(out, text, len);
     out[len] = '\n';

@@ -19,18 +19,6 @@
 #define SHARD_VERSION_U16 1
 #define SHARD_VERSION_U32 7
 
-static int data_fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
-    UP_PRINTF(4, 5);
-static int data_fail(char *err, size_t errlen, const char *path, const char *fmt, ...) {
-    if (err == NULL || errlen == 0) return -1;
-    int k = snprintf(err, errlen, "%s: ", path);
-    if (k < 0 || (size_t)k >= errlen) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* ---- shards ------------------------------------------------------------------------------ */
 
@@ -47,36 +35,36 @@ void shard_close(token_shard *s) {
 
 int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
-    if (vocab <= 0) return data_fail(err, errlen, path, "vocab_size %d is not positive", vocab);
+    if (vocab <= 0) return up_errf(err, errlen, path, "vocab_size %d is not positive", vocab);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return data_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                          "cannot open (%s): check the path, or make a shard "
                          "with `upipe data`",
                          strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return data_fail(err, errlen, path, "not a regular file");
+        return up_errf(err, errlen, path, "not a regular file");
     }
     size_t size = (size_t)sb.st_size;
     if (size < SHARD_HEADER_BYTES) {
         close(fd);
-        return data_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                          "file is %zu bytes, smaller than the %d-byte shard header: the file is "
                          "truncated or not an llm.c token shard",
                          size, SHARD_HEADER_BYTES);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED) return data_fail(err, errlen, path, "mmap failed (%s)", strerror(errno));
+    if (map == MAP_FAILED) return up_errf(err, errlen, path, "mmap failed (%s)", strerror(errno));
     s->map = map;
     s->map_bytes = size;
     const int32_t *hdr = map;
     int rc = -1;
     if (hdr[0] == SHARD_MAGIC_U16) {
         if (hdr[1] != SHARD_VERSION_U16) {
-            data_fail(err, errlen, path,
+            up_errf(err, errlen, path,
                       "magic %d with version %d (expected %d): unsupported shard version; "
                       "regenerate it",
                       hdr[0], hdr[1], SHARD_VERSION_U16);
@@ -85,7 +73,7 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
         s->token_bytes = 2;
     } else if (hdr[0] == SHARD_MAGIC_U32) {
         if (hdr[1] != SHARD_VERSION_U32) {
-            data_fail(err, errlen, path,
+            up_errf(err, errlen, path,
                       "magic %d with version %d (expected %d): unsupported shard version; "
                       "regenerate it",
                       hdr[0], hdr[1], SHARD_VERSION_U32);
@@ -93,12 +81,12 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
         }
         s->token_bytes = 4;
     } else {
-        data_fail(err, errlen, path, "bad magic %d (expected %d or %d): not an llm.c token shard",
+        up_errf(err, errlen, path, "bad magic %d (expected %d or %d): not an llm.c token shard",
                   hdr[0], SHARD_MAGIC_U16, SHARD_MAGIC_U32);
         goto done;
     }
     if (hdr[2] < 1) {
-        data_fail(err, errlen, path,
+        up_errf(err, errlen, path,
                   "header says %d tokens: the shard is empty; regenerate it with at least one "
                   "token",
                   hdr[2]);
@@ -107,14 +95,14 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
     s->ntok = (size_t)hdr[2];
     size_t want = SHARD_HEADER_BYTES + s->ntok * (size_t)s->token_bytes;
     if (size < want) {
-        data_fail(err, errlen, path,
+        up_errf(err, errlen, path,
                   "file is %zu bytes but its header says %zu tokens (%zu bytes): the file is "
                   "truncated; regenerate it",
                   size, s->ntok, want);
         goto done;
     }
     if (size > want) {
-        data_fail(err, errlen, path,
+        up_errf(err, errlen, path,
                   "file is %zu bytes but its header says %zu tokens (%zu bytes): %zu trailing "
                   "bytes; regenerate it",
                   size, s->ntok, want, size - want);
@@ -136,7 +124,7 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
         size_t i = 0;
         while (i + 1 < s->ntok && shard_token(s, i) < (uint32_t)vocab)
             i++;
-        data_fail(err, errlen, path,
+        up_errf(err, errlen, path,
                   "token %u at position %zu is >= vocab_size %d: the data was made for another "
                   "tokenizer",
                   shard_token(s, i), i, vocab);
@@ -170,9 +158,9 @@ void shard_read(const token_shard *s, size_t start, size_t n, int32_t *out) {
 
 int shard_write(const char *path, const uint32_t *tokens, size_t n, char *err, size_t errlen) {
     if (n == 0)
-        return data_fail(err, errlen, path, "no tokens to write: a shard needs at least one");
+        return up_errf(err, errlen, path, "no tokens to write: a shard needs at least one");
     if (n > (size_t)INT32_MAX)
-        return data_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                          "%zu tokens do not fit one shard (the header count is int32): split "
                          "the data",
                          n);
@@ -180,12 +168,12 @@ int shard_write(const char *path, const uint32_t *tokens, size_t n, char *err, s
     for (size_t i = 0; i < n; i++)
         maxid = tokens[i] > maxid ? tokens[i] : maxid;
     if (maxid > (uint32_t)INT32_MAX)
-        return data_fail(err, errlen, path, "token id %u does not fit an int32", maxid);
+        return up_errf(err, errlen, path, "token id %u does not fit an int32", maxid);
     int tb = maxid < 65536 ? 2 : 4;
     size_t bytes = SHARD_HEADER_BYTES + n * (size_t)tb;
     uint8_t *buf = calloc(1, bytes);
     if (buf == NULL)
-        return data_fail(err, errlen, path, "out of memory for a %zu-byte shard", bytes);
+        return up_errf(err, errlen, path, "out of memory for a %zu-byte shard", bytes);
     int32_t hdr[3] = {tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32,
                       tb == 2 ? SHARD_VERSION_U16 : SHARD_VERSION_U32, (int32_t)n};
     memcpy(buf, hdr, sizeof hdr);
@@ -207,7 +195,7 @@ uint32_t *data_tokenize_bytes(const char *path, size_t *n, char *err, size_t err
     *n = 0;
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) {
-        data_fail(err, errlen, path, "cannot open (%s): check the path", strerror(errno));
+        up_errf(err, errlen, path, "cannot open (%s): check the path", strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, len = 0;
@@ -231,13 +219,13 @@ uint32_t *data_tokenize_bytes(const char *path, size_t *n, char *err, size_t err
     fclose(fp);
     uint32_t *tok = NULL;
     if (!ok)
-        data_fail(err, errlen, path, "out of memory reading the file");
+        up_errf(err, errlen, path, "out of memory reading the file");
     else if (rd_err)
-        data_fail(err, errlen, path, "read error");
+        up_errf(err, errlen, path, "read error");
     else if (len == 0)
-        data_fail(err, errlen, path, "the file is empty: nothing to tokenize");
+        up_errf(err, errlen, path, "the file is empty: nothing to tokenize");
     else if ((tok = malloc(len * sizeof *tok)) == NULL)
-        data_fail(err, errlen, path, "out of memory for %zu tokens", len);
+        up_errf(err, errlen, path, "out of memory for %zu tokens", len);
     else {
         for (size_t i = 0; i < len; i++)
             tok[i] = bytes[i];

@@ -26,18 +26,6 @@
 /* Elements converted per pread in st_read_f32 (BF16/F16 staging buffer of 512 KiB). */
 #define ST_CHUNK ((size_t)1 << 18)
 
-static int st_fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
-    UP_PRINTF(4, 5);
-static int st_fail(char *err, size_t errlen, const char *path, const char *fmt, ...) {
-    if (err == NULL || errlen == 0) return -1;
-    int k = snprintf(err, errlen, "%s: ", path);
-    if (k < 0 || (size_t)k >= errlen) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* pread all of len bytes; 0, or -1 with errno (0 on end of file). */
 static int pread_full(int fd, void *buf, size_t len, uint64_t off) {
@@ -108,61 +96,61 @@ void st_close(st_file *f) {
 static int parse_entry(st_tensor *t, const char *name, json_t *v, const char *path, char *err,
                        size_t errlen) {
     if (!json_is_object(v))
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "header entry \"%s\" is not an object: the file is corrupt", name);
     json_t *jd = json_object_get(v, "dtype");
     json_t *js = json_object_get(v, "shape");
     json_t *jo = json_object_get(v, "data_offsets");
     if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo))
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "tensor \"%s\" lacks a string \"dtype\", an array \"shape\" or an array "
                        "\"data_offsets\": the file is corrupt",
                        name);
     size_t esize = 0;
     t->dtype = dtype_from_name(json_string_value(jd), &esize);
     if (t->dtype < 0)
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "tensor \"%s\" has dtype \"%s\", which upipe does not read: convert the "
                        "checkpoint to F32, BF16 or F16",
                        name, json_string_value(jd));
 
     size_t nd = json_array_size(js);
     if (nd > ST_MAX_DIMS)
-        return st_fail(err, errlen, path, "tensor \"%s\" has %zu dimensions (at most %d supported)",
+        return up_errf(err, errlen, path, "tensor \"%s\" has %zu dimensions (at most %d supported)",
                        name, nd, ST_MAX_DIMS);
     t->ndim = (int)nd;
     uint64_t numel = 1;
     for (size_t d = 0; d < nd; d++) {
         json_t *e = json_array_get(js, d);
         if (!json_is_integer(e) || json_integer_value(e) < 0)
-            return st_fail(err, errlen, path,
+            return up_errf(err, errlen, path,
                            "tensor \"%s\": shape entry %zu is not a non-negative integer: the file "
                            "is corrupt",
                            name, d);
         t->shape[d] = (int64_t)json_integer_value(e);
         if (__builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel))
-            return st_fail(err, errlen, path, "tensor \"%s\": the shape's element count overflows",
+            return up_errf(err, errlen, path, "tensor \"%s\": the shape's element count overflows",
                            name);
     }
     uint64_t nbytes;
     if (__builtin_mul_overflow(numel, (uint64_t)esize, &nbytes) || nbytes > SIZE_MAX)
-        return st_fail(err, errlen, path, "tensor \"%s\": the shape's byte size overflows", name);
+        return up_errf(err, errlen, path, "tensor \"%s\": the shape's byte size overflows", name);
 
     if (json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
         !json_is_integer(json_array_get(jo, 1)))
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "tensor \"%s\": data_offsets must be [begin, end] integers: the file is "
                        "corrupt",
                        name);
     json_int_t ob = json_integer_value(json_array_get(jo, 0));
     json_int_t oe = json_integer_value(json_array_get(jo, 1));
     if (ob < 0 || oe < ob)
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "tensor \"%s\": data_offsets [%lld, %lld] are not 0 <= begin <= end: the "
                        "file is corrupt",
                        name, (long long)ob, (long long)oe);
     if ((uint64_t)(oe - ob) != nbytes)
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "tensor \"%s\": shape and dtype give %llu bytes but data_offsets span %lld: "
                        "the file is corrupt",
                        name, (unsigned long long)nbytes, (long long)(oe - ob));
@@ -189,18 +177,18 @@ static int check_layout(const st_file *f, size_t data_bytes, const char *path, c
                         size_t errlen) {
     for (int i = 0; i < f->n; i++)
         if (f->tensors[i].end > data_bytes)
-            return st_fail(err, errlen, path,
+            return up_errf(err, errlen, path,
                            "tensor \"%s\" ends at byte %zu of the data but the data section has "
                            "%zu bytes: the file is truncated",
                            f->tensors[i].name, f->tensors[i].end, data_bytes);
     if (f->n <= 0) {
         if (data_bytes != 0)
-            return st_fail(err, errlen, path,
+            return up_errf(err, errlen, path,
                            "no tensors but %zu bytes of data: the file is corrupt", data_bytes);
         return 0;
     }
     st_span *order = malloc((size_t)f->n * sizeof *order);
-    if (order == NULL) return st_fail(err, errlen, path, "out of memory");
+    if (order == NULL) return up_errf(err, errlen, path, "out of memory");
     for (int i = 0; i < f->n; i++)
         order[i] = (st_span){f->tensors[i].begin, f->tensors[i].end, i};
     qsort(order, (size_t)f->n, sizeof *order, cmp_span);
@@ -210,13 +198,13 @@ static int check_layout(const st_file *f, size_t data_bytes, const char *path, c
     for (int k = 0; k < f->n && rc == 0; k++) {
         const st_tensor *t = &f->tensors[order[k].idx];
         if (t->begin > pos)
-            rc = st_fail(err, errlen, path,
+            rc = up_errf(err, errlen, path,
                          "gap of %zu bytes before tensor \"%s\" (begins at %zu, %s%s%s ends at "
                          "%zu): the file is corrupt",
                          t->begin - pos, t->name, t->begin, prev ? "\"" : "", prev ? prev : "start",
                          prev ? "\"" : "", pos);
         else if (t->begin < pos)
-            rc = st_fail(err, errlen, path,
+            rc = up_errf(err, errlen, path,
                          "tensor \"%s\" (bytes %zu..%zu) overlaps tensor \"%s\" (ends at %zu): the "
                          "file is corrupt",
                          t->name, t->begin, t->end, prev, pos);
@@ -224,7 +212,7 @@ static int check_layout(const st_file *f, size_t data_bytes, const char *path, c
         prev = t->name;
     }
     if (rc == 0 && pos != data_bytes)
-        rc = st_fail(err, errlen, path,
+        rc = up_errf(err, errlen, path,
                      "%zu bytes of data after the last tensor: the file is corrupt",
                      data_bytes - pos);
     free(order);
@@ -234,28 +222,28 @@ static int check_layout(const st_file *f, size_t data_bytes, const char *path, c
 static int parse_header(st_file *f, const char *hdr, size_t len, const char *path, char *err,
                         size_t errlen) {
     if (len == 0 || hdr[0] != '{')
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "the header does not start with '{': not a safetensors file");
     json_error_t jerr;
     /* Duplicate names are rejected by the parser itself. */
     json_t *root = json_loadb(hdr, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL)
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "the JSON header is invalid at byte %d (%s): the file is corrupt",
                        jerr.position, jerr.text);
     int rc = 0;
     if (!json_is_object(root)) {
-        rc = st_fail(err, errlen, path, "the JSON header is not an object: the file is corrupt");
+        rc = up_errf(err, errlen, path, "the JSON header is not an object: the file is corrupt");
         goto done;
     }
     size_t cap = json_object_size(root);
     if (cap > (size_t)1 << 24) {
-        rc = st_fail(err, errlen, path, "the header lists %zu entries: the file is corrupt", cap);
+        rc = up_errf(err, errlen, path, "the header lists %zu entries: the file is corrupt", cap);
         goto done;
     }
     f->tensors = calloc(cap ? cap : 1, sizeof *f->tensors);
     if (f->tensors == NULL) {
-        rc = st_fail(err, errlen, path, "out of memory");
+        rc = up_errf(err, errlen, path, "out of memory");
         goto done;
     }
     const char *key;
@@ -263,7 +251,7 @@ static int parse_header(st_file *f, const char *hdr, size_t len, const char *pat
     json_object_foreach(root, key, val) {
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(val)) {
-                rc = st_fail(err, errlen, path,
+                rc = up_errf(err, errlen, path,
                              "\"__metadata__\" is not an object: the file is "
                              "corrupt");
                 goto done;
@@ -273,7 +261,7 @@ static int parse_header(st_file *f, const char *hdr, size_t len, const char *pat
         st_tensor *t = &f->tensors[f->n];
         t->name = strdup(key);
         if (t->name == NULL) {
-            rc = st_fail(err, errlen, path, "out of memory");
+            rc = up_errf(err, errlen, path, "out of memory");
             goto done;
         }
         f->n++;
@@ -290,23 +278,23 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     f->fd = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return st_fail(err, errlen, path, "cannot open (%s): check the path", strerror(errno));
+        return up_errf(err, errlen, path, "cannot open (%s): check the path", strerror(errno));
     f->fd = fd;
     f->path = strdup(path);
     char *hdr = NULL;
     struct stat sb;
     int rc = -1;
     if (f->path == NULL) {
-        st_fail(err, errlen, path, "out of memory");
+        up_errf(err, errlen, path, "out of memory");
         goto fail;
     }
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st_fail(err, errlen, path, "not a regular file");
+        up_errf(err, errlen, path, "not a regular file");
         goto fail;
     }
     f->file_size = (size_t)sb.st_size;
     if (f->file_size < 8) {
-        st_fail(err, errlen, path,
+        up_errf(err, errlen, path,
                 "file is %zu bytes, too small for the 8-byte header length: the file is "
                 "truncated or not safetensors",
                 f->file_size);
@@ -314,7 +302,7 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     }
     uint8_t lenb[8];
     if (pread_full(fd, lenb, 8, 0) != 0) {
-        st_fail(err, errlen, path, "cannot read the header length (%s)",
+        up_errf(err, errlen, path, "cannot read the header length (%s)",
                 errno ? strerror(errno) : "short read");
         goto fail;
     }
@@ -322,18 +310,18 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | lenb[i];
     if (hlen == 0) {
-        st_fail(err, errlen, path, "header length is 0: not a safetensors file");
+        up_errf(err, errlen, path, "header length is 0: not a safetensors file");
         goto fail;
     }
     if (hlen > ST_MAX_HEADER) {
-        st_fail(err, errlen, path,
+        up_errf(err, errlen, path,
                 "header length %llu exceeds the 100 MB limit: the file is corrupt or not "
                 "safetensors",
                 (unsigned long long)hlen);
         goto fail;
     }
     if (hlen > f->file_size - 8) {
-        st_fail(err, errlen, path,
+        up_errf(err, errlen, path,
                 "header length %llu is larger than the file (%zu bytes): the file is truncated "
                 "or not safetensors",
                 (unsigned long long)hlen, f->file_size);
@@ -342,12 +330,12 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     f->data_start = 8 + (size_t)hlen;
     hdr = malloc((size_t)hlen);
     if (hdr == NULL) {
-        st_fail(err, errlen, path, "out of memory reading a %llu-byte header",
+        up_errf(err, errlen, path, "out of memory reading a %llu-byte header",
                 (unsigned long long)hlen);
         goto fail;
     }
     if (pread_full(fd, hdr, (size_t)hlen, 8) != 0) {
-        st_fail(err, errlen, path, "cannot read the header (%s)",
+        up_errf(err, errlen, path, "cannot read the header (%s)",
                 errno ? strerror(errno) : "short read");
         goto fail;
     }
@@ -406,7 +394,7 @@ int st_read_f32(const st_file *f, const st_tensor *t, size_t first, size_t count
     const char *path = f->path ? f->path : "safetensors";
     size_t numel = st_numel(t);
     if (first > numel || count > numel - first)
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "read of elements [%zu, %zu+%zu) is outside tensor \"%s\" (%zu elements)",
                        first, first, count, t->name, numel);
     if (count == 0) return 0;
@@ -414,19 +402,19 @@ int st_read_f32(const st_file *f, const st_tensor *t, size_t first, size_t count
     uint64_t off = (uint64_t)f->data_start + t->begin + (uint64_t)first * es;
     if (t->dtype == ST_F32) {
         if (pread_full(f->fd, dst, count * 4, off) != 0)
-            return st_fail(err, errlen, path, "reading tensor \"%s\" failed (%s)", t->name,
+            return up_errf(err, errlen, path, "reading tensor \"%s\" failed (%s)", t->name,
                            errno ? strerror(errno)
                                  : "short read: the file changed since it was opened");
         return 0;
     }
     size_t chunk = count < ST_CHUNK ? count : ST_CHUNK;
     uint16_t *buf = malloc(chunk * sizeof *buf);
-    if (buf == NULL) return st_fail(err, errlen, path, "out of memory");
+    if (buf == NULL) return up_errf(err, errlen, path, "out of memory");
     int rc = 0;
     for (size_t i = 0; i < count; i += chunk) {
         size_t m = count - i < chunk ? count - i : chunk;
         if (pread_full(f->fd, buf, m * 2, off + (uint64_t)i * 2) != 0) {
-            rc = st_fail(err, errlen, path, "reading tensor \"%s\" failed (%s)", t->name,
+            rc = up_errf(err, errlen, path, "reading tensor \"%s\" failed (%s)", t->name,
                          errno ? strerror(errno)
                                : "short read: the file changed since it was opened");
             break;
@@ -467,7 +455,7 @@ static char *build_header(const st_entry *entries, int n, size_t *len_out, const
             end > (uint64_t)INT64_MAX) {
             json_decref(shape);
             json_decref(root);
-            st_fail(err, errlen, path, "tensor \"%s\" is too large to write", e->name);
+            up_errf(err, errlen, path, "tensor \"%s\" is too large to write", e->name);
             return NULL;
         }
         json_t *ent = json_object();
@@ -481,7 +469,7 @@ static char *build_header(const st_entry *entries, int n, size_t *len_out, const
          * the given order. json_object_set_new fails on a name that is not valid UTF-8. */
         if (json_object_set_new(root, e->name, ent) != 0) {
             json_decref(root);
-            st_fail(err, errlen, path, "tensor name \"%s\" is not valid UTF-8", e->name);
+            up_errf(err, errlen, path, "tensor name \"%s\" is not valid UTF-8", e->name);
             return NULL;
         }
         off = end;
@@ -489,7 +477,7 @@ static char *build_header(const st_entry *entries, int n, size_t *len_out, const
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (text == NULL) {
-        st_fail(err, errlen, path, "out of memory formatting the header");
+        up_errf(err, errlen, path, "out of memory formatting the header");
         return NULL;
     }
     size_t len = strlen(text);
@@ -497,7 +485,7 @@ static char *build_header(const st_entry *entries, int n, size_t *len_out, const
     char *out = realloc(text, padded + 1);
     if (out == NULL) {
         free(text);
-        st_fail(err, errlen, path, "out of memory formatting the header");
+        up_errf(err, errlen, path, "out of memory formatting the header");
         return NULL;
     }
     memset(out + len, ' ', padded - len);
@@ -529,7 +517,7 @@ int st_write_f32(const char *path, const st_entry *entries, int n, char *err, si
         for (int d = 0; d < entries[i].ndim && entries[i].ndim <= 4; d++)
             numel *= entries[i].shape[d] > 0 ? (size_t)entries[i].shape[d] : 0;
         if (numel > 0 && entries[i].data == NULL && entries[i].name)
-            return st_fail(err, errlen, path, "tensor \"%s\" has no data", entries[i].name);
+            return up_errf(err, errlen, path, "tensor \"%s\" has no data", entries[i].name);
     }
     entry_source src = {entries, n, 0};
     return st_write_f32_stream(path, entries, n, next_entry, &src, err, errlen);
@@ -537,25 +525,25 @@ int st_write_f32(const char *path, const st_entry *entries, int n, char *err, si
 
 int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chunk_fn next,
                         void *ctx, char *err, size_t errlen) {
-    if (n < 0) return st_fail(err, errlen, path, "negative tensor count %d", n);
+    if (n < 0) return up_errf(err, errlen, path, "negative tensor count %d", n);
     for (int i = 0; i < n; i++) {
         const st_entry *e = &entries[i];
         if (e->name == NULL || e->name[0] == '\0' || strcmp(e->name, "__metadata__") == 0)
-            return st_fail(err, errlen, path, "entry %d has no usable name", i);
+            return up_errf(err, errlen, path, "entry %d has no usable name", i);
         if (e->ndim < 0 || e->ndim > 4)
-            return st_fail(err, errlen, path, "tensor \"%s\" has %d dimensions (0..4 allowed)",
+            return up_errf(err, errlen, path, "tensor \"%s\" has %d dimensions (0..4 allowed)",
                            e->name, e->ndim);
         size_t numel = 1;
         for (int d = 0; d < e->ndim; d++) {
             if (e->shape[d] < 0)
-                return st_fail(err, errlen, path, "tensor \"%s\" has a negative dimension",
+                return up_errf(err, errlen, path, "tensor \"%s\" has a negative dimension",
                                e->name);
             numel *= (size_t)e->shape[d];
         }
         (void)numel;
         for (int j = 0; j < i; j++)
             if (strcmp(entries[j].name, e->name) == 0)
-                return st_fail(err, errlen, path, "tensor name \"%s\" appears twice", e->name);
+                return up_errf(err, errlen, path, "tensor name \"%s\" appears twice", e->name);
     }
     size_t hlen = 0;
     char *hdr = build_header(entries, n, &hlen, path, err, errlen);
@@ -565,12 +553,12 @@ int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chu
     char *tmp = malloc(tlen);
     if (tmp == NULL) {
         free(hdr);
-        return st_fail(err, errlen, path, "out of memory");
+        return up_errf(err, errlen, path, "out of memory");
     }
     snprintf(tmp, tlen, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        st_fail(err, errlen, path,
+        up_errf(err, errlen, path,
                 "cannot create %s (%s): check the directory exists and is "
                 "writable",
                 tmp, strerror(errno));
@@ -607,7 +595,7 @@ int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chu
         unlink(tmp);
         free(tmp);
         free(hdr);
-        return st_fail(err, errlen, path, "the data source ended early (internal error)");
+        return up_errf(err, errlen, path, "the data source ended early (internal error)");
     }
     if (ok) ok = fsync(fd) == 0;
     int saved = errno;
@@ -623,7 +611,7 @@ int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chu
     if (!ok) {
         unlink(tmp);
         free(tmp);
-        return st_fail(err, errlen, path,
+        return up_errf(err, errlen, path,
                        "write failed (%s): check free disk space and "
                        "permissions",
                        strerror(saved));
