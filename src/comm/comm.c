@@ -81,16 +81,23 @@ static int block_count(size_t n) {
     return (int)n;
 }
 
+/* The part both exchanges share: the layout check, and with P == 1 (one layout) a plain copy.
+ * Returns 1 when that finished the exchange. */
+static int exchange_trivial(comm_ctx *c, comm_kind kind, const float *send, float *recv,
+                            int T_loc, int nh, int HS, double t0) {
+    UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh,
+             c->P);
+    if (c->P > 1) return 0;
+    memcpy(recv, send, sizeof(float) * block_floats(T_loc, nh, HS));
+    count(c, kind, t0, 0);
+    return 1;
+}
+
 void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
                       float *pack) {
-    int P = c->P, nh_out = heads_out(nh, P);
-    UP_CHECK(nh % P == 0 || P % nh == 0, "%d heads cannot be spread over %d ranks", nh, P);
     double t0 = MPI_Wtime();
-    if (P == 1) {
-        memcpy(recv, send, sizeof(float) * block_floats(T_loc, nh_out, HS));
-        count(c, COMM_SEQ_TO_HEAD, t0, 0);
-        return;
-    }
+    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) return;
+    int P = c->P, nh_out = heads_out(nh, P);
     int n = block_count(block_floats(T_loc, nh_out, HS));
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
     // pack: block j (T_loc, nh_out, HS) holds the heads rank j owns
@@ -111,14 +118,9 @@ void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, in
 
 void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
                       float *pack) {
-    int P = c->P, nh_out = heads_out(nh, P);
-    UP_CHECK(nh % P == 0 || P % nh == 0, "%d heads cannot be spread over %d ranks", nh, P);
     double t0 = MPI_Wtime();
-    if (P == 1) {
-        memcpy(recv, send, sizeof(float) * block_floats(T_loc, nh_out, HS));
-        count(c, COMM_HEAD_TO_SEQ, t0, 0);
-        return;
-    }
+    if (exchange_trivial(c, COMM_HEAD_TO_SEQ, send, recv, T_loc, nh, HS, t0)) return;
+    int P = c->P, nh_out = heads_out(nh, P);
     int n = block_count(block_floats(T_loc, nh_out, HS));
     // block j of send (tokens j*T_loc..) goes to rank j as is
     double t1 = MPI_Wtime();

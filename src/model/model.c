@@ -495,14 +495,25 @@ static void attn_plain_backward(model *m, const layer_weights *w, const layer_we
 
 /* ---- MLP: untiled (intermediates saved) or over tiles of tile_mlp tokens (recomputed) ------- */
 
+/* The (n, F) intermediates of the tile starting at token t0: the shared tile buffers, or the
+ * saved tensors' rows when untiled (a single tile). Returns n. */
+static int mlp_tile(model *m, const layer_acts *a, int t0, float **gate, float **up, float **act) {
+    int T = m->T, N = m->tile_mlp, n = T - t0 < N ? T - t0 : N;
+    size_t rf = (size_t)t0 * m->cfg.F;
+    int tiled = N < T;
+    *gate = tiled ? m->gate_t : a->gate + rf;
+    *up = tiled ? m->up_t : a->up + rf;
+    *act = tiled ? m->act_t : a->act + rf;
+    return n;
+}
+
 static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, float *x_out) {
     const model_config *c = &m->cfg;
-    int T = m->T, C = c->C, F = c->F, N = m->tile_mlp, tiled = N < T;
-    for (int t0 = 0; t0 < T; t0 += N) {
-        int n = T - t0 < N ? T - t0 : N;
-        size_t r = (size_t)t0 * C, rf = tiled ? 0 : (size_t)t0 * F;
-        float *gate = tiled ? m->gate_t : a->gate + rf, *up = tiled ? m->up_t : a->up + rf;
-        float *act = tiled ? m->act_t : a->act + rf;
+    int T = m->T, C = c->C, F = c->F;
+    for (int t0 = 0; t0 < T; t0 += m->tile_mlp) {
+        float *gate, *up, *act;
+        int n = mlp_tile(m, a, t0, &gate, &up, &act);
+        size_t r = (size_t)t0 * C;
         rmsnorm_forward(m->h + r, m->rstd2 + t0, a->x_mid + r, w->mlp_norm, n, C, c->eps);
         matmul_forward(gate, m->h + r, w->wg, n, C, F, 0);              // (n, F)
         matmul_forward(up, m->h + r, w->wu, n, C, F, 0);                // (n, F)
@@ -516,12 +527,12 @@ static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, float *
 static void mlp_backward(model *m, const layer_weights *w, const layer_weights *g,
                          const layer_acts *a) {
     const model_config *c = &m->cfg;
-    int T = m->T, C = c->C, F = c->F, N = m->tile_mlp, tiled = N < T;
-    for (int t0 = 0; t0 < T; t0 += N) {
-        int n = T - t0 < N ? T - t0 : N;
-        size_t r = (size_t)t0 * C, rf = tiled ? 0 : (size_t)t0 * F;
-        float *gate = tiled ? m->gate_t : a->gate + rf, *up = tiled ? m->up_t : a->up + rf;
-        float *act = tiled ? m->act_t : a->act + rf, *h2 = m->h + r;
+    int T = m->T, C = c->C, F = c->F, tiled = m->tile_mlp < T;
+    for (int t0 = 0; t0 < T; t0 += m->tile_mlp) {
+        float *gate, *up, *act;
+        int n = mlp_tile(m, a, t0, &gate, &up, &act);
+        size_t r = (size_t)t0 * C;
+        float *h2 = m->h + r;
         // recompute h2 = rmsnorm(x_mid) (cheap, not saved) and, when tiled, gate, up, act
         rmsnorm_forward(h2, m->rstd2 + t0, a->x_mid + r, w->mlp_norm, n, C, c->eps);
         if (tiled) {

@@ -122,27 +122,19 @@ static void chunk_project_kv(upipe_plan *u, const layer_weights *w, int c) {
     rope_forward(u->ks, m->rope_cos, m->rope_sin, T, u->Kc, HS);
 }
 
-/* Copies between a stage buffer (T, U*HS) in stage order and a model-order buffer (T, NH*HS). */
-static void stage_gather(upipe_plan *u, float *stage, const float *full, int c, int j) {
+/* Copies between a stage buffer (T, U*HS) in stage order and a model-order buffer (T, NH*HS):
+ * to_stage gathers the stage's heads, else scatters them back. */
+static void stage_copy(upipe_plan *u, float *stage, float *full, int c, int j, int to_stage) {
     model *m = u->m;
     int HS = m->cfg.HS, bw = u->mult * HS;
     size_t ldf = (size_t)m->cfg.NH * HS, lds = (size_t)u->U * HS;
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < m->T; t++)
-        for (int kk = 0; kk < u->Kc; kk++)
-            memcpy(stage + t * lds + (size_t)kk * bw,
-                   full + t * ldf + (size_t)block_head(u, c, j, kk) * HS, sizeof(float) * bw);
-}
-
-static void stage_scatter(upipe_plan *u, float *full, const float *stage, int c, int j) {
-    model *m = u->m;
-    int HS = m->cfg.HS, bw = u->mult * HS;
-    size_t ldf = (size_t)m->cfg.NH * HS, lds = (size_t)u->U * HS;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < m->T; t++)
-        for (int kk = 0; kk < u->Kc; kk++)
-            memcpy(full + t * ldf + (size_t)block_head(u, c, j, kk) * HS,
-                   stage + t * lds + (size_t)kk * bw, sizeof(float) * bw);
+        for (int kk = 0; kk < u->Kc; kk++) {
+            float *s = stage + t * lds + (size_t)kk * bw;
+            float *f = full + t * ldf + (size_t)block_head(u, c, j, kk) * HS;
+            memcpy(to_stage ? s : f, to_stage ? f : s, sizeof(float) * bw);
+        }
 }
 
 /* ---- forward / backward --------------------------------------------------------------------- */
@@ -162,7 +154,7 @@ void upipe_attention_forward(upipe_plan *u, const layer_weights *w, layer_acts *
             attention_forward(u->oh, a->lse + s * lse_stage, u->qh, u->kh, u->vh, m->Tg, u->U_loc,
                               u->Kc_loc, HS, u->ws);                  // (Tg, U_loc, HS)
             to_seq(u, u->oh, u->qs, u->U);                            // (T, U*HS), qs is free
-            stage_scatter(u, a->att, u->qs, c, j);                    // model head order
+            stage_copy(u, u->qs, a->att, c, j, 0);                    // model head order
         }
     }
 }
@@ -183,9 +175,9 @@ void upipe_attention_backward(upipe_plan *u, const layer_weights *w, const layer
         for (int j = 0; j < u->stages_per_chunk; j++) {
             int s = c * u->stages_per_chunk + j;
             // the stage's saved output o and its gradient, exchanged to head layout
-            stage_gather(u, u->qs, a->att, c, j);
+            stage_copy(u, u->qs, a->att, c, j, 1);
             to_head(u, u->qs, u->oh, u->U);
-            stage_gather(u, u->qs, m->datt, c, j);
+            stage_copy(u, u->qs, m->datt, c, j, 1);
             to_head(u, u->qs, u->doh, u->U);
             // recompute q (after the gathers: qs is their staging buffer; qh may alias qs)
             stage_project_q(u, w->wq, c, j);

@@ -304,8 +304,7 @@ static void print_plan(const mem_plan *p, const train_options *o, const model_co
     fflush(stdout);
 }
 
-static UP_NORETURN void refuse_plan(const mem_plan *p, const train_options *o,
-                                    const model_config *c) {
+static UP_NORETURN void refuse_plan(const mem_plan *p, const train_options *o) {
     /* the two largest categories and what shrinks them */
     int a = 0, b = 1;
     for (int k = 0; k < MEM_COUNT; k++)
@@ -321,7 +320,6 @@ static UP_NORETURN void refuse_plan(const mem_plan *p, const train_options *o,
                mem_category_name((mem_category)a), up_fmt_bytes(s3, sizeof s3, (double)p->cat[a]),
                g_shrink[a], mem_category_name((mem_category)b),
                up_fmt_bytes(s4, sizeof s4, (double)p->cat[b]), g_shrink[b], o->T);
-    (void)c;
 }
 
 /* The memory report (DESIGN.md §5), max over ranks; predicted: from the plan (no RSS). */
@@ -445,7 +443,7 @@ int train_main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
-    if (o.mem_limit && plan.peak > o.mem_limit) refuse_plan(&plan, &o, &cfg);
+    if (o.mem_limit && plan.peak > o.mem_limit) refuse_plan(&plan, &o);
 
     model_init(&m, &cfg, T_loc, &comm, &o.mopt);
     if (o.init) model_load(&m, o.init);

@@ -15,24 +15,25 @@ GRAD_RTOL=1e-5
 LOSS_RTOL=1e-6
 
 
+# Every valid U (1, 2, 4) with 1, 2 and 4 ranks against the plain single-rank run.
+sweep() { # name args...
+  local name=$1
+  shift
+  run_case ${name}_ref 1 "$@"
+  for n in 1 2 4; do
+    for U in 1 2 4; do
+      [ $((U % n)) -eq 0 ] || continue
+      run_case ${name}_n${n}_u$U $n "$@" --upipe-heads $U && compare ${name}_n${n}_u$U ${name}_ref
+    done
+  done
+}
+
 # MHA: NH = NKV = 4
 MHA="--config $TMP/mha.json --data $TMP/d.bin --seq-len 64 --seed 7"
-run_case mha_ref 1 $MHA
-for n in 1 2 4; do
-  for U in 1 2 4; do
-    [ $((U % n)) -eq 0 ] || continue
-    run_case mha_n${n}_u$U $n $MHA --upipe-heads $U && compare mha_n${n}_u$U mha_ref
-  done
-done
+sweep mha $MHA
 # GQA: NH = 4, NKV = 2 (G = 2); with 4 ranks P > NKV (replicated KV heads). Loaded HF weights.
 G="--config $GQA/config.json --data $GQA/tokens.bin --init $GQA/weights.safetensors --seq-len 80"
-run_case gqa_ref 1 $G
-for n in 1 2 4; do
-  for U in 1 2 4; do
-    [ $((U % n)) -eq 0 ] || continue
-    run_case gqa_n${n}_u$U $n $G --upipe-heads $U && compare gqa_n${n}_u$U gqa_ref
-  done
-done
+sweep gqa $G
 
 # Attention memory scales with U (MHA, fixed T): U = P is at most 1.25 x (U/NH) of U = NH.
 att() { sed -n 's/.*"attention": *\([0-9]*\).*/\1/p' "$1" | head -n1; }
