@@ -658,6 +658,34 @@ void model_backward(model *m) {
     fsdp_reduce(m, 0);
 }
 
+void model_zero_grads(model *m) { memset(m->grads, 0, sizeof(float) * m->nshard); }
+
+void model_reduce_grads(model *m) {
+    if (m->R_f == 1) comm_reduce_grads(m->comm, m->grads, m->nshard); /* FSDP reduced per unit */
+}
+
+double model_grad_norm(model *m) {
+    double sq = sum_squares(m->grads, m->nshard);
+    if (m->R_f > 1) comm_sum_double(m->comm, &sq); /* shards: the norm of the whole gradient */
+    return sqrt(sq);
+}
+
+void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip) {
+    /* every tensor's owned part: the whole tensor, or this rank's FSDP shard of it */
+    for (int t = 0; t < m->ntensors; t++) {
+        size_t i0, i1;
+        if (!model_owned_part(m, t, &i0, &i1)) continue;
+        int u = m->tensor_unit[t];
+        size_t g = m->tensors[t].offset + i0;
+        adamw_update(fsdp_shard_at(m, m->params, u, g), fsdp_shard_at(m, m->grads, u, g),
+                     fsdp_shard_at(m, m->m, u, g), fsdp_shard_at(m, m->v, u, g), i1 - i0, hp, step,
+                     clip, m->tensors[t].decay);
+    }
+}
+
+void model_save_params(model *m, const char *path) { model_save_slab(m, m->params, path); }
+void model_save_grads(model *m, const char *path) { model_save_slab(m, m->grads, path); }
+
 double model_flops_per_step(const model_config *c, int T) {
     /* Matmul parameters (the embedding lookup does no FLOPs; a tied lm_head still multiplies):
      * 2 FLOPs per parameter per token forward, 4 backward. Causal attention per layer and head:

@@ -11,6 +11,7 @@
 #include "comm/comm.h"
 #include "core/mem.h"
 #include "io/config.h"
+#include "kernels/kernels.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -203,6 +204,22 @@ double model_forward(model *m, float grad_scale);
 /* Backward: grads += d loss / d params (accumulate: zero m->grads before the first micro-batch
  * of a step). Requires model_forward just before. */
 void model_backward(model *m);
+
+/* ---- the optimizer side of a step (over this rank's shards; the caller never walks them) ---- */
+/* grads := 0 (before the first micro-batch of a step). */
+void model_zero_grads(model *m);
+/* Sums the gradients of the data-parallel replicas and context-parallel ranks (all-reduce) when
+ * unsharded; with FSDP they were reduce-scattered unit by unit in model_backward (no-op).
+ * Collective. */
+void model_reduce_grads(model *m);
+/* Norm of the whole gradient (all shards). Collective. */
+double model_grad_norm(model *m);
+/* One AdamW step (1-based step) on every tensor's owned part, gradients scaled by clip (the
+ * clipping factor); weight decay on the tensors that take it. Forgets gathered units. */
+void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip);
+/* Writes the weights / the gradients (safetensors, F32, HF names). Collective. */
+void model_save_params(model *m, const char *path);
+void model_save_grads(model *m, const char *path);
 
 /* Model FLOPs of one training step (forward + backward) of T tokens: 6 * (matmul params) * T plus
  * causal attention 6 * 2 * L * NH * HS * T * (T+1) / 2 ... see model.c. */

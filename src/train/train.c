@@ -484,7 +484,7 @@ int train_main(int argc, char **argv) {
         comm_reduce_loss(&comm, &zero, &valid);
         float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
 
-        memset(m.grads, 0, sizeof(float) * m.nshard);
+        model_zero_grads(&m);
         double loss_sum = 0;
         for (int b = 0; b < o.accum; b++) {
             read_tokens(&shard, &comm, o.T, T_loc, step_seq(step, &comm, o.accum, b), &m);
@@ -493,29 +493,18 @@ int train_main(int argc, char **argv) {
         }
         long long local = 0;
         comm_reduce_loss(&comm, &loss_sum, &local); /* token-weighted over all ranks */
-        if (m.R_f == 1) comm_reduce_grads(&comm, m.grads, m.nshard); /* FSDP reduced per unit */
+        model_reduce_grads(&m);
         double loss = valid > 0 ? loss_sum / (double)valid : 0.0;
 
-        if (step == 0 && o.save_grads) model_save_slab(&m, m.grads, o.save_grads);
+        if (step == 0 && o.save_grads) model_save_grads(&m, o.save_grads);
 
-        double sq = sum_squares(m.grads, m.nshard);
-        if (m.R_f > 1) comm_sum_double(&comm, &sq); /* shards: the norm of the whole gradient */
-        double norm = sqrt(sq);
+        double norm = model_grad_norm(&m);
         float clip = clip_factor(norm, (float)o.grad_clip);
         float lr = lr_schedule((int)step, (int)o.steps, (float)o.lr, (int)o.warmup,
                                (float)o.min_lr_frac);
         if (o.lr > 0) {
             hp.lr = lr;
-            /* every tensor's owned part: the whole tensor, or this rank's FSDP shard of it */
-            for (int t = 0; t < m.ntensors; t++) {
-                size_t i0, i1;
-                if (!model_owned_part(&m, t, &i0, &i1)) continue;
-                int u = m.tensor_unit[t];
-                size_t g = m.tensors[t].offset + i0;
-                adamw_update(fsdp_shard_at(&m, m.params, u, g), fsdp_shard_at(&m, m.grads, u, g),
-                             fsdp_shard_at(&m, m.m, u, g), fsdp_shard_at(&m, m.v, u, g), i1 - i0,
-                             &hp, (int)step + 1, clip, m.tensors[t].decay);
-            }
+            model_optimizer_step(&m, &hp, (int)step + 1, clip);
         } else {
             lr = 0;
         }
@@ -562,7 +551,7 @@ int train_main(int argc, char **argv) {
         }
     }
     if (logf && fclose(logf) != 0) up_die("--log %s: write failed", o.log);
-    if (o.save) model_save_slab(&m, m.params, o.save);
+    if (o.save) model_save_params(&m, o.save);
     if (o.mem_report) {
         mem_plan measured = plan_capture();
         measured.rss = mem_rss_peak();
