@@ -25,6 +25,11 @@ void matmul_forward(float *out, const float *inp, const float *w, int N, int IC,
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int N, int IC, int OC);
 
+/* Threads of the BLAS library for the calls above (the OpenMP kernels follow omp_set_num_threads),
+ * and a one-line description of the BLAS build, for the run summary. */
+void blas_set_threads(int n);
+const char *blas_describe(void);
+
 /* ---- embedding ------------------------------------------------------------------------------ */
 
 /* out (N, C) = wte[tokens[i]] (wte (V, C)). overwrite. */

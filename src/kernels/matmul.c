@@ -34,3 +34,7 @@ void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
                     1.0f, dw, IC);
 }
+
+void blas_set_threads(int n) { openblas_set_num_threads(n); }
+
+const char *blas_describe(void) { return openblas_get_config(); }

@@ -9,7 +9,6 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 
-#include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -260,7 +259,7 @@ static void print_summary(const train_options *o, const model *m, int threads) {
     printf("  optim   AdamW lr=%g warmup=%ld cosine to %g x lr, wd=%g, betas=(%g, %g), clip=%g\n",
            o->lr, o->warmup, o->min_lr_frac, o->weight_decay, o->beta1, o->beta2, o->grad_clip);
     printf("  init    %s\n", o->init ? o->init : "random (seed)");
-    printf("  machine %d threads, %s\n", threads, openblas_get_config());
+    printf("  machine %d threads, %s\n", threads, blas_describe());
     printf("  memory  %s accounted after allocation (model state %s)\n",
            up_fmt_bytes(b1, sizeof b1, (double)mem_live_total()),
            up_fmt_bytes(b2, sizeof b2,
@@ -401,7 +400,7 @@ int train_main(int argc, char **argv) {
     }
     int threads = default_threads(o.threads);
     omp_set_num_threads(threads);
-    openblas_set_num_threads(threads);
+    blas_set_threads(threads);
 
     /* ---- validate everything before any large allocation (every rank, same verdict) ---- */
     char err[512];
