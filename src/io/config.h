@@ -7,9 +7,17 @@
 #ifndef UP_CONFIG_H
 #define UP_CONFIG_H
 
-#include "kernels/kernels.h"
-
 #include <stddef.h>
+
+/* rope_scaling of config.json (HF "llama3" rule, or none). */
+typedef struct {
+    int type;               /* ROPE_SCALING_NONE or ROPE_SCALING_LLAMA3 */
+    float factor;           /* llama3: factor */
+    float low_freq_factor;  /* llama3: low_freq_factor */
+    float high_freq_factor; /* llama3: high_freq_factor */
+    int original_max_pos;   /* llama3: original_max_position_embeddings */
+} rope_scaling;
+enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 = 1 };
 
 typedef struct {
     int C;   /* hidden_size */

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 /* ---- matrix products (cblas_sgemm) ---------------------------------------------------------- */
+/* The only BLAS calls of upipe are in src/kernels/. Every other file multiplies through these. */
 
 /* out (N, OC) = inp (N, IC) @ w^T, w (OC, IC). overwrite (accumulate if acc != 0). */
 void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int acc);
@@ -24,6 +25,14 @@ void matmul_forward(float *out, const float *inp, const float *w, int N, int IC,
  * dw   (OC, IC) += dout^T @ inp           (skipped if dw == NULL)   both accumulate. */
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int N, int IC, int OC);
+
+/* Strided forms of the two above for row blocks of wider matrices: rows of out, inp, w, dinp, dw
+ * and dout are ldo, ldi, ldw, lddi, lddw and ldd floats apart (>= their row length). Same
+ * products, same summation order as the packed forms (which call these). */
+void matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const float *w, int ldw,
+                       int N, int IC, int OC, int acc);
+void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float *dout, int ldd,
+                        const float *inp, int ldi, const float *w, int ldw, int N, int IC, int OC);
 
 /* Threads of the BLAS library for the calls above (the OpenMP kernels follow omp_set_num_threads),
  * and a one-line description of the BLAS build, for the run summary. */
@@ -48,18 +57,12 @@ void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *in
 
 /* ---- RoPE (HF "rotate_half" layout) --------------------------------------------------------- */
 
-typedef struct {
-    int type;               /* ROPE_SCALING_NONE or ROPE_SCALING_LLAMA3 */
-    float factor;           /* llama3: factor */
-    float low_freq_factor;  /* llama3: low_freq_factor */
-    float high_freq_factor; /* llama3: high_freq_factor */
-    int original_max_pos;   /* llama3: original_max_position_embeddings */
-} rope_scaling;
-enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 = 1 };
-
-/* inv_freq (HS/2): theta^(-2i/HS), then the llama3 scaling rule of HF transformers
- * (_compute_llama3_parameters). */
-void rope_inv_freq(float *inv_freq, int HS, float theta, const rope_scaling *sc);
+/* inv_freq (HS/2): theta^(-2i/HS) in float32, as HF computes it. overwrite. */
+void rope_inv_freq(float *inv_freq, int HS, float theta);
+/* The llama3 rule of HF transformers (_compute_llama3_parameters) applied to inv_freq in place:
+ * low frequencies divided by factor, the band between blended. */
+void rope_llama3_scale(float *inv_freq, int HS, float factor, float low_freq_factor,
+                       float high_freq_factor, int original_max_pos);
 /* cos, sin (N, HS/2) for positions pos0 .. pos0+N-1; angle computed in double. overwrite. */
 void rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int64_t pos0, int N, int HS);
 /* In place on x (N, nh, HS), row i rotated by table row i:

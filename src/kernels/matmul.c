@@ -7,32 +7,47 @@
 
 #include "core/check.h"
 
-void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int acc) {
+void matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const float *w, int ldw,
+                       int N, int IC, int OC, int acc) {
     UP_CHECK(N >= 0 && IC >= 0 && OC >= 0, "matmul_forward: negative shape N=%d IC=%d OC=%d", N, IC,
              OC);
+    UP_CHECK(ldo >= OC && ldi >= IC && ldw >= IC, "matmul_forward: leading dimensions %d %d %d "
+             "below the rows (OC=%d IC=%d)", ldo, ldi, ldw, OC, IC);
     if (N == 0 || OC == 0) return;
     if (IC == 0) { // BLAS wants lda >= 1; an empty sum is 0
-        if (!acc) memset(out, 0, up_mul3((size_t)N, (size_t)OC, sizeof(float)));
+        if (!acc)
+            for (int i = 0; i < N; i++) memset(out + (size_t)i * ldo, 0, sizeof(float) * OC);
         return;
     }
     // out (N, OC) = inp (N, IC) @ w^T (IC, OC); beta = 0 never reads out (NaN garbage is fine)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
-                acc ? 1.0f : 0.0f, out, OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, ldi, w, ldw,
+                acc ? 1.0f : 0.0f, out, ldo);
+}
+
+void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int acc) {
+    matmul_forward_ld(out, OC, inp, IC, w, IC, N, IC, OC, acc);
+}
+
+void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float *dout, int ldd,
+                        const float *inp, int ldi, const float *w, int ldw, int N, int IC, int OC) {
+    UP_CHECK(N >= 0 && IC >= 0 && OC >= 0, "matmul_backward: negative shape N=%d IC=%d OC=%d", N,
+             IC, OC);
+    UP_CHECK(lddi >= IC && lddw >= IC && ldd >= OC && ldi >= IC && ldw >= IC,
+             "matmul_backward: leading dimensions below the rows (OC=%d IC=%d)", OC, IC);
+    if (N == 0 || IC == 0 || OC == 0) return; // every product is empty: nothing to add
+    // dinp (N, IC) += dout (N, OC) @ w (OC, IC)
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, ldd, w, ldw,
+                    1.0f, dinp, lddi);
+    // dw (OC, IC) += dout^T (OC, N) @ inp (N, IC)
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, ldd, inp, ldi,
+                    1.0f, dw, lddw);
 }
 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int N, int IC, int OC) {
-    UP_CHECK(N >= 0 && IC >= 0 && OC >= 0, "matmul_backward: negative shape N=%d IC=%d OC=%d", N,
-             IC, OC);
-    if (N == 0 || IC == 0 || OC == 0) return; // every product is empty: nothing to add
-    // dinp (N, IC) += dout (N, OC) @ w (OC, IC)
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
-                    1.0f, dinp, IC);
-    // dw (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    if (dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
-                    1.0f, dw, IC);
+    matmul_backward_ld(dinp, IC, dw, IC, dout, OC, inp, IC, w, IC, N, IC, OC);
 }
 
 void blas_set_threads(int n) { openblas_set_num_threads(n); }

@@ -5,7 +5,7 @@
 
 #include "core/check.h"
 
-void rope_inv_freq(float *inv_freq, int HS, float theta, const rope_scaling *sc) {
+void rope_inv_freq(float *inv_freq, int HS, float theta) {
     UP_CHECK(HS > 0 && HS % 2 == 0, "rope_inv_freq: head size %d must be even and positive", HS);
     UP_CHECK(theta > 0.0f, "rope_inv_freq: rope_theta must be positive (got %g)", (double)theta);
     int half = HS / 2;
@@ -14,31 +14,34 @@ void rope_inv_freq(float *inv_freq, int HS, float theta, const rope_scaling *sc)
         float e = (float)(2 * i) / (float)HS;
         inv_freq[i] = 1.0f / powf(theta, e);
     }
-    if (!sc || sc->type == ROPE_SCALING_NONE) return;
-    UP_CHECK(sc->type == ROPE_SCALING_LLAMA3, "rope_inv_freq: unknown rope scaling type %d",
-             sc->type);
-    UP_CHECK(sc->factor > 0.0f && sc->original_max_pos > 0 &&
-                 sc->high_freq_factor > sc->low_freq_factor && sc->low_freq_factor > 0.0f,
-             "rope_inv_freq: bad llama3 rope_scaling (factor %g, low_freq_factor %g, "
+}
+
+void rope_llama3_scale(float *inv_freq, int HS, float factor, float low_freq_factor,
+                       float high_freq_factor, int original_max_pos) {
+    UP_CHECK(HS > 0 && HS % 2 == 0, "rope_llama3_scale: head size %d must be even and positive",
+             HS);
+    UP_CHECK(factor > 0.0f && original_max_pos > 0 && high_freq_factor > low_freq_factor &&
+                 low_freq_factor > 0.0f,
+             "rope_llama3_scale: bad llama3 rope_scaling (factor %g, low_freq_factor %g, "
              "high_freq_factor %g, original_max_position_embeddings %d)",
-             (double)sc->factor, (double)sc->low_freq_factor, (double)sc->high_freq_factor,
-             sc->original_max_pos);
+             (double)factor, (double)low_freq_factor, (double)high_freq_factor, original_max_pos);
+    int half = HS / 2;
     // HF transformers _compute_llama3_parameters, op for op in float32 (Python scalars are
     // doubles, cast to float when they meet the float32 tensor; `s / t` is t.reciprocal() * s).
-    double old_ctx = (double)sc->original_max_pos;
-    float low_wavelen = (float)(old_ctx / sc->low_freq_factor);
-    float high_wavelen = (float)(old_ctx / sc->high_freq_factor);
+    double old_ctx = (double)original_max_pos;
+    float low_wavelen = (float)(old_ctx / low_freq_factor);
+    float high_wavelen = (float)(old_ctx / high_freq_factor);
     float two_pi = (float)(2.0 * M_PI);
-    float band = (float)((double)sc->high_freq_factor - (double)sc->low_freq_factor);
+    float band = (float)((double)high_freq_factor - (double)low_freq_factor);
     for (int i = 0; i < half; i++) {
         float inv = inv_freq[i];
         float wavelen = (1.0f / inv) * two_pi;
         if (wavelen > low_wavelen) {
-            inv_freq[i] = inv / sc->factor; // low frequencies: interpolate by factor
+            inv_freq[i] = inv / factor; // low frequencies: interpolate by factor
         } else if (!(wavelen < high_wavelen)) {
             // medium band: blend the scaled and unscaled frequency
-            float smooth = ((1.0f / wavelen) * (float)old_ctx - sc->low_freq_factor) / band;
-            inv_freq[i] = (1.0f - smooth) * inv / sc->factor + smooth * inv;
+            float smooth = ((1.0f / wavelen) * (float)old_ctx - low_freq_factor) / band;
+            inv_freq[i] = (1.0f - smooth) * inv / factor + smooth * inv;
         } // high frequencies: unchanged
     }
 }

@@ -254,7 +254,7 @@ static void print_summary(const train_options *o, const model *m, int threads) {
     printf("  model   C=%d L=%d NH=%d NKV=%d HS=%d F=%d V=%d%s rope_theta=%g%s, %.2fM params\n",
            c->C, c->L, c->NH, c->NKV, c->HS, c->F, c->V, c->tied ? " tied" : "", c->rope_theta,
            c->rope.type == ROPE_SCALING_LLAMA3 ? " llama3-scaling" : "",
-           (double)m->nparams / 1e6);
+           (double)m->params.nparams / 1e6);
     printf("  data    %s, T=%ld tokens per step, %ld steps\n", o->data, o->T, o->steps);
     printf("  optim   AdamW lr=%g warmup=%ld cosine to %g x lr, wd=%g, betas=(%g, %g), clip=%g\n",
            o->lr, o->warmup, o->min_lr_frac, o->weight_decay, o->beta1, o->beta2, o->grad_clip);

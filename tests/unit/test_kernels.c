@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/config.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_ref.h"
 
@@ -411,7 +412,10 @@ static void test_rmsnorm(void) {
 static void check_inv_freq(const char *name, int HS, float theta, const rope_scaling *sc,
                            const int *idx, const float *want, int n) {
     float inv[64];
-    rope_inv_freq(inv, HS, theta, sc);
+    rope_inv_freq(inv, HS, theta);
+    if (sc->type == ROPE_SCALING_LLAMA3)
+        rope_llama3_scale(inv, HS, sc->factor, sc->low_freq_factor, sc->high_freq_factor,
+                          sc->original_max_pos);
     float got[16], exp_[16], bound[16];
     for (int i = 0; i < n; i++) {
         got[i] = inv[idx[i]];
@@ -493,7 +497,8 @@ static void test_rope(void) {
                 size_t n = (size_t)N * nh * HS;
                 float inv[64], *cos_t = zeros_f((size_t)N * half),
                                *sin_t = zeros_f((size_t)N * half);
-                rope_inv_freq(inv, HS, 500000.0f, &l31);
+                rope_inv_freq(inv, HS, 500000.0f);
+                rope_llama3_scale(inv, HS, 8.0f, 1.0f, 4.0f, 8192);
                 rope_tables(cos_t, sin_t, inv, pos0, N, HS);
                 float *x = rand_f(n, -1, 1), *fast = copy_f(x, n), *ref = copy_f(x, n);
                 rope_forward(fast, cos_t, sin_t, N, nh, HS);
@@ -527,7 +532,8 @@ static void test_rope(void) {
     int64_t pos0 = 1000;
     size_t n = (size_t)N * nh * HS;
     float inv[8], *cos_t = zeros_f((size_t)N * half), *sin_t = zeros_f((size_t)N * half);
-    rope_inv_freq(inv, HS, 10000.0f, &small);
+    rope_inv_freq(inv, HS, 10000.0f);
+    rope_llama3_scale(inv, HS, 32.0f, 1.0f, 4.0f, 64);
     rope_tables(cos_t, sin_t, inv, pos0, N, HS);
     float *x = rand_f(n, -1, 1), *g = rand_f(n, -1, 1), *dx = copy_f(g, n);
     rope_backward(dx, cos_t, sin_t, N, nh, HS);

@@ -1,0 +1,248 @@
+/* params.c — the parameter table and views (one layer spec drives both), and the weights of a
+ * model: random init, load from and save to safetensors with HF names. */
+#include "model/params.h"
+
+#include "core/check.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- one spec of a layer's tensors ---------------------------------------------------------- */
+
+typedef enum { DIM_1, DIM_C, DIM_QD, DIM_KVD, DIM_F } dim_sym; /* DIM_1: a vector's 2nd dim */
+
+static const struct {
+    const char *suffix;
+    size_t field; /* offsetof the tensor's pointer in layer_weights */
+    dim_sym d0, d1;
+} LAYER_SPEC[] = {
+    {"input_layernorm.weight", offsetof(layer_weights, attn_norm), DIM_C, DIM_1},
+    {"self_attn.q_proj.weight", offsetof(layer_weights, wq), DIM_QD, DIM_C},
+    {"self_attn.k_proj.weight", offsetof(layer_weights, wk), DIM_KVD, DIM_C},
+    {"self_attn.v_proj.weight", offsetof(layer_weights, wv), DIM_KVD, DIM_C},
+    {"self_attn.o_proj.weight", offsetof(layer_weights, wo), DIM_C, DIM_QD},
+    {"post_attention_layernorm.weight", offsetof(layer_weights, mlp_norm), DIM_C, DIM_1},
+    {"mlp.gate_proj.weight", offsetof(layer_weights, wg), DIM_F, DIM_C},
+    {"mlp.up_proj.weight", offsetof(layer_weights, wu), DIM_F, DIM_C},
+    {"mlp.down_proj.weight", offsetof(layer_weights, wd), DIM_C, DIM_F},
+};
+enum { LAYER_NT = sizeof LAYER_SPEC / sizeof LAYER_SPEC[0] };
+
+static int64_t dim_of(const model_config *c, dim_sym d) {
+    switch (d) {
+    case DIM_C: return c->C;
+    case DIM_QD: return (int64_t)c->NH * c->HS;
+    case DIM_KVD: return (int64_t)c->NKV * c->HS;
+    case DIM_F: return c->F;
+    default: return 0;
+    }
+}
+
+layer_weights param_layer_view(const model_config *c, float *layer) {
+    layer_weights w;
+    float *p = layer;
+    for (int i = 0; i < LAYER_NT; i++) {
+        *(float **)((char *)&w + LAYER_SPEC[i].field) = p;
+        int64_t d1 = dim_of(c, LAYER_SPEC[i].d1);
+        p += (size_t)dim_of(c, LAYER_SPEC[i].d0) * (size_t)(d1 > 0 ? d1 : 1);
+    }
+    return w;
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+static void add_tensor(param_table *t, int unit, const char *name, int64_t d0, int64_t d1,
+                       int decay) {
+    param_tensor *pt = &t->tensors[t->ntensors++];
+    memset(pt, 0, sizeof *pt);
+    snprintf(pt->name, sizeof pt->name, "%s", name);
+    pt->ndim = d1 > 0 ? 2 : 1;
+    pt->shape[0] = d0;
+    pt->shape[1] = d1;
+    pt->numel = up_mul((size_t)d0, d1 > 0 ? (size_t)d1 : 1);
+    pt->offset = t->nparams;
+    pt->decay = decay;
+    pt->unit = unit;
+    t->nparams = up_add(t->nparams, pt->numel);
+}
+
+void param_table_build(param_table *t, const model_config *c) {
+    memset(t, 0, sizeof *t);
+    t->nunits = c->L + 2;
+    t->tensors = calloc((size_t)c->L * LAYER_NT + 3, sizeof *t->tensors);
+    t->unit_off = calloc((size_t)t->nunits + 1, sizeof *t->unit_off);
+    UP_CHECK(t->tensors && t->unit_off, "out of memory for the tensor table");
+    char name[PARAM_NAME_MAX];
+    add_tensor(t, 0, "model.embed_tokens.weight", c->V, c->C, 1);
+    for (int l = 0; l < c->L; l++) {
+        t->unit_off[l + 1] = t->nparams;
+        for (int i = 0; i < LAYER_NT; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", l, LAYER_SPEC[i].suffix);
+            int64_t d1 = dim_of(c, LAYER_SPEC[i].d1);
+            add_tensor(t, l + 1, name, dim_of(c, LAYER_SPEC[i].d0), d1, d1 > 0);
+        }
+    }
+    int head = c->L + 1;
+    t->unit_off[head] = t->nparams;
+    add_tensor(t, head, "model.norm.weight", c->C, 0, 0);
+    t->lm_head_off = t->unit_off[0];
+    if (!c->tied) {
+        t->lm_head_off = t->nparams;
+        add_tensor(t, head, "lm_head.weight", c->V, c->C, 1);
+    }
+    t->unit_off[t->nunits] = t->nparams;
+}
+
+void param_table_free(param_table *t) {
+    free(t->tensors);
+    free(t->unit_off);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- a model's weights ---------------------------------------------------------------------- */
+
+int model_owned_part(const model *m, int t, size_t *i0, size_t *i1) {
+    const param_tensor *pt = &m->params.tensors[t];
+    size_t g0, g1;
+    fsdp_owned(&m->fsdp, pt->unit, &g0, &g1);
+    size_t end = pt->offset + pt->numel;
+    size_t a = pt->offset > g0 ? pt->offset : g0, b = end < g1 ? end : g1;
+    if (a >= b) return 0;
+    *i0 = a - pt->offset;
+    *i1 = b - pt->offset;
+    return 1;
+}
+
+float *model_tensor_part(model *m, float *slab, int t, size_t i0) {
+    const param_tensor *pt = &m->params.tensors[t];
+    return fsdp_shard_at(&m->fsdp, slab, pt->unit, pt->offset + i0);
+}
+
+/* splitmix64: a counter-based generator, so element i of tensor t is the same whatever the
+ * thread count or the shard layout. */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static double unit_open(uint64_t x) { return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+void model_init_random(model *m, uint64_t seed) {
+    const double two_pi = 6.283185307179586;
+    for (int t = 0; t < m->params.ntensors; t++) {
+        const param_tensor *pt = &m->params.tensors[t];
+        /* only this rank's part of the tensor: elements [i0, i1) */
+        size_t i0, i1;
+        if (!model_owned_part(m, t, &i0, &i1)) continue;
+        float *p = model_tensor_part(m, m->fsdp.params, t, i0) - i0;
+        if (pt->ndim == 1) {
+            for (size_t i = i0; i < i1; i++) p[i] = 1.0f;
+            continue;
+        }
+        uint64_t key = mix64(seed ^ mix64((uint64_t)t + 1));
+        float std = m->cfg.init_std;
+#pragma omp parallel for schedule(static)
+        for (size_t i = i0; i < i1; i++) {
+            /* Box-Muller on two hashed uniforms of this element's counter */
+            double u1 = unit_open(mix64(key + 2 * (uint64_t)i));
+            double u2 = unit_open(mix64(key + 2 * (uint64_t)i + 1));
+            p[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(two_pi * u2));
+        }
+    }
+}
+
+/* "2, 3" from a shape. */
+static void fmt_shape(char *buf, size_t len, const int64_t *shape, int ndim) {
+    buf[0] = 0;
+    for (int d = 0; d < ndim && d < 8; d++) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    }
+}
+
+void model_load(model *m, const char *path) {
+    char err[512];
+    st_file f;
+    if (st_open(&f, path, err, sizeof err) != 0) up_die("%s", err);
+    for (int t = 0; t < m->params.ntensors; t++) {
+        const param_tensor *pt = &m->params.tensors[t];
+        const st_tensor *st = st_find(&f, pt->name);
+        if (!st) {
+            st_close(&f);
+            up_die("%s: tensor %s is missing: the file does not match the config (or is not an "
+                   "HF Llama checkpoint)", path, pt->name);
+        }
+        int ok = st->ndim == pt->ndim && st->shape[0] == pt->shape[0] &&
+                 (pt->ndim == 1 || st->shape[1] == pt->shape[1]);
+        if (!ok) {
+            char got[128], want[64];
+            fmt_shape(got, sizeof got, st->shape, st->ndim);
+            fmt_shape(want, sizeof want, pt->shape, pt->ndim);
+            st_close(&f);
+            up_die("%s: tensor %s has shape [%s] but the config needs [%s]: use the "
+                   "config.json that belongs to these weights", path, pt->name, got, want);
+        }
+        size_t i0, i1;
+        if (!model_owned_part(m, t, &i0, &i1)) continue; /* FSDP: keep only this rank's shard */
+        float *dst = model_tensor_part(m, m->fsdp.params, t, i0);
+        if (st_read_f32(&f, st, i0, i1 - i0, dst, err, sizeof err) != 0) {
+            st_close(&f);
+            up_die("%s", err);
+        }
+    }
+    st_close(&f);
+}
+
+/* The data of a save in file order: one unit at a time (FSDP: gathered, every rank takes part
+ * in the gathers, rank 0 writes). */
+typedef struct {
+    model *m;
+    const float *slab;
+    int unit;
+} save_source;
+
+static int save_next(void *ctx, const float **chunk, size_t *count) {
+    save_source *src = ctx;
+    const param_table *pt = &src->m->params;
+    if (src->unit >= pt->nunits) return -1;
+    int u = src->unit++;
+    *chunk = fsdp_gather_slab(&src->m->fsdp, src->slab, u);
+    *count = pt->unit_off[u + 1] - pt->unit_off[u];
+    return 0;
+}
+
+static void save_slab(model *m, const float *slab, const char *path) {
+    save_source src = {m, slab, 0};
+    if (m->comm->rank != 0) {
+        /* the other ranks only take part in rank 0's gathers, in the same order */
+        const float *chunk;
+        size_t count;
+        if (m->fsdp.R > 1)
+            while (save_next(&src, &chunk, &count) == 0) {
+            }
+        return;
+    }
+    const param_table *pt = &m->params;
+    st_entry *e = calloc((size_t)pt->ntensors, sizeof *e);
+    UP_CHECK(e, "out of memory");
+    for (int t = 0; t < pt->ntensors; t++) {
+        e[t].name = pt->tensors[t].name;
+        e[t].ndim = pt->tensors[t].ndim;
+        e[t].shape[0] = pt->tensors[t].shape[0];
+        e[t].shape[1] = pt->tensors[t].shape[1];
+    }
+    char err[512];
+    int rc = st_write_f32_stream(path, e, pt->ntensors, save_next, &src, err, sizeof err);
+    free(e);
+    if (rc != 0) up_die("%s", err);
+}
+
+void model_save_params(model *m, const char *path) { save_slab(m, m->fsdp.params, path); }
+void model_save_grads(model *m, const char *path) { save_slab(m, m->fsdp.grads, path); }

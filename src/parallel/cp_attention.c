@@ -1,0 +1,277 @@
+/* cp_attention.c — context-parallel attention (DESIGN.md §2, §3): stages of U query heads over
+ * chunks of Kc KV heads, each exchanged between sequence and head layout around the flash
+ * attention kernel. */
+#include "parallel/cp_attention.h"
+
+#include "core/check.h"
+#include "core/mem.h"
+#include "kernels/kernels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cp_attention {
+    cp_attention_shape s;
+    int Tg;                /* T: tokens of the whole sequence */
+    int Kc, mult;          /* KV heads per chunk, query heads per KV head and stage */
+    int U_loc, Kc_loc;     /* per rank in head layout */
+    int stages_per_chunk;  /* G / mult */
+    int chunks;            /* NKV / Kc */
+    int model_order;       /* U == NH: the one stage is every head in model order */
+    int nblk, bw;          /* the stage's q rows as nblk blocks of bw floats (one under keep_qkv) */
+    float *qs, *ks, *vs;   /* (T_loc, U*HS), (T_loc, Kc*HS) x2: projections, later gradients */
+    float *qh, *kh, *vh;   /* (T, U_loc, HS), (T, Kc_loc, HS) x2: NULL when not owned */
+    float *oh, *doh, *dqh; /* (T, U_loc, HS): NULL when they alias a sequence-layout buffer */
+    float *dkh, *dvh;      /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
+    float *dkh_s, *dvh_s;  /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
+    float *pack, *ws;      /* all-to-all packing; flash attention workspace */
+};
+
+int cp_attention_check(int NH, int NKV, int P, int U, char *err, size_t errlen) {
+    char sug[128] = "";
+    for (int u = 1; u <= NH; u++) {
+        if (NH % u || u % P || (u <= NKV ? NKV % u : u % NKV)) continue;
+        size_t n = strlen(sug);
+        snprintf(sug + n, sizeof sug - n, "%s%d", n ? ", " : "", u);
+    }
+    if (U < 1 || NH % U)
+        return up_errf(err, errlen, NULL, "--upipe-heads %d does not divide num_attention_heads "
+                       "(%d): use one of %s", U, NH, sug);
+    if (U % P)
+        return up_errf(err, errlen, NULL, "--upipe-heads %d is not a multiple of the "
+                       "context-parallel degree (%d): every rank needs U/P heads per stage; use "
+                       "one of %s", U, P, sug);
+    if (U <= NKV ? NKV % U : U % NKV)
+        return up_errf(err, errlen, NULL, "--upipe-heads %d and num_key_value_heads (%d) must "
+                       "divide one another for the GQA schedule: use one of %s", U, NKV, sug);
+    return 0;
+}
+
+int cp_attention_kv_heads_per_rank(int NKV, int P) { return NKV >= P ? NKV / P : 1; }
+
+void cp_attention_saved_floats(const cp_attention_shape *s, size_t *att, size_t *lse, size_t *q,
+                               size_t *kv) {
+    size_t Tg = (size_t)s->T_loc * (size_t)s->P, HS = (size_t)s->HS;
+    *att = up_mul3((size_t)s->T_loc, (size_t)s->NH, HS);
+    *lse = up_mul(Tg, (size_t)(s->NH / s->P));
+    *q = s->keep_qkv ? up_mul3(Tg, (size_t)(s->NH / s->P), HS) : 0;
+    *kv = s->keep_qkv ? up_mul3(Tg, (size_t)cp_attention_kv_heads_per_rank(s->NKV, s->P), HS) : 0;
+}
+
+static float *stage_buffer(size_t n) { return mem_alloc_f32(MEM_ATTENTION, n); }
+
+cp_attention *cp_attention_init(const cp_attention_shape *s) {
+    UP_CHECK(s->NH % s->U == 0 && (!s->keep_qkv || s->U == s->NH),
+             "cp_attention: U=%d with NH=%d (keep_qkv %d)", s->U, s->NH, s->keep_qkv);
+    cp_attention *a = calloc(1, sizeof *a);
+    UP_CHECK(a, "out of memory");
+    a->s = *s;
+    a->Tg = s->T_loc * s->P;
+    a->Kc = s->U < s->NKV ? s->U : s->NKV;
+    a->mult = s->U / a->Kc;
+    a->stages_per_chunk = (s->NH / s->NKV) / a->mult;
+    a->chunks = s->NKV / a->Kc;
+    a->U_loc = s->U / s->P;
+    a->Kc_loc = cp_attention_kv_heads_per_rank(a->Kc, s->P);
+    a->model_order = s->U == s->NH;
+    a->nblk = s->keep_qkv ? 1 : a->Kc;
+    a->bw = s->keep_qkv ? s->NH * s->HS : a->mult * s->HS;
+    int P1 = s->P == 1, keep = s->keep_qkv;
+    size_t T = (size_t)s->T_loc, Tg = (size_t)a->Tg, HS = (size_t)s->HS;
+    size_t qh = up_mul3(Tg, (size_t)a->U_loc, HS), kvh = up_mul3(Tg, (size_t)a->Kc_loc, HS);
+    /* Which buffers exist. With P == 1 head layout is sequence layout, so the exchanged copies
+     * are the projections themselves; under keep_qkv they are the saved tensors. */
+    a->qs = stage_buffer(up_mul3(T, (size_t)s->U, HS));
+    a->ks = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
+    a->vs = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
+    if (!P1 && !keep) {
+        a->qh = stage_buffer(qh);
+        a->kh = stage_buffer(kvh);
+        a->vh = stage_buffer(kvh);
+    }
+    if (!(P1 && a->model_order)) { /* else o and do are read in place */
+        a->oh = stage_buffer(qh);
+        a->doh = stage_buffer(qh);
+    }
+    if (!(P1 && keep)) { /* else dq, dk, dv land in qs, ks, vs */
+        a->dqh = stage_buffer(qh);
+        a->dkh = stage_buffer(kvh);
+        a->dvh = stage_buffer(kvh);
+    }
+    if (a->stages_per_chunk > 1) {
+        a->dkh_s = stage_buffer(kvh);
+        a->dvh_s = stage_buffer(kvh);
+    }
+    if (!P1) {
+        size_t pq = comm_pack_floats(s->comm, s->T_loc, s->U, s->HS);
+        size_t pkv = comm_pack_floats(s->comm, s->T_loc, a->Kc, s->HS);
+        a->pack = stage_buffer(pq > pkv ? pq : pkv);
+    }
+    a->ws = stage_buffer(attention_workspace_floats(a->Tg, a->U_loc, a->Kc_loc, s->HS));
+    return a;
+}
+
+void cp_attention_free(cp_attention *a) {
+    if (!a) return;
+    float *bufs[] = {a->qs,  a->ks,  a->vs,  a->qh,    a->kh,    a->vh,   a->oh, a->doh,
+                     a->dqh, a->dkh, a->dvh, a->dkh_s, a->dvh_s, a->pack, a->ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    free(a);
+}
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+/* The Ulysses exchanges (DESIGN.md §2); nothing to do when both layouts are one buffer. */
+static void to_head(cp_attention *a, const float *seq, float *head, int nh) {
+    if (seq != head) comm_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->pack);
+}
+
+static void to_seq(cp_attention *a, const float *head, float *seq, int nh) {
+    if (seq != head) comm_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->pack);
+}
+
+/* First model query head of block kk of stage j in chunk c (DESIGN.md §3): a block is the
+ * stage's query heads of one KV group (mult of them; under keep_qkv the one block is all). */
+static int block_head(const cp_attention *a, int c, int j, int kk) {
+    int G = a->s.NH / a->s.NKV;
+    return (c * a->Kc + kk) * G + j * a->mult;
+}
+
+/* qs (T_loc, U*HS) = rope(h @ Wq[stage rows]^T), block by block (weights stay in model order). */
+static void stage_project_q(cp_attention *a, float *qs, const float *h, const float *wq, int c,
+                            int j) {
+    int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, ld = a->s.U * HS;
+    for (int kk = 0; kk < a->nblk; kk++)
+        matmul_forward_ld(qs + kk * a->bw, ld, h, C, wq + (size_t)block_head(a, c, j, kk) * HS * C,
+                          C, T, C, a->bw, 0);
+    rope_forward(qs, a->s.rope_cos, a->s.rope_sin, T, a->s.U, HS);
+}
+
+/* ks, vs (T_loc, Kc*HS) for chunk c (its KV heads are consecutive rows of Wk, Wv). */
+static void chunk_project_kv(cp_attention *a, float *ks, float *vs, const float *h,
+                             const cp_attention_weights *w, int c) {
+    int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, kw = a->Kc * HS;
+    size_t off = (size_t)c * kw * C;
+    matmul_forward(ks, h, w->wk + off, T, C, kw, 0);
+    matmul_forward(vs, h, w->wv + off, T, C, kw, 0);
+    rope_forward(ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
+}
+
+/* Copies between a stage buffer (T_loc, U*HS) in stage order and a model-order buffer
+ * (T_loc, NH*HS): to_stage gathers the stage's heads, else scatters them back. */
+static void stage_copy(cp_attention *a, float *stage, const float *full_src, float *full_dst,
+                       int c, int j) {
+    int HS = a->s.HS, bw = a->mult * HS;
+    size_t ldf = (size_t)a->s.NH * HS, lds = (size_t)a->s.U * HS;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < a->s.T_loc; t++)
+        for (int kk = 0; kk < a->Kc; kk++) {
+            float *st = stage + t * lds + (size_t)kk * bw;
+            size_t f = t * ldf + (size_t)block_head(a, c, j, kk) * HS;
+            if (full_src) memcpy(st, full_src + f, sizeof(float) * bw);
+            else memcpy(full_dst + f, st, sizeof(float) * bw);
+        }
+}
+
+/* A stage's slice of a model-order (T_loc, NH*HS) tensor in head layout: exchanged straight
+ * from the tensor when the stage is all heads in model order, else gathered into qs first
+ * (qs is free between the stages' q projections). */
+static const float *stage_to_head(cp_attention *a, const float *full, float *head, int c, int j) {
+    if (a->model_order) {
+        if (!head) return full; /* P == 1: read in place */
+        to_head(a, full, head, a->s.U);
+        return head;
+    }
+    stage_copy(a, a->qs, full, NULL, c, j);
+    to_head(a, a->qs, head, a->s.U);
+    return head;
+}
+
+/* ---- forward / backward --------------------------------------------------------------------- */
+
+void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_weights *w,
+                          cp_attention_saved *sv) {
+    int P1 = a->s.P == 1, keep = a->s.keep_qkv, U = a->s.U, HS = a->s.HS;
+    size_t lse_stage = (size_t)a->U_loc * a->Tg;
+    /* where projections land (under keep_qkv with P == 1: in the saved tensors) and where their
+     * head layouts live */
+    float *qs = P1 && keep ? sv->q : a->qs, *ks = P1 && keep ? sv->k : a->ks;
+    float *vs = P1 && keep ? sv->v : a->vs;
+    float *qh = keep ? sv->q : P1 ? qs : a->qh, *kh = keep ? sv->k : P1 ? ks : a->kh;
+    float *vh = keep ? sv->v : P1 ? vs : a->vh;
+    for (int c = 0; c < a->chunks; c++) {
+        chunk_project_kv(a, ks, vs, h, w, c);                         // (T_loc, Kc*HS) x2
+        to_head(a, ks, kh, a->Kc);                                    // (T, Kc_loc, HS)
+        to_head(a, vs, vh, a->Kc);
+        for (int j = 0; j < a->stages_per_chunk; j++) {
+            int s = c * a->stages_per_chunk + j;
+            stage_project_q(a, qs, h, w->wq, c, j);                  // (T_loc, U*HS)
+            to_head(a, qs, qh, U);                                    // (T, U_loc, HS)
+            float *oh = a->oh ? a->oh : sv->att;                      // P == 1, model order
+            attention_forward(oh, sv->lse + s * lse_stage, qh, kh, vh, a->Tg, a->U_loc, a->Kc_loc,
+                              HS, a->ws);                             // (T, U_loc, HS)
+            if (a->model_order) {
+                to_seq(a, oh, sv->att, U);                            // (T_loc, NH*HS)
+            } else {
+                to_seq(a, oh, a->qs, U);                              // qs is free again
+                stage_copy(a, a->qs, NULL, sv->att, c, j);            // model head order
+            }
+        }
+    }
+}
+
+void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_weights *w,
+                           const cp_attention_weights *g, const float *datt,
+                           const cp_attention_saved *sv, float *dh) {
+    int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, U = a->s.U, ld = U * HS, kw = a->Kc * HS;
+    int P1 = a->s.P == 1, keep = a->s.keep_qkv;
+    size_t lse_stage = (size_t)a->U_loc * a->Tg, kvh = (size_t)a->Tg * a->Kc_loc * HS;
+    const float *qh = keep ? sv->q : P1 ? a->qs : a->qh;
+    const float *kh = keep ? sv->k : P1 ? a->ks : a->kh;
+    const float *vh = keep ? sv->v : P1 ? a->vs : a->vh;
+    float *dqh = a->dqh ? a->dqh : a->qs, *dkh = a->dkh ? a->dkh : a->ks;
+    float *dvh = a->dvh ? a->dvh : a->vs;
+    for (int c = 0; c < a->chunks; c++) {
+        if (!keep) { // recompute the chunk's k, v and their exchange
+            chunk_project_kv(a, a->ks, a->vs, h, w, c);
+            to_head(a, a->ks, (float *)kh, a->Kc);
+            to_head(a, a->vs, (float *)vh, a->Kc);
+        }
+        for (int j = 0; j < a->stages_per_chunk; j++) {
+            int s = c * a->stages_per_chunk + j;
+            // the stage's saved output o and its gradient, in head layout
+            const float *oh = stage_to_head(a, sv->att, a->oh, c, j);
+            const float *doh = stage_to_head(a, datt, a->doh, c, j);
+            if (!keep) { // recompute q (after the gathers: qs is their staging buffer)
+                stage_project_q(a, a->qs, h, w->wq, c, j);
+                to_head(a, a->qs, (float *)qh, U);
+            }
+            // the first stage of a chunk writes dk, dv; later ones add theirs
+            float *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
+            attention_backward(dqh, dk, dv, doh, qh, kh, vh, oh, sv->lse + s * lse_stage, a->Tg,
+                               a->U_loc, a->Kc_loc, HS, a->ws);
+            if (j > 0)
+                for (size_t i = 0; i < kvh; i++) {
+                    dkh[i] += dk[i]; /* the chunk's KV heads serve G/mult stages */
+                    dvh[i] += dv[i];
+                }
+            // q = rope(h Wq[stage rows]^T)
+            to_seq(a, dqh, a->qs, U);                                 // dq (T_loc, U*HS)
+            rope_backward(a->qs, a->s.rope_cos, a->s.rope_sin, T, U, HS);
+            for (int kk = 0; kk < a->nblk; kk++) {
+                size_t wo = (size_t)block_head(a, c, j, kk) * HS * C;
+                // dh += dq Wq[rows], dWq[rows] += dq^T h
+                matmul_backward_ld(dh, C, g->wq + wo, C, a->qs + kk * a->bw, ld, h, C, w->wq + wo,
+                                   C, T, C, a->bw);
+            }
+        }
+        // k = rope(h Wk[chunk]^T), v = h Wv[chunk]^T  (replica gradients summed on the way back)
+        to_seq(a, dkh, a->ks, a->Kc);
+        to_seq(a, dvh, a->vs, a->Kc);
+        rope_backward(a->ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
+        size_t off = (size_t)c * kw * C;
+        matmul_backward(dh, g->wk + off, a->ks, h, w->wk + off, T, C, kw);
+        matmul_backward(dh, g->wv + off, a->vs, h, w->wv + off, T, C, kw);
+    }
+}

@@ -1,0 +1,76 @@
+/* cp_attention.h — context-parallel attention: Ulysses and UPipe as one schedule (DESIGN.md §2,
+ * §3).
+ *
+ * Attention of one layer over the whole sequence of T = T_loc * P tokens, with the tokens split
+ * over the P ranks of the context-parallel group. Query heads run in NH/U stages of U heads (U/P
+ * per rank after the exchange); KV heads in chunks of Kc = min(U, NKV) heads, each chunk
+ * projected and exchanged once and reused for the G/mult stages that take their query heads from
+ * its groups (mult = U/Kc query heads per KV head and stage). Plain Ulysses is U = NH: one chunk
+ * of all KV heads, one stage of all query heads in model order.
+ *
+ * keep_qkv (plain Ulysses only, U = NH): the stage's q, k, v are saved per layer in head layout
+ * and the backward reuses them instead of recomputing the projections and their exchange; the
+ * stage's q projection is then one product over all of Wq. Without it, only o (sequence layout,
+ * model head order) and the log-sum-exp are saved, and the backward recomputes each stage.
+ *
+ * The module knows only shapes, the communicator and its own stage buffers: weights, saved
+ * tensors, inputs and gradients are passed per call, never read from a model. */
+#ifndef UP_CP_ATTENTION_H
+#define UP_CP_ATTENTION_H
+
+#include "comm/comm.h"
+
+#include <stddef.h>
+
+typedef struct {
+    int T_loc, P;              /* tokens on this rank; context-parallel degree (comm->P) */
+    int C, NH, NKV, HS;        /* model shapes */
+    int U;                     /* query heads per stage (global); NH: one stage */
+    int keep_qkv;              /* save q, k, v in head layout (requires U == NH) */
+    comm_ctx *comm;            /* exchanges over the context-parallel group */
+    const float *rope_cos;     /* (T_loc, HS/2) at this rank's global positions */
+    const float *rope_sin;     /* (T_loc, HS/2) */
+} cp_attention_shape;
+
+/* What the forward of one layer saves for its backward (buffers owned by the caller). */
+typedef struct {
+    float *att; /* (T_loc, NH*HS) output o, sequence layout, model head order */
+    float *lse; /* (NH/P, T) log-sum-exp, stage after stage ((U/P, T) each) */
+    float *q;   /* (T, NH/P, HS) after RoPE, head layout: keep_qkv only */
+    float *k;   /* (T, NKV_loc, HS) after RoPE: keep_qkv only */
+    float *v;   /* (T, NKV_loc, HS): keep_qkv only */
+} cp_attention_saved;
+
+/* The weights of one layer's attention (in place, model head order) or their gradients. */
+typedef struct {
+    float *wq; /* (NH*HS, C) */
+    float *wk; /* (NKV*HS, C) */
+    float *wv; /* (NKV*HS, C) */
+} cp_attention_weights;
+
+typedef struct cp_attention cp_attention;
+
+/* 0 when U query heads per stage are valid for this config and context-parallel degree P
+ * (NH % U, U % P, U and NKV divide one another); else -1 with a message saying what to use. */
+int cp_attention_check(int NH, int NKV, int P, int U, char *err, size_t errlen);
+/* KV heads per rank in head layout: NKV/P, or 1 when each KV head is replicated (P > NKV). */
+int cp_attention_kv_heads_per_rank(int NKV, int P);
+/* Floats of each saved tensor of one layer (att, lse, and q, k, v under keep_qkv; else 0). */
+void cp_attention_saved_floats(const cp_attention_shape *s, size_t *att, size_t *lse, size_t *q,
+                               size_t *kv);
+
+/* The stage buffers (category attention; counted, not allocated, under mem plan mode). */
+cp_attention *cp_attention_init(const cp_attention_shape *s);
+void cp_attention_free(cp_attention *a);
+
+/* sv->att and sv->lse (and sv->q, k, v under keep_qkv) from h (T_loc, C), the attention
+ * rmsnorm output. Collective over the context-parallel group. */
+void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_weights *w,
+                          cp_attention_saved *sv);
+/* From datt (T_loc, NH*HS) = d loss / d att: dh (T_loc, C) += d loss / d h; g's q/k/v weight
+ * gradients accumulate. Needs the forward's saved tensors and the same h. Collective. */
+void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_weights *w,
+                           const cp_attention_weights *g, const float *datt,
+                           const cp_attention_saved *sv, float *dh);
+
+#endif
