@@ -35,7 +35,8 @@ UP_NORETURN void up_die_agreed(const char *msg);
     } while (0)
 
 /* Formats "<label>: <message>" into err (for functions that return -1 with a message) and
- * returns -1. */
+ * returns -1. label == NULL: the message alone (it names its subject itself). The one way a
+ * library function fills its err buffer. */
 int up_errf(char *err, size_t errlen, const char *label, const char *fmt, ...) UP_PRINTF(4, 5);
 
 /* Rank used in messages; set by the communication layer once MPI is up (0 before). */
