@@ -5,7 +5,7 @@
 #include "core/fileio.h"
 #include "core/mem.h"
 #include "io/config.h"
-#include "io/data.h"
+#include "io/shard.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 

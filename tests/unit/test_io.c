@@ -3,7 +3,9 @@
  * Every bad input must give -1 and a message naming the problem, never a crash. Files live in a
  * mkdtemp directory under /tmp that is removed at the end. Final line: "N passed, M failed". */
 #include "io/config.h"
-#include "io/data.h"
+#include "cmd/data_cmd.h"
+#include "io/corpus.h"
+#include "io/shard.h"
 #include "io/safetensors.h"
 
 #include <dirent.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int g_pass, g_fail;
@@ -737,24 +740,24 @@ static void test_tokenize(void) {
     write_bytes(p, text, 7);
     char err[512] = "";
     size_t n = 0;
-    uint32_t *t = data_tokenize_bytes(p, &n, err, sizeof err);
+    uint32_t *t = corpus_tokenize_bytes(p, &n, err, sizeof err);
     CHECK(t && n == 7 && t[0] == 'h' && t[5] == '\n' && t[6] == 255, "byte tokenizer: %s", err);
     free(t);
     write_bytes(p, "", 0);
-    t = data_tokenize_bytes(p, &n, err, sizeof err);
+    t = corpus_tokenize_bytes(p, &n, err, sizeof err);
     CHECK(t == NULL && strstr(err, "empty"), "empty text: \"%s\"", err);
-    t = data_tokenize_bytes(tmp_path("missing.txt"), &n, err, sizeof err);
+    t = corpus_tokenize_bytes(tmp_path("missing.txt"), &n, err, sizeof err);
     CHECK(t == NULL && strstr(err, "cannot open"), "missing text: \"%s\"", err);
 }
 
 /* Parses the corpus and checks every question: its key was stated earlier, its answer is the
  * value of the latest statement, and the question is about `distance` tokens after the fact. */
 static void check_recall(size_t n, size_t distance, uint64_t seed) {
-    uint32_t *t = data_make_recall(n, distance, seed);
+    uint32_t *t = corpus_make_recall(n, distance, seed);
     CHECK(t != NULL, "data_make_recall returned NULL");
     if (t == NULL) return;
-    uint32_t *t2 = data_make_recall(n, distance, seed);
-    uint32_t *t3 = data_make_recall(n, distance, seed + 1);
+    uint32_t *t2 = corpus_make_recall(n, distance, seed);
+    uint32_t *t3 = corpus_make_recall(n, distance, seed + 1);
     CHECK(t2 && memcmp(t, t2, n * 4) == 0, "recall corpus not deterministic in seed");
     CHECK(t3 && memcmp(t, t3, n * 4) != 0, "recall corpus ignores the seed");
     free(t2);
@@ -827,22 +830,24 @@ static void check_recall(size_t n, size_t distance, uint64_t seed) {
 }
 
 /* Runs data_main with stdout/stderr silenced. */
+/* Runs `upipe data` in a child with stdout and stderr silenced (a refusal stops the process with
+ * up_die); returns the child's exit status. */
 static int run_data_quiet(int argc, char **argv) {
     fflush(stdout);
     fflush(stderr);
-    int o = dup(1), e = dup(2);
-    int nul = open("/dev/null", O_WRONLY);
-    dup2(nul, 1);
-    dup2(nul, 2);
-    int rc = data_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(o, 1);
-    dup2(e, 2);
-    close(o);
-    close(e);
-    close(nul);
-    return rc;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int nul = open("/dev/null", O_WRONLY);
+        dup2(nul, 1);
+        dup2(nul, 2);
+        int rc = data_main(argc, argv);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
 static void test_data_main(void) {
