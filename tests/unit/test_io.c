@@ -2,17 +2,18 @@
  *
  * Every bad input must give -1 and a message naming the problem, never a crash. Files live in a
  * mkdtemp directory under /tmp that is removed at the end. Final line: "N passed, M failed". */
-#include "io/config.h"
 #include "cmd/data_cmd.h"
+#include "io/config.h"
 #include "io/corpus.h"
-#include "io/shard.h"
 #include "io/safetensors.h"
+#include "io/shard.h"
+
+#include "harness.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,20 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int g_pass, g_fail;
 static char g_dir[256];
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            g_pass++;                                                                              \
-        else {                                                                                     \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static const char *tmp_path(const char *name) {
     static char buf[8][512];
@@ -917,6 +906,5 @@ int main(void) {
     check_recall(3000, 4, 3);
     test_data_main();
     cleanup_dir();
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail == 0 ? 0 : 1;
+    return harness_finish("test_io");
 }
