@@ -32,9 +32,9 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return up_errf(err, errlen, path,
-                         "cannot open (%s): check the path, or make a shard "
-                         "with `upipe data`",
-                         strerror(errno));
+                       "cannot open (%s): check the path, or make a shard "
+                       "with `upipe data`",
+                       strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
@@ -44,9 +44,9 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
     if (size < SHARD_HEADER_BYTES) {
         close(fd);
         return up_errf(err, errlen, path,
-                         "file is %zu bytes, smaller than the %d-byte shard header: the file is "
-                         "truncated or not an llm.c token shard",
-                         size, SHARD_HEADER_BYTES);
+                       "file is %zu bytes, smaller than the %d-byte shard header: the file is "
+                       "truncated or not an llm.c token shard",
+                       size, SHARD_HEADER_BYTES);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd); /* the mapping keeps the file alive */
@@ -58,47 +58,47 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
     if (hdr[0] == SHARD_MAGIC_U16) {
         if (hdr[1] != SHARD_VERSION_U16) {
             up_errf(err, errlen, path,
-                      "magic %d with version %d (expected %d): unsupported shard version; "
-                      "regenerate it",
-                      hdr[0], hdr[1], SHARD_VERSION_U16);
+                    "magic %d with version %d (expected %d): unsupported shard version; "
+                    "regenerate it",
+                    hdr[0], hdr[1], SHARD_VERSION_U16);
             goto done;
         }
         s->token_bytes = 2;
     } else if (hdr[0] == SHARD_MAGIC_U32) {
         if (hdr[1] != SHARD_VERSION_U32) {
             up_errf(err, errlen, path,
-                      "magic %d with version %d (expected %d): unsupported shard version; "
-                      "regenerate it",
-                      hdr[0], hdr[1], SHARD_VERSION_U32);
+                    "magic %d with version %d (expected %d): unsupported shard version; "
+                    "regenerate it",
+                    hdr[0], hdr[1], SHARD_VERSION_U32);
             goto done;
         }
         s->token_bytes = 4;
     } else {
         up_errf(err, errlen, path, "bad magic %d (expected %d or %d): not an llm.c token shard",
-                  hdr[0], SHARD_MAGIC_U16, SHARD_MAGIC_U32);
+                hdr[0], SHARD_MAGIC_U16, SHARD_MAGIC_U32);
         goto done;
     }
     if (hdr[2] < 1) {
         up_errf(err, errlen, path,
-                  "header says %d tokens: the shard is empty; regenerate it with at least one "
-                  "token",
-                  hdr[2]);
+                "header says %d tokens: the shard is empty; regenerate it with at least one "
+                "token",
+                hdr[2]);
         goto done;
     }
     s->ntok = (size_t)hdr[2];
     size_t want = SHARD_HEADER_BYTES + s->ntok * (size_t)s->token_bytes;
     if (size < want) {
         up_errf(err, errlen, path,
-                  "file is %zu bytes but its header says %zu tokens (%zu bytes): the file is "
-                  "truncated; regenerate it",
-                  size, s->ntok, want);
+                "file is %zu bytes but its header says %zu tokens (%zu bytes): the file is "
+                "truncated; regenerate it",
+                size, s->ntok, want);
         goto done;
     }
     if (size > want) {
         up_errf(err, errlen, path,
-                  "file is %zu bytes but its header says %zu tokens (%zu bytes): %zu trailing "
-                  "bytes; regenerate it",
-                  size, s->ntok, want, size - want);
+                "file is %zu bytes but its header says %zu tokens (%zu bytes): %zu trailing "
+                "bytes; regenerate it",
+                size, s->ntok, want, size - want);
         goto done;
     }
     s->tokens = (const uint8_t *)map + SHARD_HEADER_BYTES;
@@ -118,9 +118,9 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
         while (i + 1 < s->ntok && shard_token(s, i) < (uint32_t)vocab)
             i++;
         up_errf(err, errlen, path,
-                  "token %u at position %zu is >= vocab_size %d: the data was made for another "
-                  "tokenizer",
-                  shard_token(s, i), i, vocab);
+                "token %u at position %zu is >= vocab_size %d: the data was made for another "
+                "tokenizer",
+                shard_token(s, i), i, vocab);
         goto done;
     }
     rc = 0;
@@ -150,13 +150,12 @@ void shard_read(const token_shard *s, size_t start, size_t n, int32_t *out) {
 }
 
 int shard_write(const char *path, const uint32_t *tokens, size_t n, char *err, size_t errlen) {
-    if (n == 0)
-        return up_errf(err, errlen, path, "no tokens to write: a shard needs at least one");
+    if (n == 0) return up_errf(err, errlen, path, "no tokens to write: a shard needs at least one");
     if (n > (size_t)INT32_MAX)
         return up_errf(err, errlen, path,
-                         "%zu tokens do not fit one shard (the header count is int32): split "
-                         "the data",
-                         n);
+                       "%zu tokens do not fit one shard (the header count is int32): split "
+                       "the data",
+                       n);
     uint32_t maxid = 0;
     for (size_t i = 0; i < n; i++)
         maxid = tokens[i] > maxid ? tokens[i] : maxid;
@@ -165,8 +164,7 @@ int shard_write(const char *path, const uint32_t *tokens, size_t n, char *err, s
     int tb = maxid < 65536 ? 2 : 4;
     size_t bytes = SHARD_HEADER_BYTES + n * (size_t)tb;
     uint8_t *buf = calloc(1, bytes);
-    if (buf == NULL)
-        return up_errf(err, errlen, path, "out of memory for a %zu-byte shard", bytes);
+    if (buf == NULL) return up_errf(err, errlen, path, "out of memory for a %zu-byte shard", bytes);
     int32_t hdr[3] = {tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32,
                       tb == 2 ? SHARD_VERSION_U16 : SHARD_VERSION_U32, (int32_t)n};
     memcpy(buf, hdr, sizeof hdr);

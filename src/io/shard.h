@@ -16,7 +16,7 @@
 #define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * 4)
 
 typedef struct {
-    const void *map;      /* whole file mapping */
+    const void *map; /* whole file mapping */
     size_t map_bytes;
     const uint8_t *tokens; /* start of token data */
     size_t ntok;

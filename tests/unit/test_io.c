@@ -743,7 +743,7 @@ static void test_tokenize(void) {
  * value of the latest statement, and the question is about `distance` tokens after the fact. */
 static void check_recall(size_t n, size_t distance, uint64_t seed) {
     uint32_t *t = corpus_make_recall(n, distance, seed);
-    CHECK(t != NULL, "data_make_recall returned NULL");
+    CHECK(t != NULL, "corpus_make_recall returned NULL");
     if (t == NULL) return;
     uint32_t *t2 = corpus_make_recall(n, distance, seed);
     uint32_t *t3 = corpus_make_recall(n, distance, seed + 1);
