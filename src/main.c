@@ -1,6 +1,6 @@
 /* upipe — long-sequence Llama training. `upipe train ...`, `upipe data ...`. */
+#include "cmd/data_cmd.h"
 #include "core/check.h"
-#include "io/data.h"
 #include "train/train.h"
 
 #include <mpi.h>
@@ -32,7 +32,5 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "data")) return data_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "train")) return train_main(argc - 1, argv + 1);
-    fprintf(stderr, "upipe: error: unknown command '%s': use `upipe train` or `upipe data` "
-                    "(see upipe --help)\n", argv[1]);
-    return 1;
+    up_die("unknown command '%s': use `upipe train` or `upipe data` (see upipe --help)", argv[1]);
 }

@@ -1,4 +1,4 @@
-/* comm.h — every collective of upipe, one function per meaning (DESIGN.md §2, §4).
+/* comm.h — every collective of upipe, one function per meaning (DESIGN.md §2, §4.5).
  *
  * comm_init duplicates the caller's communicator (the library never uses MPI_COMM_WORLD) and
  * splits it into context-parallel (CP) groups of P consecutive ranks and data-parallel (DP) groups
@@ -69,7 +69,7 @@ size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS);
 void comm_reduce_grads(comm_ctx *c, float *g, size_t n);
 /* Sum of the loss sum and the valid-target count over all ranks, in place. */
 void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
-/* FSDP over the whole world (DESIGN.md §4). All-gather of equal shards of n floats:
+/* FSDP over the whole world (DESIGN.md §4.5). All-gather of equal shards of n floats:
  * full (R * n) receives rank i's shard at i * n. The start variant returns at once; the gather
  * is complete after comm_wait (time is counted there). */
 void comm_allgather_start(comm_ctx *c, const float *shard, float *full, size_t n,

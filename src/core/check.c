@@ -112,7 +112,7 @@ void up_die_agreed(const char *msg) {
 
 int up_errf(char *err, size_t errlen, const char *label, const char *fmt, ...) {
     if (err == NULL || errlen == 0) return -1;
-    int k = label ? snprintf(err, errlen, "%s: ", label) : 0;
+    int k = label != NULL ? snprintf(err, errlen, "%s: ", label) : 0;
     if (k < 0 || (size_t)k >= errlen) return -1;
     va_list ap;
     va_start(ap, fmt);

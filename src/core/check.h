@@ -34,8 +34,9 @@ UP_NORETURN void up_die_agreed(const char *msg);
         if (!(cond)) up_fatal(__FILE__, __LINE__, __VA_ARGS__);                                    \
     } while (0)
 
-/* Formats "<label>: <message>" (label NULL: the message alone) into err, for functions that
- * return -1 with a message, and returns -1. */
+/* Formats "<label>: <message>" into err (for functions that return -1 with a message) and
+ * returns -1. label == NULL: the message alone (it names its subject itself). The one way a
+ * library function fills its err buffer. */
 int up_errf(char *err, size_t errlen, const char *label, const char *fmt, ...) UP_PRINTF(4, 5);
 
 /* Rank used in messages; set by the communication layer once MPI is up (0 before). */

@@ -1,5 +1,7 @@
 #include "core/fileio.h"
 
+#include "core/check.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -11,18 +13,17 @@ int up_write_file_atomic(const char *path, const void *data, size_t len, char *e
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: cannot create (%s): check the directory exists and is writable",
-                 path, strerror(errno));
-        return -1;
-    }
+    if (fd < 0)
+        return up_errf(err, errlen, path,
+                       "cannot create (%s): check the directory exists and is writable",
+                       strerror(errno));
     const char *p = data;
     size_t left = len;
     while (left > 0) {
         ssize_t w = write(fd, p, left);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
-            snprintf(err, errlen, "%s: write failed (%s)", path, w < 0 ? strerror(errno) : "short write");
+            up_errf(err, errlen, path, "write failed (%s)", w < 0 ? strerror(errno) : "short write");
             close(fd);
             unlink(tmp);
             return -1;
@@ -31,12 +32,12 @@ int up_write_file_atomic(const char *path, const void *data, size_t len, char *e
         left -= (size_t)w;
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
-        snprintf(err, errlen, "%s: write failed (%s)", path, strerror(errno));
+        up_errf(err, errlen, path, "write failed (%s)", strerror(errno));
         unlink(tmp);
         return -1;
     }
     if (rename(tmp, path) != 0) {
-        snprintf(err, errlen, "%s: cannot rename into place (%s)", path, strerror(errno));
+        up_errf(err, errlen, path, "cannot rename into place (%s)", strerror(errno));
         unlink(tmp);
         return -1;
     }

@@ -2,7 +2,7 @@
  *
  * Conventions
  *  - Row-major. Weights in HF layout: a linear layer W is (OC, IC) and y = x W^T.
- *  - Dimension names of DESIGN.md: N rows (tokens), C model dim, NH/NKV heads, HS head size,
+ *  - Dimension names of DESIGN.md §1: N rows (tokens), C model dim, NH/NKV heads, HS head size,
  *    F ffn dim, V vocab. Sizes that can exceed 2^31 elements are size_t.
  *  - "overwrite" outputs are fully written; "accumulate" outputs are added to (+=), which is how
  *    gradients of the residual stream and of weights flow.

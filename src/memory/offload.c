@@ -385,28 +385,28 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
              "offload_open: slot_bytes %zu, nslots %d, nbuf %d (need > 0, >= 1, >= 2)", slot_bytes,
              nslots, nbuf);
     if (dir == NULL || dir[0] == '\0') {
-        snprintf(err, errlen, "--offload: no directory given: pass a writable directory");
+        up_errf(err, errlen, "--offload", "no directory given: pass a writable directory");
         return NULL;
     }
     struct stat st;
     if (stat(dir, &st) != 0) {
         if (errno == ENOENT)
-            snprintf(err, errlen,
-                     "--offload %s: no such directory: create it or pass an "
-                     "existing writable directory",
-                     dir);
+            up_errf(err, errlen, NULL,
+                    "--offload %s: no such directory: create it or pass an "
+                    "existing writable directory",
+                    dir);
         else
-            snprintf(err, errlen,
-                     "--offload %s: cannot access it (%s): pass a writable "
-                     "directory",
-                     dir, strerror(errno));
+            up_errf(err, errlen, NULL,
+                    "--offload %s: cannot access it (%s): pass a writable "
+                    "directory",
+                    dir, strerror(errno));
         return NULL;
     }
     if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen,
-                 "--offload %s: not a directory: pass a directory (the store "
-                 "creates its own file in it)",
-                 dir);
+        up_errf(err, errlen, NULL,
+                "--offload %s: not a directory: pass a directory (the store "
+                "creates its own file in it)",
+                dir);
         return NULL;
     }
     size_t rounded = round_slot(slot_bytes), total = offload_store_bytes(slot_bytes, nslots);
@@ -415,22 +415,22 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
     if (statvfs(dir, &vfs) == 0 && vfs.f_blocks > 0) { /* 0 blocks: fs that does not say */
         double avail = (double)vfs.f_bavail * (double)vfs.f_frsize;
         if (avail < (double)total) {
-            snprintf(err, errlen,
-                     "--offload %s: the store needs %s but only %s are free there: "
-                     "free disk space or pass a directory on a larger disk",
-                     dir, up_fmt_bytes(b1, sizeof b1, (double)total),
-                     up_fmt_bytes(b2, sizeof b2, avail));
+            up_errf(err, errlen, NULL,
+                    "--offload %s: the store needs %s but only %s are free there: "
+                    "free disk space or pass a directory on a larger disk",
+                    dir, up_fmt_bytes(b1, sizeof b1, (double)total),
+                    up_fmt_bytes(b2, sizeof b2, avail));
             return NULL;
         }
     }
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (double)rl.rlim_cur < (double)total) {
-        snprintf(err, errlen,
-                 "--offload %s: the store needs a file of %s but the file-size limit "
-                 "(ulimit -f) is %s: raise it (ulimit -f unlimited)",
-                 dir, up_fmt_bytes(b1, sizeof b1, (double)total),
-                 up_fmt_bytes(b2, sizeof b2, (double)rl.rlim_cur));
+        up_errf(err, errlen, NULL,
+                "--offload %s: the store needs a file of %s but the file-size limit "
+                "(ulimit -f) is %s: raise it (ulimit -f unlimited)",
+                dir, up_fmt_bytes(b1, sizeof b1, (double)total),
+                up_fmt_bytes(b2, sizeof b2, (double)rl.rlim_cur));
         return NULL;
     }
     signal(SIGXFSZ, SIG_IGN); /* exceeding the limit later: EFBIG, not a killed process */
@@ -458,10 +458,10 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
     snprintf(path, dlen + 32, "%s/upipe-offload-XXXXXX", dir);
     s->fd = mkostemp(path, O_CLOEXEC);
     if (s->fd < 0) {
-        snprintf(err, errlen,
-                 "--offload %s: cannot create a file there (%s): pass a writable "
-                 "directory",
-                 dir, strerror(errno));
+        up_errf(err, errlen, NULL,
+                "--offload %s: cannot create a file there (%s): pass a writable "
+                "directory",
+                dir, strerror(errno));
         free(path);
         free_meta(s);
         return NULL;
@@ -476,10 +476,10 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
 
     int e = choose_mode(s);
     if (e != 0) {
-        snprintf(err, errlen,
-                 "--offload %s: cannot write to a file there (%s): free disk space "
-                 "or pass another directory",
-                 dir, strerror(e));
+        up_errf(err, errlen, NULL,
+                "--offload %s: cannot write to a file there (%s): free disk space "
+                "or pass another directory",
+                dir, strerror(e));
         goto fail;
     }
     pthread_mutex_init(&s->mu, NULL);
@@ -487,7 +487,8 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
     pthread_cond_init(&s->cv_done, NULL);
     e = pthread_create(&s->thread, NULL, io_main, s);
     if (e != 0) {
-        snprintf(err, errlen, "--offload %s: cannot start the I/O thread (%s)", dir, strerror(e));
+        up_errf(err, errlen, NULL, "--offload %s: cannot start the I/O thread (%s)", dir,
+                strerror(e));
         pthread_cond_destroy(&s->cv_done);
         pthread_cond_destroy(&s->cv_work);
         pthread_mutex_destroy(&s->mu);

@@ -1,4 +1,4 @@
-/* offload.h — checkpoint offload store (DESIGN.md §4 "Checkpoint offload").
+/* offload.h — checkpoint offload store (DESIGN.md §4.2).
  *
  * Moves each layer's saved input x_l (T_loc, C) out of working memory into a file on disk and
  * brings it back one layer ahead of its use in backward. A background I/O thread serves the

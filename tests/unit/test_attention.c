@@ -18,6 +18,8 @@
 #include "kernels/kernels.h"
 #include "kernels/kernels_ref.h"
 
+#include "harness.h"
+
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -26,18 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_pass = 0, g_fail = 0;
-
 enum { CANARY = 64 }; // guard floats after outputs and workspace
-
-static void check(int ok, const char *what) {
-    if (ok) {
-        g_pass++;
-    } else {
-        g_fail++;
-        printf("FAIL: %s\n", what);
-    }
-}
 
 static float *talloc(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof(float));
@@ -160,7 +151,7 @@ static void problem_fast(problem *p, int threads) {
              "T=%d NH=%d NKV=%d HS=%d threads=%d: write past an output or the "
              "workspace",
              p->T, p->NH, p->NKV, p->HS, threads);
-    check(ok, what);
+    CHECK(ok, "%s", what);
     free(ws);
 }
 
@@ -189,7 +180,7 @@ static void compare(problem *p, double tol_f, double tol_b, const char *tag, dou
         double tol = i < 2 ? tol_f : tol_b;
         snprintf(what, sizeof what, "%s T=%d NH=%d NKV=%d HS=%d: %s rel err %.3g > %.1g", tag, p->T,
                  p->NH, p->NKV, p->HS, names[i], e[i], tol);
-        check(e[i] <= tol, what);
+        CHECK(e[i] <= tol, "%s", what);
         if (worst && e[i] > worst[i]) worst[i] = e[i];
     }
 }
@@ -238,10 +229,10 @@ static void test_threads(void) {
             char what[128];
             snprintf(what, sizeof what, "%s NH=%d NKV=%d: backward not reproducible", tag,
                      heads[b][0], heads[b][1]);
-            check(memcmp(dq1, p.dq, p.nq * sizeof(float)) == 0 &&
+            CHECK(memcmp(dq1, p.dq, p.nq * sizeof(float)) == 0 &&
                       memcmp(dk1, p.dk, p.nk * sizeof(float)) == 0 &&
                       memcmp(dv1, p.dv, p.nk * sizeof(float)) == 0,
-                  what);
+                  "%s", what);
             free(dq1);
             free(dk1);
             free(dv1);
@@ -301,7 +292,7 @@ static void test_finite_differences(void) {
         lref += (double)p.r_out[i] * g[i];
     double l0 = fd_loss(dq, dk, dv, g, T, NH, NKV, HS);
     // ref out is rounded to fp32 (6e-8 relative per element, 40 terms of size ~1)
-    check(fabs(lref - l0) <= 1e-6 * (1.0 + fabs(l0)), "fd: double loss != ref forward");
+    CHECK(fabs(lref - l0) <= 1e-6 * (1.0 + fabs(l0)), "fd: double loss != ref forward");
     // Central differences with step 1e-5: truncation error ~h^2 * f''' ~ 1e-10 and cancellation
     // ~1e-16 / 1e-5 = 1e-11 for a loss of order 1: the FD gradient is good to ~1e-9.
     const double step = 1e-5;
@@ -332,9 +323,9 @@ static void test_finite_differences(void) {
         }
         char what[128];
         snprintf(what, sizeof what, "fd: ref %s vs finite differences rel err %.3g", names[t], er);
-        check(er <= 2e-6, what);
+        CHECK(er <= 2e-6, "%s", what);
         snprintf(what, sizeof what, "fd: fast %s vs finite differences rel err %.3g", names[t], ef);
-        check(ef <= 2e-6, what);
+        CHECK(ef <= 2e-6, "%s", what);
         printf("fd %s: ref err %.2g fast err %.2g (max |grad| %.3g)\n", names[t], er, ef, m);
     }
     free(dq), free(dk), free(dv), free(g), free(fq), free(fk), free(fv);
@@ -363,7 +354,7 @@ static void test_large_scores(void) {
         finite &= isfinite(p.out[i]) && isfinite(p.dq[i]);
     for (size_t i = 0; i < (size_t)p.NH * p.T; i++)
         finite &= isfinite(p.lse[i]);
-    check(finite, "large scores: non-finite output");
+    CHECK(finite, "large scores: non-finite output");
     double worst[5] = {0};
     compare(&p, delta, delta, "large scores", worst);
     printf("large scores: max|lse| %.0f, tolerance %.2g, worst rel err out %.2g lse %.2g dq %.2g "
@@ -386,9 +377,9 @@ static void test_workspace(void) {
             char what[160];
             snprintf(what, sizeof what, "workspace threads=%d NKV=%d: %zu %zu %zu not linear in T",
                      th, heads[b][1], w1, w2, w4);
-            check(w2 > w1 && w4 - w2 <= 2 * (w2 - w1) + 64, what);
+            CHECK(w2 > w1 && w4 - w2 <= 2 * (w2 - w1) + 64, "%s", what);
             // and far below one (T, T) score matrix per head
-            check(w4 < (size_t)16384 * 16384 / 8, "workspace: quadratic size at T=16384");
+            CHECK(w4 < (size_t)16384 * 16384 / 8, "workspace: quadratic size at T=16384");
         }
     }
     omp_set_num_threads(2);
@@ -402,6 +393,5 @@ int main(void) {
     test_large_scores();
     test_workspace();
     printf("test_attention: %.1f s\n", omp_get_wtime() - t0);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return harness_finish("test_attention");
 }

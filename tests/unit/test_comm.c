@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "harness.h" /* after <mpi.h>: harness_finish_mpi */
+
 /* Value of element x of head h of global token t: exact in fp32 (small integers). */
 static float value(int t, int h, int x) { return (float)((t * 131 + h * 17 + x * 3) % 4093); }
 
@@ -53,7 +55,8 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &R);
     up_set_rank(rank, R);
-    int passed = 0, failed = 0;
+    harness.print = rank == 0; /* every verdict below is agreed; rank 0 says it */
+    harness.verbose = 1;
     /* every context-parallel degree P that divides R, so DP x CP meshes run too */
     for (int P = 1; P <= R; P++) {
         if (R % P) continue;
@@ -66,10 +69,8 @@ int main(int argc, char **argv) {
             long e = check_case(&c, T_loc, nh, HS);
             long total = 0;
             MPI_Allreduce(&e, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-            if (rank == 0) printf("%s: R=%d P=%d T_loc=%d nh=%d HS=%d (%ld wrong elements)\n",
-                                  total ? "FAIL" : "ok", R, P, T_loc, nh, HS, total);
-            if (total) failed++;
-            else passed++;
+            CHECK(total == 0, "R=%d P=%d T_loc=%d nh=%d HS=%d (%ld wrong elements)", R, P, T_loc,
+                  nh, HS, total);
         }
         /* loss reduction: token-weighted sum and count over all ranks */
         double sum = rank + 1.5;
@@ -81,12 +82,10 @@ int main(int argc, char **argv) {
         ok = ok && g[0] == (float)(R * (R - 1) / 2) && g[1] == (float)R && g[2] == -2.0f * R;
         int all_ok = 0;
         MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-        if (rank == 0) printf("%s: R=%d P=%d loss and gradient reductions\n", all_ok ? "ok" : "FAIL", R, P);
-        if (all_ok) passed++;
-        else failed++;
+        CHECK(all_ok, "R=%d P=%d loss and gradient reductions", R, P);
         comm_free(&c);
     }
-    if (rank == 0) printf("%d passed, %d failed\n", passed, failed);
+    int rc = harness_finish_mpi("test_comm", MPI_COMM_WORLD);
     MPI_Finalize();
-    return failed ? 1 : 0;
+    return rc;
 }

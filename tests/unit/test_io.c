@@ -2,35 +2,27 @@
  *
  * Every bad input must give -1 and a message naming the problem, never a crash. Files live in a
  * mkdtemp directory under /tmp that is removed at the end. Final line: "N passed, M failed". */
+#include "cmd/data_cmd.h"
 #include "io/config.h"
-#include "io/data.h"
+#include "io/corpus.h"
 #include "io/safetensors.h"
+#include "io/shard.h"
+
+#include "harness.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-static int g_pass, g_fail;
 static char g_dir[256];
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            g_pass++;                                                                              \
-        else {                                                                                     \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static const char *tmp_path(const char *name) {
     static char buf[8][512];
@@ -737,24 +729,24 @@ static void test_tokenize(void) {
     write_bytes(p, text, 7);
     char err[512] = "";
     size_t n = 0;
-    uint32_t *t = data_tokenize_bytes(p, &n, err, sizeof err);
+    uint32_t *t = corpus_tokenize_bytes(p, &n, err, sizeof err);
     CHECK(t && n == 7 && t[0] == 'h' && t[5] == '\n' && t[6] == 255, "byte tokenizer: %s", err);
     free(t);
     write_bytes(p, "", 0);
-    t = data_tokenize_bytes(p, &n, err, sizeof err);
+    t = corpus_tokenize_bytes(p, &n, err, sizeof err);
     CHECK(t == NULL && strstr(err, "empty"), "empty text: \"%s\"", err);
-    t = data_tokenize_bytes(tmp_path("missing.txt"), &n, err, sizeof err);
+    t = corpus_tokenize_bytes(tmp_path("missing.txt"), &n, err, sizeof err);
     CHECK(t == NULL && strstr(err, "cannot open"), "missing text: \"%s\"", err);
 }
 
 /* Parses the corpus and checks every question: its key was stated earlier, its answer is the
  * value of the latest statement, and the question is about `distance` tokens after the fact. */
 static void check_recall(size_t n, size_t distance, uint64_t seed) {
-    uint32_t *t = data_make_recall(n, distance, seed);
-    CHECK(t != NULL, "data_make_recall returned NULL");
+    uint32_t *t = corpus_make_recall(n, distance, seed);
+    CHECK(t != NULL, "corpus_make_recall returned NULL");
     if (t == NULL) return;
-    uint32_t *t2 = data_make_recall(n, distance, seed);
-    uint32_t *t3 = data_make_recall(n, distance, seed + 1);
+    uint32_t *t2 = corpus_make_recall(n, distance, seed);
+    uint32_t *t3 = corpus_make_recall(n, distance, seed + 1);
     CHECK(t2 && memcmp(t, t2, n * 4) == 0, "recall corpus not deterministic in seed");
     CHECK(t3 && memcmp(t, t3, n * 4) != 0, "recall corpus ignores the seed");
     free(t2);
@@ -827,22 +819,24 @@ static void check_recall(size_t n, size_t distance, uint64_t seed) {
 }
 
 /* Runs data_main with stdout/stderr silenced. */
+/* Runs `upipe data` in a child with stdout and stderr silenced (a refusal stops the process with
+ * up_die); returns the child's exit status. */
 static int run_data_quiet(int argc, char **argv) {
     fflush(stdout);
     fflush(stderr);
-    int o = dup(1), e = dup(2);
-    int nul = open("/dev/null", O_WRONLY);
-    dup2(nul, 1);
-    dup2(nul, 2);
-    int rc = data_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(o, 1);
-    dup2(e, 2);
-    close(o);
-    close(e);
-    close(nul);
-    return rc;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int nul = open("/dev/null", O_WRONLY);
+        dup2(nul, 1);
+        dup2(nul, 2);
+        int rc = data_main(argc, argv);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
 static void test_data_main(void) {
@@ -912,6 +906,5 @@ int main(void) {
     check_recall(3000, 4, 3);
     test_data_main();
     cleanup_dir();
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail == 0 ? 0 : 1;
+    return harness_finish("test_io");
 }

@@ -8,7 +8,6 @@
  * exit status 1 on any failure. */
 #include <float.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,22 +17,7 @@
 #include "kernels/kernels.h"
 #include "kernels/kernels_ref.h"
 
-/* ---- reporting ------------------------------------------------------------------------------ */
-
-static int g_pass, g_fail;
-
-static void report(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s ", ok ? "PASS" : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    if (ok)
-        g_pass++;
-    else
-        g_fail++;
-}
+#include "harness.h"
 
 /* ---- data ----------------------------------------------------------------------------------- */
 
@@ -110,7 +94,7 @@ static void check_bound(const char *name, const float *got, const float *want, c
         if (!(r <= 1.0)) bad++;
         if (!(r <= worst)) worst = isnan(r) ? INFINITY : r;
     }
-    report(bad == 0, "%s: max err/bound %.3g (%zu of %zu outside)", name, worst, bad, n);
+    CHECK(bad == 0, "%s: max err/bound %.3g (%zu of %zu outside)", name, worst, bad, n);
 }
 
 /* |got - want| <= atol + rtol * |want| elementwise. */
@@ -135,7 +119,7 @@ static void check_norm(const char *name, const float *got, const double *want, s
         if (fabs(want[i]) > maxw) maxw = fabs(want[i]);
     }
     double rel = maxw > 0.0 ? maxd / maxw : maxd;
-    report(!nan && rel <= tol && maxw > 0.0, "%s: normwise rel err %.3g (tol %.1g, max|ref| %.3g)",
+    CHECK(!nan && rel <= tol && maxw > 0.0, "%s: normwise rel err %.3g (tol %.1g, max|ref| %.3g)",
            name, rel, tol, maxw);
 }
 
@@ -147,12 +131,12 @@ static void check_norm_f(const char *name, const float *got, const float *want, 
 }
 
 static void check_exact(const char *name, const float *got, const float *want, size_t n) {
-    report(memcmp(got, want, n * sizeof(float)) == 0, "%s: bit-exact", name);
+    CHECK(memcmp(got, want, n * sizeof(float)) == 0, "%s: bit-exact", name);
 }
 
 static void check_scalar(const char *name, double got, double want, double tol) {
     double d = fabs(got - want);
-    report(d <= tol, "%s: got %.12g want %.12g (|diff| %.3g, tol %.3g)", name, got, want, d, tol);
+    CHECK(d <= tol, "%s: got %.12g want %.12g (|diff| %.3g, tol %.3g)", name, got, want, d, tol);
 }
 
 /* ---- finite differences --------------------------------------------------------------------- */
@@ -259,7 +243,7 @@ static void test_matmul(void) {
         matmul_backward(NULL, dw2, dout, inp, w, N, IC, OC);
         snprintf(name, sizeof name, "matmul_backward N=%d IC=%d OC=%d with NULL outputs", N, IC,
                  OC);
-        report(!memcmp(dinp2, dinp, nin * sizeof(float)) && !memcmp(dw2, dw, nw * sizeof(float)),
+        CHECK(!memcmp(dinp2, dinp, nin * sizeof(float)) && !memcmp(dw2, dw, nw * sizeof(float)),
                "%s: bit-exact", name);
         free(dinp2), free(dw2), free(bdinp), free(bdw), free(dout), free(adout);
         free(dinp0), free(dw0), free(dinp), free(dw), free(rdinp), free(rdw);
@@ -589,7 +573,7 @@ static void test_swiglu(void) {
         float *ag = copy_f(gate, n), *au = copy_f(up, n);
         swiglu_backward(ag, au, dout, ag, au, n);
         snprintf(name, sizeof name, "swiglu_backward n=%zu in place (aliased)", n);
-        report(!memcmp(ag, dg, n * sizeof(float)) && !memcmp(au, du, n * sizeof(float)),
+        CHECK(!memcmp(ag, dg, n * sizeof(float)) && !memcmp(au, du, n * sizeof(float)),
                "%s: bit-exact with the out-of-place result", name);
         free(gate), free(up), free(dout), free(out), free(rout), free(dg), free(du), free(rdg);
         free(rdu), free(bound), free(ag), free(au);
@@ -671,7 +655,7 @@ static void test_cross_entropy(void) {
                  N - valid);
         check_scalar(name, L, RL, 2e-6 * valid);
         snprintf(name, sizeof name, "cross_entropy_fused N=%d V=%d loss repeatable", N, V);
-        report(memcmp(&L, &L2, sizeof L) == 0, "%s: bit-exact", name);
+        CHECK(memcmp(&L, &L2, sizeof L) == 0, "%s: bit-exact", name);
         // grads: p has relative error ~3e-6 from the same sources; at the target p - 1 cancels,
         // so also an absolute 4e-6 * grad_scale
         snprintf(name, sizeof name, "cross_entropy_fused N=%d V=%d grad vs ref", N, V);
@@ -682,7 +666,7 @@ static void test_cross_entropy(void) {
                 for (int v = 0; v < V; v++)
                     zero &= fast[(size_t)i * V + v] == 0.0f;
         snprintf(name, sizeof name, "cross_entropy_fused N=%d V=%d ignored rows", N, V);
-        report(zero, "%s: gradient exactly 0", name);
+        CHECK(zero, "%s: gradient exactly 0", name);
         free(t), free(x), free(fast), free(ref), free(again);
     }
     int N = 6, V = 37;
@@ -803,6 +787,7 @@ static void test_norm_and_schedule(void) {
 }
 
 int main(void) {
+    harness.verbose = 1; /* one PASS line per check, with its error figures */
     test_matmul();
     test_embedding();
     test_rmsnorm();
@@ -811,6 +796,5 @@ int main(void) {
     test_cross_entropy();
     test_adamw();
     test_norm_and_schedule();
-    printf("test_kernels: %d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return harness_finish("test_kernels");
 }

@@ -9,6 +9,8 @@
 #include "core/mem.h"
 #include "memory/offload.h"
 
+#include "harness.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,20 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int g_pass, g_fail;
 static char g_dir[256];
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond)                                                                                  \
-            g_pass++;                                                                              \
-        else {                                                                                     \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static size_t round4k(size_t n) {
     return (n + 4095) & ~(size_t)4095;
@@ -355,6 +345,5 @@ int main(void) {
     test_failures();
     CHECK(visible_store_files() == 0, "store files left in %s", g_dir);
     if (rmdir(g_dir) != 0) CHECK(0, "could not remove %s (not empty?)", g_dir);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return harness_finish("test_offload");
 }

@@ -1,0 +1,176 @@
+/* corpus.c — the byte-level corpora of `upipe data`: a text file's bytes, and the synthetic
+ * long-range recall corpus. */
+#include "io/corpus.h"
+
+#include "core/check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint32_t *corpus_tokenize_bytes(const char *path, size_t *n, char *err, size_t errlen) {
+    *n = 0;
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        up_errf(err, errlen, path, "cannot open (%s): check the path", strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *bytes = malloc(cap);
+    int ok = bytes != NULL;
+    while (ok) {
+        if (len == cap) {
+            uint8_t *nb = cap <= SIZE_MAX / 2 ? realloc(bytes, cap * 2) : NULL;
+            if (nb == NULL) {
+                ok = 0;
+                break;
+            }
+            bytes = nb;
+            cap *= 2;
+        }
+        size_t r = fread(bytes + len, 1, cap - len, fp);
+        len += r;
+        if (r == 0) break;
+    }
+    int rd_err = ferror(fp);
+    fclose(fp);
+    uint32_t *tok = NULL;
+    if (!ok)
+        up_errf(err, errlen, path, "out of memory reading the file");
+    else if (rd_err)
+        up_errf(err, errlen, path, "read error");
+    else if (len == 0)
+        up_errf(err, errlen, path, "the file is empty: nothing to tokenize");
+    else if ((tok = malloc(len * sizeof *tok)) == NULL)
+        up_errf(err, errlen, path, "out of memory for %zu tokens", len);
+    else {
+        for (size_t i = 0; i < len; i++)
+            tok[i] = bytes[i];
+        *n = len;
+    }
+    free(bytes);
+    return tok;
+}
+
+/* splitmix64: a small, well-mixed generator; the corpus depends only on the seed. */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, m), m < 2^32 (multiply-shift; the bias is below 2^-32). */
+static uint64_t rand_below(uint64_t *state, uint64_t m) {
+    return ((splitmix64(state) >> 32) * m) >> 32;
+}
+
+/* A pending question: fact stated, to be asked at record slot `due`. */
+typedef struct {
+    uint64_t due;
+    uint32_t key;
+    uint32_t value;
+} recall_item;
+
+static void heap_push(recall_item *h, size_t *n, recall_item x) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h[p].due <= x.due) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static recall_item heap_pop(recall_item *h, size_t *n) {
+    recall_item top = h[0], x = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1].due < h[c].due) c++;
+        if (x.due <= h[c].due) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = x;
+    return top;
+}
+
+#define RECALL_KEY_SYMBOLS 26 /* 'a'..'z' */
+#define RECALL_MAX_KEY_LEN 6
+static const char recall_values[17] = "0123456789ABCDEF"; /* 16 value symbols */
+
+/* The recall corpus. Records are "key=V;" (a fact) and "key?V;" (its question), keys of klen
+ * lowercase letters, values one of 16 symbols. Each fact's question is due `distance` tokens
+ * later, jittered by +-50% so the gap is not a fixed offset a model could count. A record slot
+ * holds the earliest due question if one is due, else a new fact about a key with no open
+ * question, so a key is never restated between its fact and its question and the answer is
+ * unambiguous. Open questions never exceed 1.5 * distance / record length (a push happens only
+ * when nothing is due, so every open fact was pushed within the last gap + jitter slots); klen
+ * grows with distance so that under ~1/5 of the key space is open at once. */
+uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed) {
+    if (n == 0) return NULL;
+    if (distance < 4) distance = 4;
+    if (distance > ((size_t)1 << 26)) distance = (size_t)1 << 26;
+    int klen = 1;
+    uint64_t nkeys = RECALL_KEY_SYMBOLS;
+    while (klen < RECALL_MAX_KEY_LEN && nkeys < 2 * (uint64_t)distance + 64) {
+        klen++;
+        nkeys *= RECALL_KEY_SYMBOLS;
+    }
+    size_t rec = (size_t)klen + 3;             /* key, '=' or '?', value, ';' */
+    uint64_t gap = (distance + rec - 1) / rec; /* in records */
+    uint64_t jitter = gap / 2;
+
+    uint32_t *out = malloc(n * sizeof *out);
+    uint8_t *open_keys =
+        calloc((size_t)(nkeys + 7) / 8, 1);       /* bitset of keys with a question due */
+    size_t heap_cap = (size_t)(gap + jitter) + 2; /* open questions never exceed this */
+    recall_item *heap = malloc(heap_cap * sizeof *heap);
+    if (out == NULL || open_keys == NULL || heap == NULL) {
+        free(out);
+        free(open_keys);
+        free(heap);
+        return NULL;
+    }
+    uint64_t rng = seed;
+    size_t nheap = 0, pos = 0;
+    for (uint64_t slot = 0; pos < n; slot++) {
+        uint8_t recbuf[RECALL_MAX_KEY_LEN + 3];
+        recall_item it;
+        uint8_t sep;
+        if (nheap > 0 && heap[0].due <= slot) {
+            it = heap_pop(heap, &nheap);
+            open_keys[it.key / 8] &= (uint8_t) ~(1u << (it.key % 8));
+            sep = '?';
+        } else {
+            /* under 1/5 of the keys are open, so this takes ~1.2 draws on average */
+            do
+                it.key = (uint32_t)rand_below(&rng, nkeys);
+            while (open_keys[it.key / 8] & (1u << (it.key % 8)));
+            it.value = (uint32_t)rand_below(&rng, 16);
+            it.due = slot + gap - jitter + rand_below(&rng, 2 * jitter + 1);
+            UP_CHECK(nheap < heap_cap, "recall: %zu open questions exceed the bound %zu", nheap,
+                     heap_cap);
+            open_keys[it.key / 8] |= (uint8_t)(1u << (it.key % 8));
+            heap_push(heap, &nheap, it);
+            sep = '=';
+        }
+        uint32_t k = it.key;
+        for (int c = klen - 1; c >= 0; c--) {
+            recbuf[c] = (uint8_t)('a' + k % RECALL_KEY_SYMBOLS);
+            k /= RECALL_KEY_SYMBOLS;
+        }
+        recbuf[klen] = sep;
+        recbuf[klen + 1] = (uint8_t)recall_values[it.value];
+        recbuf[klen + 2] = ';';
+        for (size_t c = 0; c < rec && pos < n; c++)
+            out[pos++] = recbuf[c];
+    }
+    free(open_keys);
+    free(heap);
+    return out;
+}

@@ -1,0 +1,18 @@
+/* corpus.h — the corpora `upipe data` writes, byte-level vocabulary (ids 0..255; the config needs
+ * vocab_size >= 256). Both return a malloc'd token array the caller frees. */
+#ifndef UP_CORPUS_H
+#define UP_CORPUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every byte of a text file becomes one token. Returns tokens (malloc) and count *n, or NULL
+ * with err. */
+uint32_t *corpus_tokenize_bytes(const char *path, size_t *n, char *err, size_t errlen);
+/* Synthetic long-range recall corpus of n tokens from seed: records "k=v;" of random keys and
+ * values from a small alphabet, where each key's value is stated once and asked again
+ * ("k?v;") `distance` tokens later on average, so predicting the answer needs attention that
+ * reaches that far back. Deterministic in seed. NULL when n == 0 or out of memory. */
+uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed);
+
+#endif

@@ -1,0 +1,181 @@
+/* shard.c — llm.c token shards: read via mmap with full validation, write atomically. */
+#include "io/shard.h"
+
+#include "core/check.h"
+#include "core/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHARD_VERSION_U16 1
+#define SHARD_VERSION_U32 7
+
+static inline uint32_t shard_token(const token_shard *s, size_t i) {
+    if (s->token_bytes == 2) return ((const uint16_t *)(const void *)s->tokens)[i];
+    return ((const uint32_t *)(const void *)s->tokens)[i];
+}
+
+void shard_close(token_shard *s) {
+    if (s == NULL) return;
+    if (s->map != NULL) munmap((void *)s->map, s->map_bytes);
+    memset(s, 0, sizeof *s);
+}
+
+int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    if (vocab <= 0) return up_errf(err, errlen, path, "vocab_size %d is not positive", vocab);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return up_errf(err, errlen, path,
+                       "cannot open (%s): check the path, or make a shard "
+                       "with `upipe data`",
+                       strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return up_errf(err, errlen, path, "not a regular file");
+    }
+    size_t size = (size_t)sb.st_size;
+    if (size < SHARD_HEADER_BYTES) {
+        close(fd);
+        return up_errf(err, errlen, path,
+                       "file is %zu bytes, smaller than the %d-byte shard header: the file is "
+                       "truncated or not an llm.c token shard",
+                       size, SHARD_HEADER_BYTES);
+    }
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd); /* the mapping keeps the file alive */
+    if (map == MAP_FAILED) return up_errf(err, errlen, path, "mmap failed (%s)", strerror(errno));
+    s->map = map;
+    s->map_bytes = size;
+    const int32_t *hdr = map;
+    int rc = -1;
+    if (hdr[0] == SHARD_MAGIC_U16) {
+        if (hdr[1] != SHARD_VERSION_U16) {
+            up_errf(err, errlen, path,
+                    "magic %d with version %d (expected %d): unsupported shard version; "
+                    "regenerate it",
+                    hdr[0], hdr[1], SHARD_VERSION_U16);
+            goto done;
+        }
+        s->token_bytes = 2;
+    } else if (hdr[0] == SHARD_MAGIC_U32) {
+        if (hdr[1] != SHARD_VERSION_U32) {
+            up_errf(err, errlen, path,
+                    "magic %d with version %d (expected %d): unsupported shard version; "
+                    "regenerate it",
+                    hdr[0], hdr[1], SHARD_VERSION_U32);
+            goto done;
+        }
+        s->token_bytes = 4;
+    } else {
+        up_errf(err, errlen, path, "bad magic %d (expected %d or %d): not an llm.c token shard",
+                hdr[0], SHARD_MAGIC_U16, SHARD_MAGIC_U32);
+        goto done;
+    }
+    if (hdr[2] < 1) {
+        up_errf(err, errlen, path,
+                "header says %d tokens: the shard is empty; regenerate it with at least one "
+                "token",
+                hdr[2]);
+        goto done;
+    }
+    s->ntok = (size_t)hdr[2];
+    size_t want = SHARD_HEADER_BYTES + s->ntok * (size_t)s->token_bytes;
+    if (size < want) {
+        up_errf(err, errlen, path,
+                "file is %zu bytes but its header says %zu tokens (%zu bytes): the file is "
+                "truncated; regenerate it",
+                size, s->ntok, want);
+        goto done;
+    }
+    if (size > want) {
+        up_errf(err, errlen, path,
+                "file is %zu bytes but its header says %zu tokens (%zu bytes): %zu trailing "
+                "bytes; regenerate it",
+                size, s->ntok, want, size - want);
+        goto done;
+    }
+    s->tokens = (const uint8_t *)map + SHARD_HEADER_BYTES;
+    /* Find the largest id first (a tight loop), locate the offender only when there is one. */
+    uint32_t maxid = 0;
+    if (s->token_bytes == 2) {
+        const uint16_t *t = (const void *)s->tokens;
+        for (size_t i = 0; i < s->ntok; i++)
+            maxid = t[i] > maxid ? t[i] : maxid;
+    } else {
+        const uint32_t *t = (const void *)s->tokens;
+        for (size_t i = 0; i < s->ntok; i++)
+            maxid = t[i] > maxid ? t[i] : maxid;
+    }
+    if (maxid >= (uint32_t)vocab) {
+        size_t i = 0;
+        while (i + 1 < s->ntok && shard_token(s, i) < (uint32_t)vocab)
+            i++;
+        up_errf(err, errlen, path,
+                "token %u at position %zu is >= vocab_size %d: the data was made for another "
+                "tokenizer",
+                shard_token(s, i), i, vocab);
+        goto done;
+    }
+    rc = 0;
+done:
+    if (rc != 0) shard_close(s);
+    return rc;
+}
+
+void shard_read(const token_shard *s, size_t start, size_t n, int32_t *out) {
+    size_t pos = start % s->ntok;
+    size_t i = 0;
+    while (i < n) {
+        size_t run = s->ntok - pos; /* contiguous tokens before the wrap */
+        if (run > n - i) run = n - i;
+        if (s->token_bytes == 2) {
+            const uint16_t *t = (const uint16_t *)(const void *)s->tokens + pos;
+            for (size_t j = 0; j < run; j++)
+                out[i + j] = (int32_t)t[j];
+        } else {
+            const uint32_t *t = (const uint32_t *)(const void *)s->tokens + pos;
+            for (size_t j = 0; j < run; j++)
+                out[i + j] = (int32_t)t[j];
+        }
+        i += run;
+        pos = 0;
+    }
+}
+
+int shard_write(const char *path, const uint32_t *tokens, size_t n, char *err, size_t errlen) {
+    if (n == 0) return up_errf(err, errlen, path, "no tokens to write: a shard needs at least one");
+    if (n > (size_t)INT32_MAX)
+        return up_errf(err, errlen, path,
+                       "%zu tokens do not fit one shard (the header count is int32): split "
+                       "the data",
+                       n);
+    uint32_t maxid = 0;
+    for (size_t i = 0; i < n; i++)
+        maxid = tokens[i] > maxid ? tokens[i] : maxid;
+    if (maxid > (uint32_t)INT32_MAX)
+        return up_errf(err, errlen, path, "token id %u does not fit an int32", maxid);
+    int tb = maxid < 65536 ? 2 : 4;
+    size_t bytes = SHARD_HEADER_BYTES + n * (size_t)tb;
+    uint8_t *buf = calloc(1, bytes);
+    if (buf == NULL) return up_errf(err, errlen, path, "out of memory for a %zu-byte shard", bytes);
+    int32_t hdr[3] = {tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32,
+                      tb == 2 ? SHARD_VERSION_U16 : SHARD_VERSION_U32, (int32_t)n};
+    memcpy(buf, hdr, sizeof hdr);
+    if (tb == 2) {
+        uint16_t *t = (uint16_t *)(void *)(buf + SHARD_HEADER_BYTES);
+        for (size_t i = 0; i < n; i++)
+            t[i] = (uint16_t)tokens[i];
+    } else {
+        memcpy(buf + SHARD_HEADER_BYTES, tokens, n * 4);
+    }
+    int rc = up_write_file_atomic(path, buf, bytes, err, errlen);
+    free(buf);
+    return rc;
+}

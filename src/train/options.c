@@ -1,0 +1,221 @@
+/* options.c — the flags of `upipe train`: parsing, defaults and --help. */
+#include "train/options.h"
+
+#include "core/check.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void train_print_help(void) {
+    printf(
+        "usage: upipe train --config FILE --data FILE [flags]\n\n"
+        "Trains a Llama-style model (HF config.json) on an llm.c token shard.\n\n"
+        "model and data\n"
+        "  --config FILE          HF LlamaForCausalLM config.json (required)\n"
+        "  --data FILE            llm.c token shard (required; make one with `upipe data`)\n"
+        "  --seq-len T            tokens per sequence (default 1024); step k reads the T+1\n"
+        "                         tokens at k*T, wrapping around at the end of the shard\n"
+        "  --init FILE            start from these weights (safetensors, HF names, F32/BF16);\n"
+        "                         default: random init from --seed\n"
+        "  --seed S               seed of the random init (default 1234)\n\n"
+        "optimisation\n"
+        "  --steps N              training steps (default 10)\n"
+        "  --grad-accum B         sequences per replica per step, gradients accumulated\n"
+        "                         (default 1); replica d's b-th sequence of step k starts at\n"
+        "                         token ((k*D + d)*B + b)*T\n"
+        "  --lr X                 peak learning rate (default 3e-4; 0 = no update)\n"
+        "  --warmup N             linear warm-up steps (default: 10%% of --steps, at most 100)\n"
+        "  --min-lr-frac X        cosine decay ends at lr * X (default 0.1)\n"
+        "  --weight-decay X       AdamW decoupled weight decay on matrices (default 0.1)\n"
+        "  --beta1 X, --beta2 X   AdamW moments (default 0.9, 0.95)\n"
+        "  --adam-eps X           AdamW epsilon (default 1e-8)\n"
+        "  --grad-clip X          clip the global gradient norm to X (default 1.0; 0 = off)\n\n"
+        "outputs\n"
+        "  --save FILE            write the final weights (safetensors, F32, HF names)\n"
+        "  --save-grads FILE      write the raw gradients of the first step's loss (before\n"
+        "                         clipping and before any update; safetensors, F32, HF names)\n"
+        "  --log FILE             one JSON object per step (step, loss, lr, grad_norm,\n"
+        "                         tokens_per_s, step_s, peak_bytes, rss_bytes)\n"
+        "  --mem-report FILE      JSON memory report: peak_bytes, rss_peak_bytes,\n"
+        "                         offloaded_peak_bytes, categories (max over ranks)\n"
+        "  --quiet                no summary and no per-step lines on the terminal\n\n"
+        "memory (each leaves the loss and gradients unchanged)\n"
+        "  --checkpoint           keep only each layer's input, recompute the layer in backward\n"
+        "  --offload DIR          move the layer inputs to a file in DIR (unlinked at once), back\n"
+        "                         one layer ahead of backward; implies --checkpoint\n"
+        "  --tile-mlp [N]         run the MLP over tiles of N tokens (default N: hidden_size)\n"
+        "  --tile-loss [N]        final norm, LM head and loss over tiles of N tokens, the\n"
+        "                         (T, vocab) logits never exist (default N: hidden_size)\n"
+        "  --upipe-heads U        attention in stages of U query heads (UPipe; U/P per rank);\n"
+        "                         attention memory shrinks by U/num_attention_heads\n"
+        "  --dry-run              print the memory plan per category and exit (with\n"
+        "                         --mem-report, write it in the report's JSON schema)\n"
+        "  --mem-limit SIZE       refuse, before allocating, a run whose plan exceeds SIZE bytes\n"
+        "                         per rank (suffixes KiB MiB GiB, KB MB GB: e.g. 6GiB)\n\n"
+        "parallelism (launch with mpiexec -n R)\n"
+        "  --cp P                 context-parallel degree: each sequence is split over P\n"
+        "                         consecutive ranks (Ulysses); R/P replicas train on different\n"
+        "                         sequences (default: P = R, one sequence over all ranks)\n"
+        "  --fsdp                 shard parameters, gradients and AdamW state over all ranks\n"
+        "                         (ZeRO-3): each layer is gathered before its forward and\n"
+        "                         backward and its gradients reduce-scattered after\n\n"
+        "machine\n"
+        "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
+        "                         else the cores divided by the ranks on this node)\n"
+        "  --help                 this text\n");
+}
+
+static long parse_long(const char *flag, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        up_die_all("%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+    return v;
+}
+
+static double parse_double(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        up_die_all("%s expects a number in [%g, %g], got '%s'", flag, lo, hi, s);
+    return v;
+}
+
+/* "6GiB", "512MiB", "1.5GB", "1000000": bytes. */
+static unsigned long long parse_size(const char *flag, const char *s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},          {"B", 1},           {"KiB", 1024.0},  {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
+                 {"GB", 1e9},      {"TB", 1e12},       {"K", 1024.0},    {"M", 1048576.0},
+                 {"G", 1073741824.0}};
+    if (errno == 0 && end != s && v > 0)
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (!strcmp(end, units[i].suffix) && v * units[i].mult >= 1 &&
+                v * units[i].mult < 1.8e19)
+                return (unsigned long long)(v * units[i].mult);
+    up_die_all("%s expects a size such as 6GiB, 512MiB or 1000000 (bytes), got '%s'", flag, s);
+}
+
+/* Value of a flag whose size is optional: --flag=N, --flag N, or --flag alone (-1: default). */
+static int optional_count(const char *flag, int argc, char **argv) {
+    if (optarg) return (int)parse_long(flag, optarg, 1, 1 << 30);
+    if (optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9')
+        return (int)parse_long(flag, argv[optind++], 1, 1 << 30);
+    return -1;
+}
+
+enum {
+    OPT_CONFIG = 256, OPT_DATA, OPT_SEQ, OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_MINLR, OPT_WD,
+    OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
+    OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
+    OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP
+};
+
+int train_parse_args(train_options *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    o->T = 1024;
+    o->steps = 10;
+    o->lr = 3e-4;
+    o->warmup = -1;
+    o->min_lr_frac = 0.1;
+    o->weight_decay = 0.1;
+    o->beta1 = 0.9;
+    o->beta2 = 0.95;
+    o->adam_eps = 1e-8;
+    o->grad_clip = 1.0;
+    o->seed = 1234;
+    o->accum = 1;
+    static const struct option longopts[] = {
+        {"config", required_argument, 0, OPT_CONFIG},
+        {"data", required_argument, 0, OPT_DATA},
+        {"seq-len", required_argument, 0, OPT_SEQ},
+        {"steps", required_argument, 0, OPT_STEPS},
+        {"lr", required_argument, 0, OPT_LR},
+        {"warmup", required_argument, 0, OPT_WARMUP},
+        {"min-lr-frac", required_argument, 0, OPT_MINLR},
+        {"weight-decay", required_argument, 0, OPT_WD},
+        {"beta1", required_argument, 0, OPT_B1},
+        {"beta2", required_argument, 0, OPT_B2},
+        {"adam-eps", required_argument, 0, OPT_EPS},
+        {"grad-clip", required_argument, 0, OPT_CLIP},
+        {"seed", required_argument, 0, OPT_SEED},
+        {"init", required_argument, 0, OPT_INIT},
+        {"save", required_argument, 0, OPT_SAVE},
+        {"save-grads", required_argument, 0, OPT_SAVE_GRADS},
+        {"log", required_argument, 0, OPT_LOG},
+        {"mem-report", required_argument, 0, OPT_MEMREP},
+        {"threads", required_argument, 0, OPT_THREADS},
+        {"quiet", no_argument, 0, OPT_QUIET},
+        {"cp", required_argument, 0, OPT_CP},
+        {"grad-accum", required_argument, 0, OPT_ACCUM},
+        {"checkpoint", no_argument, 0, OPT_CKPT},
+        {"offload", required_argument, 0, OPT_OFFLOAD},
+        {"tile-mlp", optional_argument, 0, OPT_TILE_MLP},
+        {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
+        {"upipe-heads", required_argument, 0, OPT_UPIPE},
+        {"dry-run", no_argument, 0, OPT_DRY},
+        {"fsdp", no_argument, 0, OPT_FSDP},
+        {"mem-limit", required_argument, 0, OPT_MEMLIM},
+        {"help", no_argument, 0, OPT_HELP},
+        {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_CONFIG: o->config = optarg; break;
+        case OPT_DATA: o->data = optarg; break;
+        case OPT_SEQ: o->T = parse_long("--seq-len", optarg, 1, 1L << 30); break;
+        case OPT_STEPS: o->steps = parse_long("--steps", optarg, 1, INT_MAX); break;
+        case OPT_LR: o->lr = parse_double("--lr", optarg, 0, 10); break;
+        case OPT_WARMUP: o->warmup = parse_long("--warmup", optarg, 0, INT_MAX); break;
+        case OPT_MINLR: o->min_lr_frac = parse_double("--min-lr-frac", optarg, 0, 1); break;
+        case OPT_WD: o->weight_decay = parse_double("--weight-decay", optarg, 0, 10); break;
+        case OPT_B1: o->beta1 = parse_double("--beta1", optarg, 0, 0.999999); break;
+        case OPT_B2: o->beta2 = parse_double("--beta2", optarg, 0, 0.999999999); break;
+        case OPT_EPS: o->adam_eps = parse_double("--adam-eps", optarg, 0, 1); break;
+        case OPT_CLIP: o->grad_clip = parse_double("--grad-clip", optarg, 0, 1e30); break;
+        case OPT_SEED: o->seed = (uint64_t)parse_long("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+        case OPT_INIT: o->init = optarg; break;
+        case OPT_SAVE: o->save = optarg; break;
+        case OPT_SAVE_GRADS: o->save_grads = optarg; break;
+        case OPT_LOG: o->log = optarg; break;
+        case OPT_MEMREP: o->mem_report = optarg; break;
+        case OPT_THREADS: o->threads = (int)parse_long("--threads", optarg, 1, 1024); break;
+        case OPT_QUIET: o->quiet = 1; break;
+        case OPT_CP: o->cp = (int)parse_long("--cp", optarg, 1, 1 << 20); break;
+        case OPT_ACCUM: o->accum = (int)parse_long("--grad-accum", optarg, 1, 1 << 20); break;
+        case OPT_CKPT: o->mopt.checkpoint = 1; break;
+        case OPT_OFFLOAD: o->mopt.offload_dir = optarg; break;
+        case OPT_TILE_MLP: o->mopt.tile_mlp = optional_count("--tile-mlp", argc, argv); break;
+        case OPT_TILE_LOSS: o->mopt.tile_loss = optional_count("--tile-loss", argc, argv); break;
+        case OPT_UPIPE: o->mopt.U = (int)parse_long("--upipe-heads", optarg, 1, 1 << 20); break;
+        case OPT_DRY: o->dry_run = 1; break;
+        case OPT_FSDP: o->mopt.fsdp = 1; break;
+        case OPT_MEMLIM: o->mem_limit = parse_size("--mem-limit", optarg); break;
+        case OPT_HELP: return 1;
+        case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
+        default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        up_die_all("unexpected argument '%s': flags are --name value (see upipe train --help)",
+                   argv[optind]);
+    if (!o->config) up_die_all("--config FILE is required (an HF config.json): see upipe train --help");
+    if (!o->data)
+        up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "
+                   "--output data.bin`)");
+    if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
+    return 0;
+}

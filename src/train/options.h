@@ -1,0 +1,32 @@
+/* options.h — the flags of `upipe train`. */
+#ifndef UP_TRAIN_OPTIONS_H
+#define UP_TRAIN_OPTIONS_H
+
+#include "model/model.h"
+
+#include <stdint.h>
+
+typedef struct {
+    const char *config, *data, *init, *save, *save_grads, *log, *mem_report;
+    long T;
+    long steps;
+    double lr, min_lr_frac, weight_decay, beta1, beta2, adam_eps, grad_clip;
+    long warmup; /* -1: default */
+    uint64_t seed;
+    int threads; /* 0: default */
+    int cp;      /* context-parallel degree; 0: all ranks */
+    int accum;   /* sequences per replica per step (gradient accumulation) */
+    model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads */
+    int dry_run;
+    unsigned long long mem_limit; /* bytes, 0: none */
+    int quiet;
+} train_options;
+
+/* Parses argv (argv[0] == "train") into o (overwritten, defaults filled in). Returns 1 for --help
+ * (nothing printed), 0 on success; a bad flag stops every rank with a message (up_die_all), so
+ * call it on every rank. */
+int train_parse_args(train_options *o, int argc, char **argv);
+/* Prints the --help text on stdout. */
+void train_print_help(void);
+
+#endif

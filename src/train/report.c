@@ -1,0 +1,93 @@
+/* report.c — the memory plan, the --mem-limit refusal and the JSON memory report. */
+#include "train/report.h"
+
+#include "core/check.h"
+#include "core/fileio.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+report_memory report_capture(void) {
+    report_memory p;
+    memset(&p, 0, sizeof p);
+    for (int c = 0; c < MEM_COUNT; c++) p.cat[c] = mem_peak((mem_category)c);
+    p.peak = mem_peak_total();
+    p.offloaded = mem_offloaded_peak();
+    return p;
+}
+
+/* Flags that shrink each category (for --mem-limit's refusal). */
+static const char *g_shrink[MEM_COUNT] = {
+    "more ranks (FSDP shards model state)", "more ranks (FSDP shards model state)",
+    "more ranks (FSDP shards model state)", "--offload DIR",
+    "--checkpoint",                          "--upipe-heads U (smaller U) or more --cp ranks",
+    "--tile-mlp / --tile-loss",              "fewer ranks per group"};
+
+void report_print_plan(const report_memory *p, const train_options *o, const model_config *c,
+                       int P, int T_loc) {
+    char b[32];
+    printf("memory plan per rank: T=%ld (T_loc=%d, cp=%d), C=%d L=%d NH=%d NKV=%d F=%d V=%d\n",
+           o->T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V);
+    printf("  %-12s %12s\n", "category", "bytes");
+    for (int k = 0; k < MEM_COUNT; k++)
+        printf("  %-12s %12s\n", mem_category_name((mem_category)k),
+               up_fmt_bytes(b, sizeof b, (double)p->cat[k]));
+    printf("  %-12s %12s\n", "peak", up_fmt_bytes(b, sizeof b, (double)p->peak));
+    printf("  %-12s %12s\n", "offloaded", up_fmt_bytes(b, sizeof b, (double)p->offloaded));
+    fflush(stdout);
+}
+
+void report_check_mem_limit(const report_memory *p, const train_options *o) {
+    if (o->mem_limit == 0 || p->peak <= o->mem_limit) return;
+    /* the two largest categories and what shrinks them */
+    int a = 0, b = 1;
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (p->cat[k] > p->cat[a]) a = k;
+    if (a == b) b = 0;
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (k != a && p->cat[k] > p->cat[b]) b = k;
+    char s1[32], s2[32], s3[32], s4[32];
+    up_die_all("the run needs %s per rank but --mem-limit is %s: largest are %s (%s: try %s) and "
+               "%s (%s: try %s), or use a shorter --seq-len than %ld",
+               up_fmt_bytes(s1, sizeof s1, (double)p->peak),
+               up_fmt_bytes(s2, sizeof s2, (double)o->mem_limit),
+               mem_category_name((mem_category)a), up_fmt_bytes(s3, sizeof s3, (double)p->cat[a]),
+               g_shrink[a], mem_category_name((mem_category)b),
+               up_fmt_bytes(s4, sizeof s4, (double)p->cat[b]), g_shrink[b], o->T);
+}
+
+void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p,
+                         int predicted) {
+    unsigned long long glob[MEM_COUNT + 3];
+    for (int c = 0; c < MEM_COUNT; c++) glob[c] = p->cat[c];
+    glob[MEM_COUNT] = p->peak;
+    glob[MEM_COUNT + 1] = p->rss;
+    glob[MEM_COUNT + 2] = p->offloaded;
+    comm_max_u64(comm, glob, MEM_COUNT + 3);
+    if (comm->rank != 0) return;
+    json_t *root = json_object(), *cats = json_object();
+    json_object_set_new(root, "peak_bytes", json_integer((json_int_t)glob[MEM_COUNT]));
+    json_object_set_new(root, "rss_peak_bytes", json_integer((json_int_t)glob[MEM_COUNT + 1]));
+    json_object_set_new(root, "offloaded_peak_bytes",
+                        json_integer((json_int_t)glob[MEM_COUNT + 2]));
+    for (int c = 0; c < MEM_COUNT; c++)
+        json_object_set_new(cats, mem_category_name((mem_category)c),
+                            json_integer((json_int_t)glob[c]));
+    json_object_set_new(root, "categories", cats);
+    json_object_set_new(root, "predicted", json_boolean(predicted));
+    char *text = json_dumps(root, JSON_INDENT(2));
+    json_decref(root);
+    UP_CHECK(text, "json_dumps failed");
+    size_t n = strlen(text);
+    char *buf = malloc(n + 2);
+    UP_CHECK(buf, "out of memory");
+    memcpy(buf, text, n);
+    buf[n] = '\n';
+    free(text);
+    char err[512];
+    int rc = up_write_file_atomic(path, buf, n + 1, err, sizeof err);
+    free(buf);
+    if (rc != 0) up_die("%s", err);
+}
