@@ -1,0 +1,182 @@
+/* attention_portable.c — the attention blocks on any CPU: cblas_sgemm on (B, B) tiles and plain
+ * loops that gcc vectorises (see attention.c for the algorithm, attention_tiles.h for the
+ * contract of a block). */
+#include "attention_tiles.h"
+
+#if !ATTN_AVX512
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Per-thread scratch, the larger of the forward's and the backward's needs (exact, so that the
+ * guard test can catch an overrun): AVX-512: forward two (HS, FQ) panels, a (B, FQ) tile and two
+ * (FQ) vectors, backward two (HS, BKB) panels and two (B, BKB) tiles; portable: forward a (B, B)
+ * tile and three (B) vectors, backward two (B, B) tiles. */
+size_t attn_thread_floats(int HS) {
+    (void)HS;
+    size_t fwd = (size_t)ATTN_B * ATTN_B + 3 * ATTN_B;
+    size_t bwd = 2 * (size_t)ATTN_B * ATTN_B;
+    return attn_round16(fwd > bwd ? fwd : bwd);
+}
+
+/* Scalar twin in plain C (fmaf, round-to-nearest by the 1.5*2^23 trick) so that gcc vectorises
+ * it under omp simd. */
+#pragma omp declare simd notinbranch
+static inline float attn_exp(float x) {
+    float xc = x < ATTN_EXP_LO ? ATTN_EXP_LO : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float fn = xc * 1.44269504088896341f + 12582912.0f; // round(x / ln2) + 1.5*2^23
+    fn -= 12582912.0f;
+    float r = fmaf(fn, -ATTN_EXP_C1, xc);
+    r = fmaf(fn, -ATTN_EXP_C2, r);
+    float p = ATTN_EXP_P0;
+    p = fmaf(p, r, ATTN_EXP_P1);
+    p = fmaf(p, r, ATTN_EXP_P2);
+    p = fmaf(p, r, ATTN_EXP_P3);
+    p = fmaf(p, r, ATTN_EXP_P4);
+    p = fmaf(p, r, ATTN_EXP_P5);
+    p = fmaf(p, r * r, r) + 1.0f;
+    int32_t bits = ((int32_t)fn + 127) << 23; // 2^n, n in [-126, 127]
+    float two_n;
+    memcpy(&two_n, &bits, sizeof two_n);
+    float y = p * two_n;
+    return x < ATTN_EXP_LO ? 0.0f : y;
+}
+
+/* ---- portable path: cblas_sgemm on tiles ----------------------------------------------------- */
+
+/* Forward of one (query head h, query block ib). tws: this thread's scratch. */
+void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                    const attn_shape *sh, int h, int ib, float *tws) {
+    const int B = ATTN_B, HS = sh->HS, T = sh->T;
+    const int ldq = (int)sh->ldq, ldk = (int)sh->ldk;
+    const int i0 = ib * B;
+    const int bq = attn_min(B, T - i0);
+    const float *qi = q + (size_t)i0 * sh->ldq + (size_t)h * HS; // (bq, HS) rows strided by ldq
+    float *oi = out + (size_t)i0 * sh->ldq + (size_t)h * HS;     // (bq, HS) rows strided by ldq
+    const float *kh = k + (size_t)(h / sh->G) * HS;              // (T, HS) rows strided by ldk
+    const float *vh = v + (size_t)(h / sh->G) * HS;
+    float *s = tws;                 // (bq, bk) scores, then probabilities
+    float *m = tws + (size_t)B * B; // (bq) running max
+    float *l = m + B;               // (bq) running sum
+    float *alpha = l + B;           // (bq) rescale factor of this step
+    for (int r = 0; r < bq; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    for (int j0 = 0; j0 <= i0; j0 += B) {
+        const int bk = attn_min(B, T - j0);
+        const int diag = j0 == i0; // then bk == bq
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, sh->scale, qi, ldq,
+                    kh + (size_t)j0 * sh->ldk, ldk, 0.0f, s, B);
+        for (int r = 0; r < bq; r++) {
+            float *row = s + (size_t)r * B;
+            const int n = diag ? r + 1 : bk; // causal: query i0+r sees keys up to i0+r
+            float mx = m[r];
+#pragma omp simd reduction(max : mx)
+            for (int c = 0; c < n; c++)
+                mx = row[c] > mx ? row[c] : mx;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int c = 0; c < n; c++) {
+                const float e = attn_exp(row[c] - mx);
+                row[c] = e;
+                sum += e;
+            }
+            for (int c = n; c < bk; c++)
+                row[c] = 0.0f;
+            alpha[r] = expf(m[r] - mx); // 0 on the first block (m = -inf)
+            l[r] = l[r] * alpha[r] + sum;
+            m[r] = mx;
+        }
+        if (j0 > 0)
+            for (int r = 0; r < bq; r++) {
+                float *orow = oi + (size_t)r * sh->ldq;
+                const float a = alpha[r];
+#pragma omp simd
+                for (int d = 0; d < HS; d++)
+                    orow[d] *= a;
+            }
+        // O_i (bq, HS) = alpha O_i + P (bq, bk) V_j (bk, HS); out holds anything before block 0:
+        // beta 0 there (BLAS does not read C when beta is 0).
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, 1.0f, s, B,
+                    vh + (size_t)j0 * sh->ldk, ldk, j0 > 0 ? 1.0f : 0.0f, oi, ldq);
+    }
+    for (int r = 0; r < bq; r++) {
+        float *orow = oi + (size_t)r * sh->ldq;
+        const float inv = 1.0f / l[r]; // l >= 1: the row maximum contributes exp(0)
+#pragma omp simd
+        for (int d = 0; d < HS; d++)
+            orow[d] *= inv;
+        lse[(size_t)h * T + i0 + r] = m[r] + logf(l[r]);
+    }
+}
+
+/* Backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by the task), dQ
+ * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). */
+void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
+                    const float *k, const float *v, const float *lse, const float *D,
+                    const attn_shape *sh, int kvh, int jb, float *tws) {
+    const int B = ATTN_B, HS = sh->HS, T = sh->T;
+    const int ldq = (int)sh->ldq, ldk = (int)sh->ldk;
+    const int j0 = jb * B;
+    const int bk = attn_min(B, T - j0);
+    const size_t koff = (size_t)j0 * sh->ldk + (size_t)kvh * HS;
+    const float *kj = k + koff; // (bk, HS) rows strided by ldk
+    const float *vj = v + koff;
+    float *dkj = dk + koff;
+    float *dvj = dv + koff;
+    float *p = tws;                  // (bq, bk) probabilities, then dS
+    float *dp = tws + (size_t)B * B; // (bq, bk) dP
+    int first = 1;                   // first contribution to dK_j, dV_j: overwrite (beta 0)
+    for (int g = 0; g < sh->G; g++) {
+        const int h = kvh * sh->G + g;
+        for (int i0 = j0; i0 < T; i0 += B) {
+            const int bq = attn_min(B, T - i0);
+            const int diag = i0 == j0; // then bq == bk
+            const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
+            const float *qi = q + qoff; // (bq, HS) rows strided by ldq
+            const float *doi = dout + qoff;
+            const float *lse_i = lse + (size_t)h * T + i0;
+            const float *D_i = D + (size_t)h * T + i0;
+            // P = exp(scale * Q_i K_j^T - lse) with the causal mask (recompute)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, sh->scale, qi, ldq, kj,
+                        ldk, 0.0f, p, B);
+            for (int r = 0; r < bq; r++) {
+                float *row = p + (size_t)r * B;
+                const int n = diag ? r + 1 : bk;
+                const float ls = lse_i[r];
+#pragma omp simd
+                for (int c = 0; c < n; c++)
+                    row[c] = attn_exp(row[c] - ls);
+                for (int c = n; c < bk; c++)
+                    row[c] = 0.0f;
+            }
+            // dV_j (bk, HS) += P^T (bk, bq) dO_i (bq, HS)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, 1.0f, p, B, doi, ldq,
+                        first ? 0.0f : 1.0f, dvj, ldk);
+            // dP (bq, bk) = dO_i (bq, HS) V_j^T (HS, bk)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, 1.0f, doi, ldq, vj,
+                        ldk, 0.0f, dp, B);
+            // dS = P * (dP - D_i), in place of P (masked entries stay 0 since P is 0 there)
+            for (int r = 0; r < bq; r++) {
+                float *prow = p + (size_t)r * B;
+                const float *dprow = dp + (size_t)r * B;
+                const float dr = D_i[r];
+#pragma omp simd
+                for (int c = 0; c < bk; c++)
+                    prow[c] *= dprow[c] - dr;
+            }
+            // dK_j (bk, HS) += scale * dS^T (bk, bq) Q_i (bq, HS)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, sh->scale, p, B, qi,
+                        ldq, first ? 0.0f : 1.0f, dkj, ldk);
+            // dQ_i (bq, HS) += scale * dS (bq, bk) K_j (bk, HS)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, sh->scale, p, B, kj,
+                        ldk, 1.0f, dqacc + qoff, ldq);
+            first = 0;
+        }
+    }
+}
+
+#endif
