@@ -32,8 +32,9 @@ static int write_full(int fd, const void *buf, size_t len) {
 
 /* The JSON header for entries, padded with spaces to a multiple of 8 bytes (so the data starts
  * 8-aligned). Returns malloc'd text and its length, or NULL with err. */
-static char *build_header(const st_entry *entries, int n, size_t *len_out, const char *path,
-                          char *err, size_t errlen) {
+static char *build_header(const st_entry *entries, int n, int dtype, size_t *len_out,
+                          const char *path, char *err, size_t errlen) {
+    const uint64_t esize = dtype == ST_BF16 ? 2 : 4;
     json_t *root = json_object();
     json_t *meta = json_object();
     json_object_set_new(meta, "format", json_string("pt")); /* HF loaders look for it */
@@ -48,7 +49,7 @@ static char *build_header(const st_entry *entries, int n, size_t *len_out, const
             if (__builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel)) numel = UINT64_MAX;
         }
         uint64_t end;
-        if (numel > UINT64_MAX / 4 || __builtin_add_overflow(off, numel * 4, &end) ||
+        if (numel > UINT64_MAX / 4 || __builtin_add_overflow(off, numel * esize, &end) ||
             end > (uint64_t)INT64_MAX) {
             json_decref(shape);
             json_decref(root);
@@ -56,7 +57,7 @@ static char *build_header(const st_entry *entries, int n, size_t *len_out, const
             return NULL;
         }
         json_t *ent = json_object();
-        json_object_set_new(ent, "dtype", json_string("F32"));
+        json_object_set_new(ent, "dtype", json_string(dtype == ST_BF16 ? "BF16" : "F32"));
         json_object_set_new(ent, "shape", shape);
         json_t *offs = json_array();
         json_array_append_new(offs, json_integer((json_int_t)off));
@@ -120,8 +121,9 @@ int st_write_f32(const char *path, const st_entry *entries, int n, char *err, si
     return st_write_f32_stream(path, entries, n, next_entry, &src, err, errlen);
 }
 
-int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chunk_fn next,
-                        void *ctx, char *err, size_t errlen) {
+/* Names, dimensions and duplicates of the entries. */
+static int check_entries(const char *path, const st_entry *entries, int n, char *err,
+                         size_t errlen) {
     if (n < 0) return up_errf(err, errlen, path, "negative tensor count %d", n);
     for (int i = 0; i < n; i++) {
         const st_entry *e = &entries[i];
@@ -142,8 +144,61 @@ int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chu
             if (strcmp(entries[j].name, e->name) == 0)
                 return up_errf(err, errlen, path, "tensor name \"%s\" appears twice", e->name);
     }
+    return 0;
+}
+
+char *st_header(const st_entry *entries, int n, int dtype, size_t *len, char *err,
+                size_t errlen) {
+    if (check_entries("safetensors header", entries, n, err, errlen) != 0) return NULL;
     size_t hlen = 0;
-    char *hdr = build_header(entries, n, &hlen, path, err, errlen);
+    char *hdr = build_header(entries, n, dtype, &hlen, "safetensors header", err, errlen);
+    if (hdr == NULL) return NULL;
+    char *out = malloc(hlen + 8);
+    if (out == NULL) {
+        free(hdr);
+        up_errf(err, errlen, "safetensors header", "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++) out[i] = (char)(uint8_t)((uint64_t)hlen >> (8 * i));
+    memcpy(out + 8, hdr, hlen);
+    free(hdr);
+    *len = hlen + 8;
+    return out;
+}
+
+/* fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. */
+static uint16_t f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+void st_convert_bf16(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+}
+
+/* Writes count floats of chunk in the file's dtype (BF16 through a staging buffer). */
+static int write_data(int fd, int dtype, const float *chunk, size_t count) {
+    if (dtype != ST_BF16) return write_full(fd, chunk, count * sizeof(float));
+    enum { STAGE = 1 << 16 };
+    uint16_t buf[STAGE];
+    for (size_t i = 0; i < count; i += STAGE) {
+        size_t m = count - i < STAGE ? count - i : STAGE;
+        st_convert_bf16(buf, chunk + i, m);
+        if (write_full(fd, buf, m * 2) != 0) return -1;
+    }
+    return 0;
+}
+
+int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
+                    st_chunk_fn next, void *ctx, char *err, size_t errlen) {
+    if (dtype != ST_F32 && dtype != ST_BF16)
+        return up_errf(err, errlen, path, "writing dtype %d is not supported", dtype);
+    if (check_entries(path, entries, n, err, errlen) != 0) return -1;
+    size_t hlen = 0;
+    char *hdr = build_header(entries, n, dtype, &hlen, path, err, errlen);
     if (hdr == NULL) return -1;
 
     size_t tlen = strlen(path) + 32;
@@ -184,7 +239,7 @@ int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chu
             break;
         }
         if (count > total - written) count = total - written;
-        if (count > 0) ok = write_full(fd, chunk, count * sizeof(float)) == 0;
+        if (count > 0) ok = write_data(fd, dtype, chunk, count) == 0;
         written += count;
     }
     if (short_source) {
@@ -215,4 +270,9 @@ int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chu
     }
     free(tmp);
     return 0;
+}
+
+int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chunk_fn next,
+                        void *ctx, char *err, size_t errlen) {
+    return st_write_stream(path, entries, n, ST_F32, next, ctx, err, errlen);
 }
