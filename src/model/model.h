@@ -10,6 +10,8 @@
 
 #include "comm/comm.h"
 #include "io/config.h"
+#include "io/safetensors.h"
+#include "io/st_set.h"
 #include "kernels/kernels.h"
 #include "model/params.h"
 #include "parallel/cp_attention.h"
@@ -120,6 +122,18 @@ void model_load(model *m, const char *path);
  * with FSDP the units are gathered one at a time and streamed (no full copy). Collective. */
 void model_save_params(model *m, const char *path);
 void model_save_grads(model *m, const char *path);
+/* Reads this rank's owned part of every tensor, named prefix + HF name, from set into slab
+ * (params, m or v), every shape checked. 0, or -1 with a message. Not collective. */
+int model_read_owned(model *m, float *slab, const st_set *set, const char *prefix,
+                     char *err, size_t errlen);
+/* Safetensors entries (names, shapes) of nslabs slabs, slab k's tensors named prefixes[k] + HF
+ * name, in table order, so that the data section of such a file is the slabs' full layouts one
+ * after another. One allocation (names inside): free() it. */
+st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefixes);
+/* Writes this rank's owned ranges of slab (F32) into fd, whose copy of the full layout starts
+ * at byte data_off (pwrite: ranks write disjoint ranges of one file). 0, or -1 with err. */
+int model_write_owned(const model *m, const float *slab, int fd, uint64_t data_off, char *err,
+                      size_t errlen);
 /* The elements [i0, i1) of tensor t that this rank owns (all of them without FSDP); 0 when
  * none. model_tensor_part(m, slab, t, i0) is where element i0 lives in a slab. */
 int model_owned_part(const model *m, int t, size_t *i0, size_t *i1);

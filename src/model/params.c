@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "io/safetensors.h"
+#include "io/st_set.h"
 #include "model/model.h"
 
 #include <math.h>
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 /* ---- one spec of a layer's tensors ---------------------------------------------------------- */
 
@@ -167,37 +170,87 @@ static void fmt_shape(char *buf, size_t len, const int64_t *shape, int ndim) {
     }
 }
 
-void model_load(model *m, const char *path) {
-    char err[512];
-    st_file f;
-    if (st_open(&f, path, err, sizeof err) != 0) up_die("%s", err);
+int model_read_owned(model *m, float *slab, const st_set *set, const char *prefix, char *err,
+                     size_t errlen) {
+    char name[PARAM_NAME_MAX + 32];
     for (int t = 0; t < m->params.ntensors; t++) {
         const param_tensor *pt = &m->params.tensors[t];
-        const st_tensor *st = st_find(&f, pt->name);
-        if (!st) {
-            st_close(&f);
-            up_die("%s: tensor %s is missing: the file does not match the config (or is not an "
-                   "HF Llama checkpoint)", path, pt->name);
-        }
+        snprintf(name, sizeof name, "%s%s", prefix, pt->name);
+        const st_file *f;
+        const st_tensor *st = st_set_find(set, name, &f);
+        if (!st)
+            return up_errf(err, errlen, set->origin, "tensor %s is missing: the file does not "
+                           "match the config (or is not an HF Llama checkpoint)", name);
         int ok = st->ndim == pt->ndim && st->shape[0] == pt->shape[0] &&
                  (pt->ndim == 1 || st->shape[1] == pt->shape[1]);
         if (!ok) {
             char got[128], want[64];
             fmt_shape(got, sizeof got, st->shape, st->ndim);
             fmt_shape(want, sizeof want, pt->shape, pt->ndim);
-            st_close(&f);
-            up_die("%s: tensor %s has shape [%s] but the config needs [%s]: use the "
-                   "config.json that belongs to these weights", path, pt->name, got, want);
+            return up_errf(err, errlen, set->origin, "tensor %s has shape [%s] but the config "
+                           "needs [%s]: use the config.json that belongs to these weights", name,
+                           got, want);
         }
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue; /* FSDP: keep only this rank's shard */
-        float *dst = model_tensor_part(m, m->fsdp.params, t, i0);
-        if (st_read_f32(&f, st, i0, i1 - i0, dst, err, sizeof err) != 0) {
-            st_close(&f);
-            up_die("%s", err);
+        float *dst = model_tensor_part(m, slab, t, i0);
+        if (st_read_f32(f, st, i0, i1 - i0, dst, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+void model_load(model *m, const char *path) {
+    char err[512];
+    st_set set;
+    if (st_set_open(&set, path, err, sizeof err) != 0) up_die("%s", err);
+    int rc = model_read_owned(m, m->fsdp.params, &set, "", err, sizeof err);
+    st_set_close(&set);
+    if (rc != 0) up_die("%s", err);
+}
+
+st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefixes) {
+    const param_table *pt = &m->params;
+    size_t n = (size_t)nslabs * (size_t)pt->ntensors, names = 0;
+    for (int k = 0; k < nslabs; k++) names += (strlen(prefixes[k]) + PARAM_NAME_MAX) * pt->ntensors;
+    st_entry *e = calloc(1, n * sizeof *e + names);
+    UP_CHECK(e, "out of memory");
+    char *buf = (char *)(e + n);
+    for (int k = 0; k < nslabs; k++)
+        for (int t = 0; t < pt->ntensors; t++) {
+            st_entry *x = &e[(size_t)k * pt->ntensors + t];
+            size_t len = strlen(prefixes[k]) + PARAM_NAME_MAX;
+            snprintf(buf, len, "%s%s", prefixes[k], pt->tensors[t].name);
+            x->name = buf;
+            buf += len;
+            x->ndim = pt->tensors[t].ndim;
+            x->shape[0] = pt->tensors[t].shape[0];
+            x->shape[1] = pt->tensors[t].shape[1];
+        }
+    return e;
+}
+
+int model_write_owned(const model *m, const float *slab, int fd, uint64_t data_off, char *err,
+                      size_t errlen) {
+    const fsdp_state *f = &m->fsdp;
+    for (int u = 0; u < f->nunits; u++) {
+        size_t g0, g1;
+        fsdp_owned(f, u, &g0, &g1); /* contiguous in the full layout and in the shard */
+        const char *p = (const char *)(slab + f->shard_off[u]);
+        size_t len = (g1 - g0) * sizeof(float);
+        uint64_t off = data_off + (uint64_t)g0 * sizeof(float);
+        while (len > 0) {
+            size_t n = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
+            ssize_t w = pwrite(fd, p, n, (off_t)off);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0)
+                return up_errf(err, errlen, NULL, "write failed (%s)",
+                               w < 0 ? strerror(errno) : "no progress");
+            p += w;
+            len -= (size_t)w;
+            off += (uint64_t)w;
         }
     }
-    st_close(&f);
+    return 0;
 }
 
 /* The data of a save in file order: one unit at a time (FSDP: gathered, every rank takes part

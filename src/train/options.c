@@ -42,7 +42,21 @@ void train_print_help(void) {
         "                         tokens_per_s, step_s, peak_bytes, rss_bytes)\n"
         "  --mem-report FILE      JSON memory report: peak_bytes, rss_peak_bytes,\n"
         "                         offloaded_peak_bytes, categories (max over ranks)\n"
-        "  --quiet                no summary and no per-step lines on the terminal\n\n"
+        "  --quiet                no summary and no per-step lines on the terminal\n"
+        "  (every output path is checked for writability before the first step)\n\n"
+        "checkpoints and resume\n"
+        "  --ckpt-dir DIR         write checkpoints DIR/step-NNNNNNNN/ (weights, AdamW moments,\n"
+        "                         step and data position, schedule, config): at the end, every\n"
+        "                         --ckpt-every steps, at --stop-at and on SIGTERM/SIGINT (then\n"
+        "                         exit; a second signal stops at once). Each appears atomically\n"
+        "  --ckpt-every N         also every N steps (default 0: only at those moments)\n"
+        "  --ckpt-keep K          keep the newest K checkpoints (default 2)\n"
+        "  --resume               continue from the newest checkpoint in --ckpt-dir, on any\n"
+        "                         number of ranks, --cp, --fsdp or --grad-accum split of the same\n"
+        "                         global batch; start fresh when there is none (so one command\n"
+        "                         line serves the first start and every requeue)\n"
+        "  --stop-at K            stop after step K as if preempted (checkpoint, exit 0); the\n"
+        "                         schedule stays that of --steps\n\n"
         "memory (each leaves the loss and gradients unchanged)\n"
         "  --checkpoint           keep only each layer's input, recompute the layer in backward\n"
         "  --offload DIR          move the layer inputs to a file in DIR (unlinked at once), back\n"
@@ -119,7 +133,8 @@ enum {
     OPT_CONFIG = 256, OPT_DATA, OPT_SEQ, OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_MINLR, OPT_WD,
     OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
     OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
-    OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP
+    OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP, OPT_CKPT_DIR, OPT_CKPT_EVERY,
+    OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -136,6 +151,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     o->grad_clip = 1.0;
     o->seed = 1234;
     o->accum = 1;
+    o->ckpt_keep = 2;
     static const struct option longopts[] = {
         {"config", required_argument, 0, OPT_CONFIG},
         {"data", required_argument, 0, OPT_DATA},
@@ -167,6 +183,11 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"dry-run", no_argument, 0, OPT_DRY},
         {"fsdp", no_argument, 0, OPT_FSDP},
         {"mem-limit", required_argument, 0, OPT_MEMLIM},
+        {"ckpt-dir", required_argument, 0, OPT_CKPT_DIR},
+        {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY},
+        {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP},
+        {"resume", no_argument, 0, OPT_RESUME},
+        {"stop-at", required_argument, 0, OPT_STOP_AT},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     optind = 1;
@@ -204,6 +225,11 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_DRY: o->dry_run = 1; break;
         case OPT_FSDP: o->mopt.fsdp = 1; break;
         case OPT_MEMLIM: o->mem_limit = parse_size("--mem-limit", optarg); break;
+        case OPT_CKPT_DIR: o->ckpt_dir = optarg; break;
+        case OPT_CKPT_EVERY: o->ckpt_every = parse_long("--ckpt-every", optarg, 1, INT_MAX); break;
+        case OPT_CKPT_KEEP: o->ckpt_keep = (int)parse_long("--ckpt-keep", optarg, 1, 1000); break;
+        case OPT_RESUME: o->resume = 1; break;
+        case OPT_STOP_AT: o->stop_at = parse_long("--stop-at", optarg, 1, INT_MAX); break;
         case OPT_HELP: return 1;
         case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
         default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
@@ -216,6 +242,14 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     if (!o->data)
         up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "
                    "--output data.bin`)");
+    if ((o->resume || o->stop_at || o->ckpt_every) && !o->ckpt_dir)
+        up_die_all("%s needs --ckpt-dir DIR (where the checkpoints are)",
+                   o->resume ? "--resume" : o->stop_at ? "--stop-at" : "--ckpt-every");
+    if (o->stop_at > o->steps)
+        up_die_all("--stop-at %ld is past --steps %ld: use a step in 1..%ld", o->stop_at, o->steps,
+                   o->steps);
+    if (o->ckpt_dir && strlen(o->ckpt_dir) > 3000)
+        up_die_all("--ckpt-dir is %zu characters long: use a shorter path", strlen(o->ckpt_dir));
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     return 0;
 }

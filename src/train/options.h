@@ -20,6 +20,11 @@ typedef struct {
     int dry_run;
     unsigned long long mem_limit; /* bytes, 0: none */
     int quiet;
+    const char *ckpt_dir; /* --ckpt-dir: checkpoints; NULL: none */
+    long ckpt_every;      /* write one every N steps (0: only at the end, --stop-at, a signal) */
+    int ckpt_keep;        /* complete checkpoints kept (default 2) */
+    int resume;           /* continue from the newest checkpoint in ckpt_dir (if any) */
+    long stop_at;         /* stop after this step as if preempted (0: run to --steps) */
 } train_options;
 
 /* Parses argv (argv[0] == "train") into o (overwritten, defaults filled in). Returns 1 for --help

@@ -11,6 +11,7 @@
 #include "io/shard.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "train/ckpt.h"
 #include "train/report.h"
 
 #include <errno.h>
@@ -18,6 +19,9 @@
 #include <math.h>
 #include <mpi.h>
 #include <omp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +39,8 @@ typedef struct {
     FILE *logf; /* --log, rank 0 only */
     adamw_params hp;
     double flops, tokens; /* per step, over all replicas and micro-batches */
+    long start_step;       /* steps done before this run (a resumed checkpoint's) */
+    char resumed_from[4096]; /* the checkpoint resumed, "" for a fresh start */
     double t_start;
     /* the closing line compares the first loss with the mean of the last tail_n steps */
     long tail_n;
@@ -47,7 +53,21 @@ typedef struct {
     double loss, norm;
     float lr; /* 0 when --lr 0 (no update) */
     double dt, comm_s;
+    double ckpt_s, ckpt_bytes; /* a checkpoint written after this step (0: none) */
 } train_step_stats;
+
+/* The first SIGTERM or SIGINT asks for a checkpoint and a clean exit after the current step; a
+ * second one stops at once (default action). */
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) {
+    if (g_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_signal = sig;
+}
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -92,6 +112,68 @@ static int default_threads(int requested) {
     return t > 0 ? t : 1;
 }
 
+/* 0 when path can be created or replaced: its folder exists and is writable, and path itself is
+ * not a folder; else -1 with a message. */
+static int check_writable(const char *flag, const char *path, char *err, size_t len) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return up_errf(err, len, NULL, "%s %s is a folder: give a file name", flag, path);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return up_errf(err, len, NULL, "%s %s: the folder %s does not exist: create it first",
+                       flag, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return up_errf(err, len, NULL, "%s %s: the folder %s is not writable (%s)", flag, path,
+                       dir, strerror(errno));
+    return 0;
+}
+
+/* Every output is checked before anything is allocated or trained, so no run works for hours
+ * and then fails to save: rank 0's files on rank 0, the checkpoint folder on every rank (all of
+ * them write into it under FSDP). Collective; all ranks stop together. */
+static void check_outputs(train_run *r) {
+    const train_options *o = &r->o;
+    char err[1024] = "";
+    int bad = 0;
+    if (r->rank == 0) {
+        const char *flags[] = {"--save", "--save-grads", "--log", "--mem-report"};
+        const char *paths[] = {o->save, o->save_grads, o->log, o->mem_report};
+        for (int i = 0; i < 4 && !bad; i++)
+            if (paths[i]) bad = check_writable(flags[i], paths[i], err, sizeof err) != 0;
+    }
+    if (o->ckpt_dir && !bad && !o->dry_run) {
+        struct stat st;
+        if (mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
+            bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s: cannot create the folder (%s)",
+                          o->ckpt_dir, strerror(errno)) != 0;
+        else if (stat(o->ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s is not a folder", o->ckpt_dir);
+        else if (access(o->ckpt_dir, W_OK | X_OK) != 0)
+            bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s is not writable (%s)",
+                          o->ckpt_dir, strerror(errno)) != 0;
+    }
+    if (comm_any(&r->comm, bad)) up_die_agreed(bad ? err : NULL);
+    if (!o->ckpt_dir || o->dry_run) return;
+    char latest[4096];
+    long step = ckpt_find_latest(o->ckpt_dir, latest, sizeof latest);
+    if (step >= 0 && !o->resume)
+        up_die_all("--ckpt-dir %s already holds checkpoints (newest %s): add --resume to continue "
+                   "from it, or use an empty folder", o->ckpt_dir, latest);
+    /* a SIGXFSZ (file-size limit) becomes a write error with a message, not a kill */
+    signal(SIGXFSZ, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
 /* ---- setup ---------------------------------------------------------------------------------- */
 
 /* Threads, then every check before any large allocation (every rank, same verdict), then the
@@ -124,6 +206,7 @@ static void run_setup(train_run *r) {
 
     comm_init(&r->comm, MPI_COMM_WORLD, P);
     r->T_loc = (int)(o->T / P);
+    check_outputs(r);
 }
 
 /* The plan: the model's own sizing code under plan mode, before anything is allocated. */
@@ -149,7 +232,9 @@ static void print_summary(const train_run *r) {
     printf("  data    %s, T=%ld tokens per step, %ld steps\n", o->data, o->T, o->steps);
     printf("  optim   AdamW lr=%g warmup=%ld cosine to %g x lr, wd=%g, betas=(%g, %g), clip=%g\n",
            o->lr, o->warmup, o->min_lr_frac, o->weight_decay, o->beta1, o->beta2, o->grad_clip);
-    printf("  init    %s\n", o->init ? o->init : "random (seed)");
+    printf("  init    %s\n", r->resumed_from[0] ? r->resumed_from
+                          : o->init                ? o->init
+                                                   : "random (seed)");
     printf("  machine %d threads, %s\n", r->threads, blas_describe());
     printf("  memory  %s accounted after allocation (model state %s)\n",
            up_fmt_bytes(b1, sizeof b1, (double)mem_live_total()),
@@ -161,16 +246,42 @@ static void print_summary(const train_run *r) {
     fflush(stdout);
 }
 
+/* The mathematics of this run, for a checkpoint's state and the resume check. */
+static ckpt_state run_state(const train_run *r, long step) {
+    const train_options *o = &r->o;
+    ckpt_state st = {step,         o->steps,     o->T,       (long)r->comm.D * o->accum,
+                     o->warmup,    o->lr,        o->min_lr_frac, o->weight_decay,
+                     o->beta1,     o->beta2,     o->adam_eps, o->grad_clip, o->seed};
+    return st;
+}
+
 /* The model (loaded or random), the summary, the log file and the per-step constants. */
 static void run_start(train_run *r) {
     const train_options *o = &r->o;
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
-    if (o->init) model_load(&r->m, o->init);
-    else model_init_random(&r->m, o->seed);
-    if (r->rank == 0 && !o->quiet) print_summary(r);
+    double t0 = now_s(), read_bytes = 0;
+    if (o->resume && ckpt_find_latest(o->ckpt_dir, r->resumed_from, sizeof r->resumed_from) >= 0) {
+        ckpt_state run = run_state(r, 0);
+        r->start_step = ckpt_check(r->resumed_from, &run, &r->cfg);
+        read_bytes = ckpt_load(&r->m, r->resumed_from);
+    } else if (o->init) {
+        model_load(&r->m, o->init);
+    } else {
+        model_init_random(&r->m, o->seed);
+    }
+    comm_sum_double(&r->comm, &read_bytes);
+    if (r->rank == 0 && !o->quiet) {
+        print_summary(r);
+        if (r->resumed_from[0])
+            printf("resumed from %s at step %ld (%.1f MiB read in %.2f s)\n", r->resumed_from,
+                   r->start_step, read_bytes / 1048576.0, now_s() - t0);
+        else if (o->resume)
+            printf("no checkpoint in %s yet: starting at step 0\n", o->ckpt_dir);
+        fflush(stdout);
+    }
 
     if (o->log && r->rank == 0) {
-        r->logf = fopen(o->log, "w");
+        r->logf = fopen(o->log, r->start_step > 0 ? "a" : "w"); /* a resumed run continues it */
         if (!r->logf) up_die("--log %s: cannot create (%s)", o->log, strerror(errno));
     }
     r->hp = (adamw_params){(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->adam_eps,
@@ -241,7 +352,8 @@ static void print_step_line(const train_run *r, const train_step_stats *s, doubl
     char pk[32], eta[32];
     double elapsed = now_s() - r->t_start;
     fmt_duration(eta, sizeof eta,
-                 elapsed / (double)(s->step + 1) * (double)(r->o.steps - s->step - 1));
+                 elapsed / (double)(s->step + 1 - r->start_step) *
+                     (double)(r->o.steps - s->step - 1));
     printf("step %4ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f GF/s | "
            "%.2f s (comm %.0f%%) | peak %s | eta %s\n",
            s->step + 1, r->o.steps, s->loss, s->lr, s->norm, tps, r->flops / s->dt / 1e9, s->dt,
@@ -288,6 +400,10 @@ static void write_log_record(const train_run *r, const train_step_stats *s, doub
     json_object_set_new(rec, "flops_per_s", json_real_digits(r->flops / s->dt, 6));
     json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)mem_peak_total()));
     json_object_set_new(rec, "rss_bytes", json_integer((json_int_t)mem_rss_now()));
+    if (s->ckpt_bytes > 0) {
+        json_object_set_new(rec, "ckpt_s", json_real_digits(s->ckpt_s, 6));
+        json_object_set_new(rec, "ckpt_bytes", json_real_digits(s->ckpt_bytes, 12));
+    }
     /* no JSON_INDENT, no JSON_COMPACT: one line of "key": value pairs */
     char *line = json_dumps(rec, JSON_REAL_PRECISION(9));
     json_decref(rec);
@@ -300,7 +416,7 @@ static void write_log_record(const train_run *r, const train_step_stats *s, doub
 /* Keeps the loss for the closing line, stops on divergence (every rank), and writes the step's
  * terminal line and log record (rank 0). */
 static void run_record(train_run *r, const train_step_stats *s) {
-    if (s->step == 0) r->first_loss = s->loss;
+    if (s->step == r->start_step) r->first_loss = s->loss;
     if (s->step >= r->o.steps - r->tail_n) r->tail_sum += s->loss;
     if (!isfinite(s->loss))
         up_die_all("loss is %f at step %ld: training diverged; lower --lr or check the data",
@@ -308,7 +424,53 @@ static void run_record(train_run *r, const train_step_stats *s) {
     if (r->rank != 0) return;
     double tps = r->tokens / s->dt;
     if (!r->o.quiet) print_step_line(r, s, tps);
+    if (!r->o.quiet && s->ckpt_bytes > 0) {
+        printf("checkpoint %s/step-%08ld: %.1f MiB in %.2f s (%.2f GB/s)\n", r->o.ckpt_dir,
+               s->step + 1, s->ckpt_bytes / 1048576.0, s->ckpt_s,
+               s->ckpt_bytes / 1e9 / (s->ckpt_s > 0 ? s->ckpt_s : 1e-9));
+        fflush(stdout);
+    }
     if (r->logf) write_log_record(r, s, tps);
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------------- */
+
+/* After a step: a checkpoint when one is due (every --ckpt-every, the last step, --stop-at, a
+ * signal on any rank). Returns 0 to go on, else why the run stops here: -1 for --stop-at, the
+ * signal number for a signal. Collective. */
+static int run_checkpoint(train_run *r, train_step_stats *s) {
+    const train_options *o = &r->o;
+    if (!o->ckpt_dir) return 0;
+    long done = s->step + 1;
+    int sig = 0;
+    if (comm_any(&r->comm, g_signal != 0)) { /* the same verdict on every rank */
+        int mine = (int)g_signal;
+        MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_INT, MPI_MAX, r->comm.world);
+        sig = mine;
+    }
+    int stop = sig ? sig : done == o->stop_at ? -1 : 0;
+    if (done == o->steps) stop = 0; /* the last step: finish normally (and --save) */
+    if (!(stop || done == o->steps || (o->ckpt_every && done % o->ckpt_every == 0))) return 0;
+    double t0 = now_s();
+    ckpt_state st = run_state(r, done);
+    s->ckpt_bytes = ckpt_write(&r->m, &r->comm, o->ckpt_dir, &st, &r->cfg, o->ckpt_keep);
+    s->ckpt_s = now_s() - t0;
+    return stop;
+}
+
+/* A stop before --steps (--stop-at or a signal): the checkpoint is written; say how to go on. */
+static void run_stop(train_run *r, int why) {
+    const train_options *o = &r->o;
+    if (r->logf && fclose(r->logf) != 0) up_die("--log %s: write failed", o->log);
+    r->logf = NULL;
+    if (r->rank == 0) {
+        char ck[4096];
+        ckpt_find_latest(o->ckpt_dir, ck, sizeof ck);
+        printf("stopped %s: checkpoint %s; to continue, run the same command with --resume\n",
+               why > 0 ? (why == SIGTERM ? "on SIGTERM" : "on SIGINT") : "at --stop-at", ck);
+        fflush(stdout);
+    }
+    model_free(&r->m);
 }
 
 /* ---- finish --------------------------------------------------------------------------------- */
@@ -327,9 +489,10 @@ static void run_finish(train_run *r) {
     }
     if (r->rank == 0 && !o->quiet) {
         char pk[32], rss[32];
-        printf("done: loss %.4f (step 1) -> %.4f (mean of the last %ld steps) in %.1f s, peak %s "
+        printf("done: loss %.4f (step %ld) -> %.4f (mean of the last %ld steps) in %.1f s, peak %s "
                "accounted, %s RSS\n",
-               r->first_loss, r->tail_sum / (double)r->tail_n, r->tail_n, now_s() - r->t_start,
+               r->first_loss, r->start_step + 1, r->tail_sum / (double)r->tail_n, r->tail_n,
+               now_s() - r->t_start,
                up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
                up_fmt_bytes(rss, sizeof rss, (double)mem_rss_peak()));
     }
@@ -358,11 +521,14 @@ int train_main(int argc, char **argv) {
     } else {
         report_check_mem_limit(&plan, &r.o);
         run_start(&r);
-        for (long step = 0; step < r.o.steps; step++) {
+        int stopped = 0;
+        for (long step = r.start_step; step < r.o.steps && !stopped; step++) {
             train_step_stats s = run_step(&r, step);
+            stopped = run_checkpoint(&r, &s);
             run_record(&r, &s);
         }
-        run_finish(&r);
+        if (stopped) run_stop(&r, stopped);
+        else run_finish(&r);
     }
     comm_free(&r.comm);
     shard_close(&r.shard);
