@@ -1,9 +1,9 @@
-/* upipe — long-sequence Llama training. `upipe train ...`, `upipe data ...`. */
+/* upipe — long-sequence Llama training. `upipe train ...`, `upipe data ...`, `upipe export ...`. */
 #include "cmd/data_cmd.h"
+#include "cmd/export_cmd.h"
 #include "core/check.h"
 #include "train/train.h"
 
-#include <mpi.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,8 +14,9 @@ static void print_usage(void) {
            "usage:\n"
            "  upipe train --config config.json --data tokens.bin [flags]   train a model\n"
            "  upipe data text|recall [flags]                               make a token shard\n"
+           "  upipe export --ckpt DIR --output OUT [flags]                 checkpoint -> HF folder\n"
            "  upipe --version\n\n"
-           "Run `upipe train --help` or `upipe data --help` for the flags of each command.\n"
+           "Run `upipe <command> --help` for the flags of each command.\n"
            "Several ranks: mpiexec -n R upipe train ...\n",
            UPIPE_VERSION);
 }
@@ -32,5 +33,6 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "data")) return data_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "train")) return train_main(argc - 1, argv + 1);
-    up_die("unknown command '%s': use `upipe train` or `upipe data` (see upipe --help)", argv[1]);
+    if (!strcmp(argv[1], "export")) return export_main(argc - 1, argv + 1);
+    up_die("unknown command '%s': use `upipe train`, `upipe data` or `upipe export` (see upipe --help)", argv[1]);
 }

@@ -1,5 +1,8 @@
 #include "core/check.h"
 
+#include <errno.h>
+#include <string.h>
+
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -143,4 +146,25 @@ char *up_fmt_bytes(char *buf, size_t len, double bytes) {
     if (u == 0) snprintf(buf, len, "%.0f B", bytes);
     else snprintf(buf, len, "%.2f %s", bytes, units[u]);
     return buf;
+}
+
+int up_parse_bytes(const char *s, unsigned long long *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},          {"B", 1},           {"KiB", 1024.0},  {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
+                 {"GB", 1e9},      {"TB", 1e12},       {"K", 1024.0},    {"M", 1048576.0},
+                 {"G", 1073741824.0}};
+    if (errno == 0 && end != s && v > 0)
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (!strcmp(end, units[i].suffix) && v * units[i].mult >= 1 &&
+                v * units[i].mult < 1.8e19) {
+                *out = (unsigned long long)(v * units[i].mult);
+                return 0;
+            }
+    return -1;
 }

@@ -48,6 +48,10 @@ size_t up_mul(size_t a, size_t b);
 size_t up_mul3(size_t a, size_t b, size_t c);
 size_t up_add(size_t a, size_t b);
 
+/* Parses a size: "6GiB", "512MiB", "1.5GB", "100K", "1000000" (bytes). 0, or -1 when s is not
+ * one (or is 0, or overflows). */
+int up_parse_bytes(const char *s, unsigned long long *out);
+
 /* Formats a byte count as "1.50 GiB" into buf (returns buf). */
 char *up_fmt_bytes(char *buf, size_t len, double bytes);
 

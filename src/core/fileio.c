@@ -45,3 +45,9 @@ int up_write_file_atomic(const char *path, const void *data, size_t len, char *e
 }
 
 int up_file_readable(const char *path) { return access(path, R_OK) == 0; }
+
+void up_path_join(char *out, size_t len, const char *dir, const char *name) {
+    int n = snprintf(out, len, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= len) up_die("the path %s/%s is too long (over %zu bytes)", dir, name,
+                                         len - 1);
+}

@@ -82,6 +82,20 @@ static int remove_tree(const char *path) {
     return rmdir(path);
 }
 
+/* Removes the hidden .step-* folders of dir (never complete checkpoints). */
+static void remove_hidden(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[CKPT_PATH_MAX];
+    while ((e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, ".step-", 6)) {
+            fmt(p, sizeof p, "%s/%s", dir, e->d_name);
+            remove_tree(p);
+        }
+    closedir(d);
+}
+
 static int fsync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return -1;
@@ -110,9 +124,12 @@ static void prune(const char *dir, int keep) {
                 steps[j] = t;
             }
         if (i < keep) continue;
-        char p[CKPT_PATH_MAX];
+        /* hidden by one rename first: a kill while its files go never leaves a step-N folder
+         * that looks complete but is not */
+        char p[CKPT_PATH_MAX], h[CKPT_PATH_MAX];
         fmt(p, sizeof p, "%s/step-%08ld", dir, steps[i]);
-        if (remove_tree(p) != 0)
+        fmt(h, sizeof h, "%s/.step-%08ld.del", dir, steps[i]);
+        if (rename(p, h) != 0 || remove_tree(h) != 0)
             fprintf(stderr, "upipe: warning: could not remove the old checkpoint %s (%s)\n", p,
                     strerror(errno));
     }
@@ -233,7 +250,7 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     /* 1. rank 0: the temporary folder, the small files, both data files allocated */
     int rc = 0;
     if (rank0) {
-        remove_tree(tmp); /* a stale one from a killed run */
+        remove_hidden(dir); /* what a killed run left: partial or half-deleted checkpoints */
         if (mkdir(tmp, 0755) != 0) {
             rc = up_errf(detail, sizeof detail, tmp, "cannot create (%s)", strerror(errno));
         } else {

@@ -101,24 +101,11 @@ static double parse_double(const char *flag, const char *s, double lo, double hi
     return v;
 }
 
-/* "6GiB", "512MiB", "1.5GB", "1000000": bytes. */
 static unsigned long long parse_size(const char *flag, const char *s) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    static const struct {
-        const char *suffix;
-        double mult;
-    } units[] = {{"", 1},          {"B", 1},           {"KiB", 1024.0},  {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
-                 {"GB", 1e9},      {"TB", 1e12},       {"K", 1024.0},    {"M", 1048576.0},
-                 {"G", 1073741824.0}};
-    if (errno == 0 && end != s && v > 0)
-        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-            if (!strcmp(end, units[i].suffix) && v * units[i].mult >= 1 &&
-                v * units[i].mult < 1.8e19)
-                return (unsigned long long)(v * units[i].mult);
-    up_die_all("%s expects a size such as 6GiB, 512MiB or 1000000 (bytes), got '%s'", flag, s);
+    unsigned long long v;
+    if (up_parse_bytes(s, &v) != 0)
+        up_die_all("%s expects a size such as 6GiB, 512MiB or 1000000 (bytes), got '%s'", flag, s);
+    return v;
 }
 
 /* Value of a flag whose size is optional: --flag=N, --flag N, or --flag alone (-1: default). */
