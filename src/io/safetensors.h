@@ -60,11 +60,11 @@ int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chu
 /* The same with the file's dtype ST_F32 or ST_BF16 (the fp32 stream rounded to nearest even). */
 int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
                     st_chunk_fn next, void *ctx, char *err, size_t errlen);
-/* The first bytes of a file of these entries (8-byte length, JSON header padded to 8), for
- * writers that place the data themselves (several processes writing ranges of one file): the
- * data section starts at *len and holds the tensors in entry order, contiguous. malloc'd; NULL
- * with err. */
-char *st_header(const st_entry *entries, int n, int dtype, size_t *len, char *err,
+/* The first bytes of a file of these entries (8-byte length, JSON header padded with spaces so
+ * that the data starts at a multiple of align, a power of two >= 8), for writers that place the
+ * data themselves (several processes writing ranges of one file, O_DIRECT): the data section
+ * starts at *len and holds the tensors in entry order, contiguous. malloc'd; NULL with err. */
+char *st_header(const st_entry *entries, int n, int dtype, size_t align, size_t *len, char *err,
                 size_t errlen);
 /* dst[i] = src[i] rounded to bf16 (nearest even; NaN stays NaN). */
 void st_convert_bf16(uint16_t *dst, const float *src, size_t n);

@@ -30,10 +30,11 @@ static int write_full(int fd, const void *buf, size_t len) {
     return 0;
 }
 
-/* The JSON header for entries, padded with spaces to a multiple of 8 bytes (so the data starts
- * 8-aligned). Returns malloc'd text and its length, or NULL with err. */
-static char *build_header(const st_entry *entries, int n, int dtype, size_t *len_out,
-                          const char *path, char *err, size_t errlen) {
+/* The JSON header for entries, padded with spaces so that 8 + its length is a multiple of align
+ * (8 keeps the data 8-byte aligned; a page lets writers place the data with O_DIRECT). Returns
+ * malloc'd text and its length, or NULL with err. */
+static char *build_header(const st_entry *entries, int n, int dtype, size_t align,
+                          size_t *len_out, const char *path, char *err, size_t errlen) {
     const uint64_t esize = dtype == ST_BF16 ? 2 : 4;
     json_t *root = json_object();
     json_t *meta = json_object();
@@ -79,7 +80,7 @@ static char *build_header(const st_entry *entries, int n, int dtype, size_t *len
         return NULL;
     }
     size_t len = strlen(text);
-    size_t padded = (len + 7) & ~(size_t)7;
+    size_t padded = (len + 8 + align - 1) / align * align - 8;
     char *out = realloc(text, padded + 1);
     if (out == NULL) {
         free(text);
@@ -147,11 +148,14 @@ static int check_entries(const char *path, const st_entry *entries, int n, char 
     return 0;
 }
 
-char *st_header(const st_entry *entries, int n, int dtype, size_t *len, char *err,
-                size_t errlen) {
+char *st_header(const st_entry *entries, int n, int dtype, size_t align, size_t *len,
+                char *err, size_t errlen) {
+    if (align < 8 || (align & (align - 1)))
+        return up_errf(err, errlen, "safetensors header", "alignment %zu is not a power of two "
+                       ">= 8", align), NULL;
     if (check_entries("safetensors header", entries, n, err, errlen) != 0) return NULL;
     size_t hlen = 0;
-    char *hdr = build_header(entries, n, dtype, &hlen, "safetensors header", err, errlen);
+    char *hdr = build_header(entries, n, dtype, align, &hlen, "safetensors header", err, errlen);
     if (hdr == NULL) return NULL;
     char *out = malloc(hlen + 8);
     if (out == NULL) {
@@ -198,7 +202,7 @@ int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
         return up_errf(err, errlen, path, "writing dtype %d is not supported", dtype);
     if (check_entries(path, entries, n, err, errlen) != 0) return -1;
     size_t hlen = 0;
-    char *hdr = build_header(entries, n, dtype, &hlen, path, err, errlen);
+    char *hdr = build_header(entries, n, dtype, 8, &hlen, path, err, errlen);
     if (hdr == NULL) return -1;
 
     size_t tlen = strlen(path) + 32;

@@ -130,10 +130,12 @@ int model_read_owned(model *m, float *slab, const st_set *set, const char *prefi
  * name, in table order, so that the data section of such a file is the slabs' full layouts one
  * after another. One allocation (names inside): free() it. */
 st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefixes);
-/* Writes this rank's owned ranges of slab (F32) into fd, whose copy of the full layout starts
- * at byte data_off (pwrite: ranks write disjoint ranges of one file). 0, or -1 with err. */
-int model_write_owned(const model *m, const float *slab, int fd, uint64_t data_off, char *err,
-                      size_t errlen);
+/* Hands this rank's owned ranges of slab to write(ctx, bytes, length, file offset), for a file
+ * whose copy of the full layout (F32) starts at byte data_off: ranks own disjoint ranges. Stops at
+ * the first non-zero return and returns it; 0 when all are written. */
+typedef int (*model_range_fn)(void *ctx, const void *src, size_t len, uint64_t off);
+int model_write_owned(const model *m, const float *slab, uint64_t data_off, model_range_fn write,
+                      void *ctx);
 /* The elements [i0, i1) of tensor t that this rank owns (all of them without FSDP); 0 when
  * none. model_tensor_part(m, slab, t, i0) is where element i0 lives in a slab. */
 int model_owned_part(const model *m, int t, size_t *i0, size_t *i1);

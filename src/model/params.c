@@ -12,8 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
-#include <unistd.h>
 
 /* ---- one spec of a layer's tensors ---------------------------------------------------------- */
 
@@ -229,26 +227,15 @@ st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefix
     return e;
 }
 
-int model_write_owned(const model *m, const float *slab, int fd, uint64_t data_off, char *err,
-                      size_t errlen) {
+int model_write_owned(const model *m, const float *slab, uint64_t data_off, model_range_fn write,
+                      void *ctx) {
     const fsdp_state *f = &m->fsdp;
     for (int u = 0; u < f->nunits; u++) {
         size_t g0, g1;
         fsdp_owned(f, u, &g0, &g1); /* contiguous in the full layout and in the shard */
-        const char *p = (const char *)(slab + f->shard_off[u]);
-        size_t len = (g1 - g0) * sizeof(float);
-        uint64_t off = data_off + (uint64_t)g0 * sizeof(float);
-        while (len > 0) {
-            size_t n = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
-            ssize_t w = pwrite(fd, p, n, (off_t)off);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0)
-                return up_errf(err, errlen, NULL, "write failed (%s)",
-                               w < 0 ? strerror(errno) : "no progress");
-            p += w;
-            len -= (size_t)w;
-            off += (uint64_t)w;
-        }
+        if (g1 > g0 && write(ctx, slab + f->shard_off[u], (g1 - g0) * sizeof(float),
+                             data_off + (uint64_t)g0 * sizeof(float)) != 0)
+            return -1;
     }
     return 0;
 }

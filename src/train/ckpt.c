@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -206,30 +207,95 @@ static void agree(comm_ctx *comm, int failed, const char *err, const char *tmp) 
     up_die_agreed(failed ? err : NULL);
 }
 
-/* This rank's ranges of params (model file) and of both moments (optimizer file). */
-static int write_ranges(model *m, const char *tmp, size_t hl_m, size_t hl_o, char *err,
-                        size_t errlen) {
-    char p_m[CKPT_PATH_MAX], p_o[CKPT_PATH_MAX];
-    fmt(p_m, sizeof p_m, "%s/model.safetensors", tmp);
-    fmt(p_o, sizeof p_o, "%s/optimizer.safetensors", tmp);
-    int fm = open(p_m, O_WRONLY | O_CLOEXEC), fo = open(p_o, O_WRONLY | O_CLOEXEC);
-    int rc = 0;
+/* ---- this rank's ranges ---------------------------------------------------------------------- */
+
+/* Writes go around the page cache (O_DIRECT, measured ~5x faster than buffered writes of the
+ * same bytes here) for the page-aligned middle of each range, through a staging buffer; the
+ * unaligned ends of a range (shared with a neighbour rank's range) and file systems that refuse
+ * O_DIRECT use plain buffered writes. */
+enum { CKPT_ALIGN = 4096, CKPT_STAGE = 8 << 20 };
+
+size_t ckpt_stage_bytes(void) { return (size_t)CKPT_STAGE + CKPT_ALIGN; }
+
+typedef struct {
+    int fd, dfd;  /* buffered and O_DIRECT descriptors of one file (dfd -1: none) */
+    char *stage;  /* CKPT_STAGE bytes, CKPT_ALIGN-aligned */
+    int err;      /* errno of the first failure */
+} range_writer;
+
+static int pwrite_all(int fd, const char *p, size_t len, uint64_t off) {
+    while (len > 0) {
+        size_t n = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+static int write_range(void *ctx, const void *src, size_t len, uint64_t off) {
+    range_writer *w = ctx;
+    const char *p = src;
+    uint64_t a0 = (off + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN;
+    uint64_t a1 = (off + len) / CKPT_ALIGN * CKPT_ALIGN;
+    if (w->dfd < 0 || a1 <= a0) a0 = a1 = off + len; /* all buffered */
+    if (pwrite_all(w->fd, p, (size_t)(a0 - off), off) != 0) return w->err = errno, -1;
+    for (uint64_t o = a0; o < a1;) {
+        size_t n = a1 - o < CKPT_STAGE ? (size_t)(a1 - o) : CKPT_STAGE;
+        memcpy(w->stage, p + (o - off), n);
+        if (w->dfd >= 0 && pwrite_all(w->dfd, w->stage, n, o) == 0) {
+            o += n;
+            continue;
+        }
+        if (w->dfd < 0 || errno != EINVAL) return w->err = errno, -1;
+        close(w->dfd); /* O_DIRECT refused here: buffered from now on */
+        w->dfd = -1;
+    }
+    if (pwrite_all(w->fd, p + (a1 - off), (size_t)(off + len - a1), a1) != 0)
+        return w->err = errno, -1;
+    return 0;
+}
+
+/* This rank's ranges of params (model file) and of both moments (optimizer file), synced. */
+static int write_ranges(model *m, const char *tmp, size_t hl_m, size_t hl_o, char *stage,
+                        char *err, size_t errlen) {
+    char path[2][CKPT_PATH_MAX];
+    fmt(path[0], sizeof path[0], "%s/model.safetensors", tmp);
+    fmt(path[1], sizeof path[1], "%s/optimizer.safetensors", tmp);
     uint64_t np4 = (uint64_t)m->params.nparams * sizeof(float);
-    if (fm < 0 || fo < 0)
-        rc = up_errf(err, errlen, tmp, "cannot open the checkpoint files (%s)", strerror(errno));
-    else if (model_write_owned(m, m->fsdp.params, fm, hl_m, err, errlen) != 0 ||
-             model_write_owned(m, m->fsdp.m, fo, hl_o, err, errlen) != 0 ||
-             model_write_owned(m, m->fsdp.v, fo, hl_o + np4, err, errlen) != 0)
-        rc = -1;
-    else if (fsync(fm) != 0 || fsync(fo) != 0)
-        rc = up_errf(err, errlen, tmp, "fsync failed (%s)", strerror(errno));
-    if (fm >= 0) close(fm);
-    if (fo >= 0) close(fo);
+    const float *slab[3] = {m->fsdp.params, m->fsdp.m, m->fsdp.v};
+    const int file_of[3] = {0, 1, 1};
+    const uint64_t off[3] = {hl_m, hl_o, hl_o + np4};
+    range_writer w[2] = {{-1, -1, stage, 0}, {-1, -1, stage, 0}};
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        w[k].fd = open(path[k], O_WRONLY | O_CLOEXEC);
+        w[k].dfd = open(path[k], O_WRONLY | O_CLOEXEC | O_DIRECT);
+        if (w[k].fd < 0)
+            rc = up_errf(err, errlen, path[k], "cannot open (%s)", strerror(errno));
+    }
+    for (int s = 0; s < 3 && rc == 0; s++) {
+        range_writer *x = &w[file_of[s]];
+        if (model_write_owned(m, slab[s], off[s], write_range, x) != 0)
+            rc = up_errf(err, errlen, path[file_of[s]], "write failed (%s)", strerror(x->err));
+    }
+    for (int k = 0; k < 2; k++) {
+        if (rc == 0 && w[k].fd >= 0 && fsync(w[k].fd) != 0)
+            rc = up_errf(err, errlen, path[k], "fsync failed (%s)", strerror(errno));
+        if (w[k].fd >= 0) close(w[k].fd);
+        if (w[k].dfd >= 0) close(w[k].dfd);
+    }
     return rc;
 }
 
 double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *st,
-                  const model_config *cfg, int keep) {
+                  const model_config *cfg, int keep, void *stage) {
     int rank0 = comm->rank == 0, writer = rank0 || m->fsdp.R > 1;
     char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], old[CKPT_PATH_MAX], p[CKPT_PATH_MAX];
     char err[1024] = "", detail[768] = "";
@@ -240,8 +306,8 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     int nt = m->params.ntensors;
     st_entry *em = model_st_entries(m, 1, MODEL_PREFIX), *eo = model_st_entries(m, 2, OPT_PREFIX);
     size_t hl_m = 0, hl_o = 0, np4 = m->params.nparams * sizeof(float);
-    char *hm = st_header(em, nt, ST_F32, &hl_m, detail, sizeof detail);
-    char *ho = hm ? st_header(eo, 2 * nt, ST_F32, &hl_o, detail, sizeof detail) : NULL;
+    char *hm = st_header(em, nt, ST_F32, CKPT_ALIGN, &hl_m, detail, sizeof detail);
+    char *ho = hm ? st_header(eo, 2 * nt, ST_F32, CKPT_ALIGN, &hl_o, detail, sizeof detail) : NULL;
     free(em);
     free(eo);
     UP_CHECK(hm && ho, "checkpoint header: %s", detail);
@@ -273,7 +339,8 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     agree(comm, rc != 0, err, tmp);
 
     /* 2. every writer: its ranges, synced */
-    rc = writer ? write_ranges(m, tmp, hl_m, hl_o, detail, sizeof detail) : 0;
+    char *st_buf = (char *)(((uintptr_t)stage + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN);
+    rc = writer ? write_ranges(m, tmp, hl_m, hl_o, st_buf, detail, sizeof detail) : 0;
     fmt(err, sizeof err, "checkpoint %s not written: %s; the complete checkpoints in %s "
              "are intact", fin, detail, dir);
     agree(comm, rc != 0, err, tmp);

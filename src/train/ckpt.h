@@ -39,12 +39,16 @@ typedef struct {
  * there is none (or dir does not exist). */
 long ckpt_find_latest(const char *dir, char *path, size_t len);
 
-/* Writes the checkpoint of st->step into dir, keeping the newest keep of them. Collective: every
+/* Writes the checkpoint of st->step into dir, keeping the newest keep of them (stage: a buffer of
+ * ckpt_stage_bytes()). Collective: every
  * rank writes its owned ranges when the model is sharded, else rank 0 writes. A failure on any
  * rank (full disk, permissions) stops every rank with the message; the checkpoints already there
  * are untouched and the partial one is removed. Returns the bytes written (all files). */
 double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *st,
-                  const model_config *cfg, int keep);
+                  const model_config *cfg, int keep, void *stage);
+/* Bytes of the staging buffer ckpt_write needs (stage: any alignment; allocate it with the rest
+ * of the run, so the memory plan counts it). */
+size_t ckpt_stage_bytes(void);
 
 /* Reads path's state.json and config.json and compares them with the run's (run->step is
  * ignored); a difference stops every rank with one line naming it. Returns the checkpoint's

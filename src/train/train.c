@@ -37,6 +37,7 @@ typedef struct {
     comm_ctx comm;
     model m;
     FILE *logf; /* --log, rank 0 only */
+    void *ckpt_stage; /* --ckpt-dir: the checkpoint writer's staging buffer */
     adamw_params hp;
     double flops, tokens; /* per step, over all replicas and micro-batches */
     long start_step;       /* steps done before this run (a resumed checkpoint's) */
@@ -214,6 +215,7 @@ static report_memory run_plan(train_run *r) {
     mem_plan_begin();
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &r->o.mopt);
     model_free(&r->m);
+    if (r->o.ckpt_dir) mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes()); /* counted, not allocated */
     report_memory plan = report_capture();
     mem_plan_end();
     return plan;
@@ -259,6 +261,7 @@ static ckpt_state run_state(const train_run *r, long step) {
 static void run_start(train_run *r) {
     const train_options *o = &r->o;
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
+    if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
     double t0 = now_s(), read_bytes = 0;
     if (o->resume && ckpt_find_latest(o->ckpt_dir, r->resumed_from, sizeof r->resumed_from) >= 0) {
         ckpt_state run = run_state(r, 0);
@@ -453,7 +456,8 @@ static int run_checkpoint(train_run *r, train_step_stats *s) {
     if (!(stop || done == o->steps || (o->ckpt_every && done % o->ckpt_every == 0))) return 0;
     double t0 = now_s();
     ckpt_state st = run_state(r, done);
-    s->ckpt_bytes = ckpt_write(&r->m, &r->comm, o->ckpt_dir, &st, &r->cfg, o->ckpt_keep);
+    s->ckpt_bytes =
+        ckpt_write(&r->m, &r->comm, o->ckpt_dir, &st, &r->cfg, o->ckpt_keep, r->ckpt_stage);
     s->ckpt_s = now_s() - t0;
     return stop;
 }
@@ -470,6 +474,7 @@ static void run_stop(train_run *r, int why) {
                why > 0 ? (why == SIGTERM ? "on SIGTERM" : "on SIGINT") : "at --stop-at", ck);
         fflush(stdout);
     }
+    mem_free(r->ckpt_stage);
     model_free(&r->m);
 }
 
@@ -496,6 +501,7 @@ static void run_finish(train_run *r) {
                up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
                up_fmt_bytes(rss, sizeof rss, (double)mem_rss_peak()));
     }
+    mem_free(r->ckpt_stage);
     model_free(&r->m);
 }
 

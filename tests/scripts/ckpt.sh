@@ -127,7 +127,7 @@ CK=$TMP/ck_r1/step-00000006
 "$UPIPE" export --ckpt "$CK" --output "$TMP/hf32s" --max-shard-size 20KB >/dev/null || bad "export f32 sharded"
 "$UPIPE" export --ckpt "$CK" --output "$TMP/hf16" --dtype bf16 >/dev/null || bad "export bf16"
 "$UPIPE" export --ckpt "$CK" --output "$TMP/hf16s" --dtype bf16 --max-shard-size 20KB >/dev/null || bad "export bf16 sharded"
-same "export f32 single file" "$CK/model.safetensors" "$TMP/hf32/model.safetensors"
+same "export f32 single file = the run's --save" "$TMP/r1_full.st" "$TMP/hf32/model.safetensors"
 l_ck=$(loss_of "$CK/model.safetensors")
 for f in hf32 hf32s hf32s/model.safetensors.index.json; do
   l=$(loss_of "$TMP/$f"); [ "$l" = "$l_ck" ] && ok "--init $f: loss $l" || bad "--init $f: loss $l vs $l_ck"
