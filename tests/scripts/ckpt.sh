@@ -144,6 +144,12 @@ entries=$(grep -c '"model\.\|"lm_head' "$TMP/hf32s/model.safetensors.index.json"
   || bad "index: $n shards, $entries entries"
 grep -q '"torch_dtype": "bfloat16"' "$TMP/hf16/config.json" && ok "bf16 config says bfloat16" || bad "bf16 config dtype"
 
+# ---- the plan counts the checkpoint writer's staging buffer: plan = measured peak ----
+train plan_dry 2 $G --steps 2 --fsdp --ckpt-dir "$TMP/ck_plan" --dry-run --mem-report "$TMP/plan.json"
+train plan_run 2 $G --steps 2 --fsdp --ckpt-dir "$TMP/ck_plan" --mem-report "$TMP/meas.json"
+p=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$TMP/plan.json"); q=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$TMP/meas.json")
+[ -n "$p" ] && [ "$p" = "$q" ] && ok "plan = measured peak with checkpoints: $p bytes" || bad "plan $p vs measured $q"
+
 # ---- refusals: one line, every rank stops ----
 refuse() { # name phrase ranks args...
   local name=$1 phrase=$2 n=$3
