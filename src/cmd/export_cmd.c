@@ -96,7 +96,7 @@ static void write_config(const char *step, const char *out, int bf16) {
     char *text = json_dumps(root, JSON_INDENT(2));
     json_decref(root);
     UP_CHECK(text, "json_dumps failed");
-    int rc = up_write_file_atomic(dst, text, strlen(text), err, sizeof err);
+    int rc = up_write_line_atomic(dst, text, err, sizeof err);
     free(text);
     if (rc != 0) up_die("%s", err);
 }
@@ -209,7 +209,7 @@ int export_main(int argc, char **argv) {
         json_decref(root);
         UP_CHECK(text, "json_dumps failed");
         up_path_join(p, sizeof p, out, "model.safetensors.index.json");
-        int rc = up_write_file_atomic(p, text, strlen(text), err, sizeof err);
+        int rc = up_write_line_atomic(p, text, err, sizeof err);
         free(text);
         if (rc != 0) up_die("%s", err);
     } else {

@@ -3,11 +3,18 @@
 #define UP_FILEIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Writes len bytes to path atomically: "path.tmp.<pid>", fsync, rename. On failure the temp file
  * is removed, nothing is left at path, and -1 is returned with a one-line message in err. */
 int up_write_file_atomic(const char *path, const void *data, size_t len, char *err,
                          size_t errlen);
+/* Writes all len bytes (write / pwrite at off, EINTR retried, at most 1 GiB per call). 0, or -1
+ * with errno (EIO for a write that makes no progress). */
+int up_write_all(int fd, const void *buf, size_t len);
+int up_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+/* up_write_file_atomic of text and a final newline (JSON documents). */
+int up_write_line_atomic(const char *path, const char *text, char *err, size_t errlen);
 /* out = dir + "/" + name; a path longer than len stops with a message (up_die). */
 void up_path_join(char *out, size_t len, const char *dir, const char *name);
 /* 1 when path exists and is readable. */

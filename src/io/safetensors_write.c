@@ -3,6 +3,7 @@
 #include "io/safetensors.h"
 
 #include "core/check.h"
+#include "core/fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,22 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int write_full(int fd, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len > 0) {
-        /* Linux writes at most ~2 GiB per call; keep each call well below that. */
-        size_t n = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = EIO;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
 
 /* The JSON header for entries, padded with spaces so that 8 + its length is a multiple of align
  * (8 keeps the data 8-byte aligned; a page lets writers place the data with O_DIRECT). Returns
@@ -185,13 +170,13 @@ void st_convert_bf16(uint16_t *dst, const float *src, size_t n) {
 
 /* Writes count floats of chunk in the file's dtype (BF16 through a staging buffer). */
 static int write_data(int fd, int dtype, const float *chunk, size_t count) {
-    if (dtype != ST_BF16) return write_full(fd, chunk, count * sizeof(float));
+    if (dtype != ST_BF16) return up_write_all(fd, chunk, count * sizeof(float));
     enum { STAGE = 1 << 16 };
     uint16_t buf[STAGE];
     for (size_t i = 0; i < count; i += STAGE) {
         size_t m = count - i < STAGE ? count - i : STAGE;
         st_convert_bf16(buf, chunk + i, m);
-        if (write_full(fd, buf, m * 2) != 0) return -1;
+        if (up_write_all(fd, buf, m * 2) != 0) return -1;
     }
     return 0;
 }
@@ -225,7 +210,7 @@ int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
     uint8_t lenb[8];
     for (int i = 0; i < 8; i++)
         lenb[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-    int ok = write_full(fd, lenb, 8) == 0 && write_full(fd, hdr, hlen) == 0;
+    int ok = up_write_all(fd, lenb, 8) == 0 && up_write_all(fd, hdr, hlen) == 0;
     /* the data: chunks from the source until every tensor's bytes are written, in order */
     size_t total = 0, written = 0;
     for (int i = 0; i < n; i++) {

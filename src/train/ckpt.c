@@ -168,14 +168,8 @@ static int write_state(const char *path, const ckpt_state *st, const comm_ctx *c
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     json_decref(o);
     UP_CHECK(text, "json_dumps failed");
-    size_t n = strlen(text);
-    char *line = malloc(n + 1);
-    UP_CHECK(line, "out of memory");
-    memcpy(line, text, n);
-    line[n] = '\n';
+    int rc = up_write_line_atomic(path, text, err, errlen);
     free(text);
-    int rc = up_write_file_atomic(path, line, n + 1, err, errlen);
-    free(line);
     return rc;
 }
 
@@ -223,33 +217,17 @@ typedef struct {
     int err;      /* errno of the first failure */
 } range_writer;
 
-static int pwrite_all(int fd, const char *p, size_t len, uint64_t off) {
-    while (len > 0) {
-        size_t n = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = EIO;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 static int write_range(void *ctx, const void *src, size_t len, uint64_t off) {
     range_writer *w = ctx;
     const char *p = src;
     uint64_t a0 = (off + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN;
     uint64_t a1 = (off + len) / CKPT_ALIGN * CKPT_ALIGN;
     if (w->dfd < 0 || a1 <= a0) a0 = a1 = off + len; /* all buffered */
-    if (pwrite_all(w->fd, p, (size_t)(a0 - off), off) != 0) return w->err = errno, -1;
+    if (up_pwrite_all(w->fd, p, (size_t)(a0 - off), off) != 0) return w->err = errno, -1;
     for (uint64_t o = a0; o < a1;) {
         size_t n = a1 - o < CKPT_STAGE ? (size_t)(a1 - o) : CKPT_STAGE;
         memcpy(w->stage, p + (o - off), n);
-        if (w->dfd >= 0 && pwrite_all(w->dfd, w->stage, n, o) == 0) {
+        if (w->dfd >= 0 && up_pwrite_all(w->dfd, w->stage, n, o) == 0) {
             o += n;
             continue;
         }
@@ -257,7 +235,7 @@ static int write_range(void *ctx, const void *src, size_t len, uint64_t off) {
         close(w->dfd); /* O_DIRECT refused here: buffered from now on */
         w->dfd = -1;
     }
-    if (pwrite_all(w->fd, p + (a1 - off), (size_t)(off + len - a1), a1) != 0)
+    if (up_pwrite_all(w->fd, p + (a1 - off), (size_t)(off + len - a1), a1) != 0)
         return w->err = errno, -1;
     return 0;
 }

@@ -80,14 +80,8 @@ void report_write_memory(const char *path, comm_ctx *comm, const report_memory *
     char *text = json_dumps(root, JSON_INDENT(2));
     json_decref(root);
     UP_CHECK(text, "json_dumps failed");
-    size_t n = strlen(text);
-    char *buf = malloc(n + 2);
-    UP_CHECK(buf, "out of memory");
-    memcpy(buf, text, n);
-    buf[n] = '\n';
-    free(text);
     char err[512];
-    int rc = up_write_file_atomic(path, buf, n + 1, err, sizeof err);
-    free(buf);
+    int rc = up_write_line_atomic(path, text, err, sizeof err);
+    free(text);
     if (rc != 0) up_die("%s", err);
 }

@@ -492,7 +492,9 @@ static void run_finish(train_run *r) {
         measured.rss = mem_rss_peak();
         report_write_memory(o->mem_report, &r->comm, &measured, 0);
     }
-    if (r->rank == 0 && !o->quiet) {
+    if (r->rank == 0 && !o->quiet && r->start_step >= o->steps) {
+        printf("nothing to train: %s is already at --steps %ld\n", r->resumed_from, o->steps);
+    } else if (r->rank == 0 && !o->quiet) {
         char pk[32], rss[32];
         printf("done: loss %.4f (step %ld) -> %.4f (mean of the last %ld steps) in %.1f s, peak %s "
                "accounted, %s RSS\n",
