@@ -83,16 +83,22 @@ void swiglu_backward(float *dgate, float *dup, const float *dout, const float *g
 
 /* Layouts: q (T, NH, HS), k and v (T, NKV, HS), out (T, NH, HS), all rows packed.
  * Query head h uses KV head h / (NH/NKV). Scale 1/sqrt(HS). Causal: query i sees keys 0..i.
+ * Documents (packed sequences): doc_start (T) or NULL. doc_start[i] is the first position of the
+ * document holding token i: 0 <= doc_start[i] <= i, and documents are contiguous (for i < j,
+ * doc_start[j] == doc_start[i] or doc_start[j] > i). Query i then sees keys doc_start[i] .. i.
+ * NULL: one document (doc_start[i] == 0), the plain causal case.
  * lse (NH, T): log-sum-exp of the scaled scores per (head, query), saved for backward.
- * Tiled with online softmax; causal tiles above the diagonal skipped; no buffer grows with T*T.
+ * Tiled with online softmax; tiles above the diagonal and tiles wholly before a query block's
+ * documents skipped (work ~ sum of the documents' squares); no buffer grows with T*T.
  * ws: workspace of attention_workspace_floats(T, NH, NKV, HS) floats (caller-owned, any content). */
 size_t attention_workspace_floats(int T, int NH, int NKV, int HS);
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int T, int NH, int NKV, int HS, float *ws);
-/* dq (T, NH, HS), dk and dv (T, NKV, HS): overwrite. Needs out and lse of the forward. */
+                       const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws);
+/* dq (T, NH, HS), dk and dv (T, NKV, HS): overwrite. Needs out and lse of the forward and the
+ * same doc_start. */
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                        const float *k, const float *v, const float *out, const float *lse, int T,
-                        int NH, int NKV, int HS, float *ws);
+                        const float *k, const float *v, const float *out, const float *lse,
+                        const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws);
 
 /* ---- cross-entropy -------------------------------------------------------------------------- */
 
