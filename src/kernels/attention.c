@@ -90,7 +90,8 @@ static void attn_check_args(const void *a, const void *b, const void *c, const v
 }
 
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int T, int NH, int NKV, int HS, float *ws) {
+                       const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws) {
+    UP_CHECK(doc_start == NULL, "attention: documents are not implemented yet");
     attn_check_args(out, lse, q, k, v, T, NH, NKV, HS, ws);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS);
     const int nb = (T + ATTN_FQ - 1) / ATTN_FQ; // query blocks
@@ -132,8 +133,9 @@ static void attn_bwd_greedy(float *dqacc, float *dk, float *dv, const float *dou
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                        const float *k, const float *v, const float *out, const float *lse, int T,
-                        int NH, int NKV, int HS, float *ws) {
+                        const float *k, const float *v, const float *out, const float *lse,
+                        const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws) {
+    UP_CHECK(doc_start == NULL, "attention: documents are not implemented yet");
     attn_check_args(dq, dk, dv, dout, q, T, NH, NKV, HS, ws);
     UP_CHECK(k && v && out && lse, "attention: NULL buffer");
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS);

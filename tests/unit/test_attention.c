@@ -139,9 +139,9 @@ static void problem_fast(problem *p, int threads) {
     const size_t ns[] = {nws, p->nq, nl, p->nq, p->nk, p->nk};
     for (int i = 0; i < 6; i++)
         canary_set(outs[i], ns[i]);
-    attention_forward(p->out, p->lse, p->q, p->k, p->v, p->T, p->NH, p->NKV, p->HS, ws);
+    attention_forward(p->out, p->lse, p->q, p->k, p->v, NULL, p->T, p->NH, p->NKV, p->HS, ws);
     fill_nan(ws, nws);
-    attention_backward(p->dq, p->dk, p->dv, p->dout, p->q, p->k, p->v, p->out, p->lse, p->T, p->NH,
+    attention_backward(p->dq, p->dk, p->dv, p->dout, p->q, p->k, p->v, p->out, p->lse, NULL, p->T, p->NH,
                        p->NKV, p->HS, ws);
     int ok = 1;
     for (int i = 0; i < 6; i++)
