@@ -6,6 +6,8 @@
 #                                rope scaling that bites at T=80, untied, 2 layers
 #   tests/fixtures/golden_tied/  MHA (num_key_value_heads absent), tied embeddings, no rope
 #                                scaling, 1 layer, T=33
+#   tests/fixtures/golden_docs/  the GQA model with vocab 260: packed documents (separator 256)
+#                                and a loss mask, T=300 (several attention tiles)
 # Each holds config.json, weights.safetensors (F32), tokens.bin (llm.c uint16 shard),
 # expected_grads.safetensors (F32 gradients of every parameter, HF names) and expected.json
 # ({"loss", "seq_len", "grad_norm"}) of training step 0 (inputs tokens[0..T-1], targets
@@ -41,5 +43,22 @@ mkdir -p "$d"
   --data "$d/tokens.bin" --seq-len 33 \
   --out-grads "$d/expected_grads.safetensors" --out-json "$d/expected.json"
 
-du -cb "$root"/tests/fixtures/golden_gqa/* "$root"/tests/fixtures/golden_tied/* | tail -1
+# Packed documents (separator 256, vocab 260), T = 300 so attention spans several tiles: the
+# window starts mid-document (40 tokens), then documents of 20 (shorter than a tile), 130, 1 (the
+# separator alone) and 109 tokens (crossing the rank boundaries of --cp 2 and 4); and a random
+# loss mask. expected.json: documents only; expected_mask.json: documents and the loss mask.
+d="$root/tests/fixtures/golden_docs"
+mkdir -p "$d"
+"$py" "$ref" config docs --out "$d/config.json"
+"$py" "$ref" init --config "$d/config.json" --seed 5 --out "$d/weights.safetensors"
+"$py" "$ref" docs --lengths 40 20 130 1 110 --sep 256 --seed 6 --out "$d/tokens.bin" \
+  --out-mask "$d/mask.bin"
+"$py" "$ref" grads --config "$d/config.json" --weights "$d/weights.safetensors" \
+  --data "$d/tokens.bin" --seq-len 300 --doc-sep 256 \
+  --out-grads "$d/expected_grads.safetensors" --out-json "$d/expected.json"
+"$py" "$ref" grads --config "$d/config.json" --weights "$d/weights.safetensors" \
+  --data "$d/tokens.bin" --seq-len 300 --doc-sep 256 --loss-mask "$d/mask.bin" \
+  --out-grads "$d/expected_mask_grads.safetensors" --out-json "$d/expected_mask.json"
+
+du -cb "$root"/tests/fixtures/golden_*/* | tail -1
 echo "make_golden: fixtures written"

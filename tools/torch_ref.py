@@ -21,6 +21,8 @@ CLI:
            random weights: matrices normal(0, initializer_range), norm weights 1 + 0.1 normal;
            bf16 is the round-to-nearest-even copy of the same f32 values (same seed)
     tokens --vocab V --n N --seed S --out D      random uint16 token shard
+    docs   --lengths N.. --sep S --seed R --out D [--out-mask M]   packed documents, loss mask
+    grads ... --doc-sep S [--loss-mask M]        packed-document semantics (DESIGN.md §1.1)
     selftest                                     validates this reference (see selftest())
 """
 import argparse
@@ -235,6 +237,48 @@ def rope_tables(inv_freq, pos0, T):
     return torch.cos(ang).float(), torch.sin(ang).float()
 
 
+def rope_tables_at(inv_freq, pos):
+    """cos, sin (T, HS/2) float32 at the given positions (T,) (packed documents restart at 0)."""
+    ang = torch.as_tensor(np.asarray(pos), dtype=torch.float64)[:, None] * inv_freq.to(torch.float64)[None, :]
+    return torch.cos(ang).float(), torch.sin(ang).float()
+
+
+def documents(inputs, sep):
+    """Packed documents of a window (DESIGN.md §1.1): every sep opens a document, the tokens
+    before the first sep belong to one that began earlier. Returns doc_start (T,) (first position
+    of each token's document), the RoPE positions (offsets in the document) and the (T, T)
+    attention mask, True where query i must not see key j (j > i or j < doc_start[i])."""
+    T = len(inputs)
+    start = np.zeros(T, dtype=np.int64)
+    cur = 0
+    for i, t in enumerate(np.asarray(inputs)):
+        if t == sep:
+            cur = i
+        start[i] = cur
+    j = np.arange(T)[None, :]
+    mask = (j > np.arange(T)[:, None]) | (j < start[:, None])
+    return start, np.arange(T) - start, torch.as_tensor(mask)
+
+
+def mask_load(path):
+    """Loss-mask shard: 256 int32 header (magic 20261201, version 1, count), one byte per token."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    hdr = np.frombuffer(blob[:1024], dtype="<i4")
+    if (int(hdr[0]), int(hdr[1])) != (20261201, 1) or len(blob) != 1024 + int(hdr[2]):
+        raise ValueError(f"{path}: not a loss-mask shard")
+    return np.frombuffer(blob[1024:], dtype=np.uint8).astype(np.int64)
+
+
+def mask_save(path, mask):
+    mask = np.asarray(mask, dtype=np.uint8)
+    hdr = np.zeros(256, dtype="<i4")
+    hdr[0], hdr[1], hdr[2] = 20261201, 1, len(mask)
+    with open(path, "wb") as f:
+        f.write(hdr.tobytes())
+        f.write(mask.tobytes())
+
+
 def rope_apply(x, cos, sin):
     """x (T, nh, HS), HF rotate_half layout: halves x1, x2 -> (x1 cos - x2 sin, x2 cos + x1 sin)."""
     h = x.shape[-1] // 2
@@ -295,14 +339,25 @@ def model_loss(params, cfg, inputs, targets, cos, sin, mask=None):
     return F.cross_entropy(model_logits(params, cfg, inputs, cos, sin, mask), targets, ignore_index=-1)
 
 
-def loss_and_grads(weights, cfg, tokens, pos0=0, dtype=torch.float64):
+def loss_and_grads(weights, cfg, tokens, pos0=0, dtype=torch.float64, sep=None, lmask=None):
     """weights: dict name -> float32 numpy; tokens: T+1 ids. Returns (loss float, dict of float64
-    numpy gradients). Inputs tokens[:-1], targets tokens[1:], positions pos0 .. pos0+T-1."""
+    numpy gradients). Inputs tokens[:-1], targets tokens[1:], positions pos0 .. pos0+T-1.
+    sep: packed documents (attention within a document, positions from its start, targets equal
+    to sep not counted); lmask: T+1 loss-mask bytes aligned with tokens (target t counts only
+    where lmask[t] == 1)."""
     tokens = torch.as_tensor(np.asarray(tokens), dtype=torch.int64)
     T = tokens.shape[0] - 1
     params = {n: torch.tensor(weights[n], dtype=dtype, requires_grad=True) for n in param_shapes(cfg)}
-    cos, sin = rope_tables(rope_inv_freq(cfg), pos0, T)
-    loss = model_loss(params, cfg, tokens[:-1], tokens[1:], cos, sin)
+    inputs, targets, mask = tokens[:-1], tokens[1:].clone(), None
+    if sep is not None:
+        _, pos, mask = documents(inputs.numpy(), sep)
+        cos, sin = rope_tables_at(rope_inv_freq(cfg), pos)
+        targets[targets == sep] = -1
+    else:
+        cos, sin = rope_tables(rope_inv_freq(cfg), pos0, T)
+    if lmask is not None:
+        targets[torch.as_tensor(np.asarray(lmask)[1:]) == 0] = -1
+    loss = model_loss(params, cfg, inputs, targets, cos, sin, mask)
     loss.backward()
     return loss.item(), {n: p.grad.numpy() for n, p in params.items()}
 
@@ -562,7 +617,9 @@ def cmd_grads(a):
         sys.exit(f"torch_ref: {a.data} has {len(toks)} tokens, need {a.start + T + 1}")
     if toks.max() >= cfg["V"]:
         sys.exit("torch_ref: token id >= vocab_size")
-    loss, grads = loss_and_grads(weights, cfg, toks[a.start:a.start + T + 1], pos0=0)
+    lmask = mask_load(a.loss_mask)[a.start:a.start + T + 1] if a.loss_mask else None
+    loss, grads = loss_and_grads(weights, cfg, toks[a.start:a.start + T + 1], pos0=0,
+                                 sep=a.doc_sep, lmask=lmask)
     gnorm = math.sqrt(sum(float((g.astype(np.float32).astype(np.float64) ** 2).sum())
                           for g in grads.values()))
     if a.out_grads:
@@ -582,8 +639,28 @@ def cmd_tokens(a):
     shard_save(a.out, np.random.default_rng(a.seed).integers(0, a.vocab, a.n))
 
 
+def cmd_docs(a):
+    """A shard of documents of the given lengths (each opened by sep, random bytes inside), the
+    first one without its sep (a window that starts mid-document), and a random loss mask."""
+    rng = np.random.default_rng(a.seed)
+    toks = []
+    for n, length in enumerate(a.lengths):
+        toks += list(rng.integers(0, 256, size=length)) if n == 0 else \
+            [a.sep] + list(rng.integers(0, 256, size=length - 1))
+    shard_save(a.out, toks)
+    if a.out_mask:
+        mask_save(a.out_mask, (rng.random(len(toks)) < 0.7).astype(np.uint8))
+
+
+def golden_config_docs():
+    j = golden_config_gqa()
+    j["vocab_size"] = 260
+    j["max_position_embeddings"] = 512
+    return j
+
+
 def cmd_config(a):
-    j = {"gqa": golden_config_gqa, "tied": golden_config_tied}[a.name]()
+    j = {"gqa": golden_config_gqa, "tied": golden_config_tied, "docs": golden_config_docs}[a.name]()
     with open(a.out, "w") as f:
         json.dump(j, f, indent=2)
         f.write("\n")
@@ -598,6 +675,8 @@ def main(argv=None):
     g.add_argument("--data", required=True)
     g.add_argument("--seq-len", type=int, required=True)
     g.add_argument("--start", type=int, default=0, help="first token read (default 0 = step 0)")
+    g.add_argument("--doc-sep", type=int, default=None, help="packed documents opened by this id")
+    g.add_argument("--loss-mask", default=None, help="loss-mask shard aligned with --data")
     g.add_argument("--out-grads")
     g.add_argument("--out-json", required=True)
     i = sub.add_parser("init", help="random weights")
@@ -611,14 +690,21 @@ def main(argv=None):
     t.add_argument("--seed", type=int, required=True)
     t.add_argument("--out", required=True)
     c = sub.add_parser("config", help="write a golden config.json (gqa or tied)")
-    c.add_argument("name", choices=("gqa", "tied"))
+    c.add_argument("name", choices=("gqa", "tied", "docs"))
+    d = sub.add_parser("docs", help="a packed-document shard and a loss mask")
+    d.add_argument("--lengths", type=int, nargs="+", required=True)
+    d.add_argument("--sep", type=int, required=True)
+    d.add_argument("--seed", type=int, required=True)
+    d.add_argument("--out", required=True)
+    d.add_argument("--out-mask")
     c.add_argument("--out", required=True)
     sub.add_parser("selftest", help="validate this reference (finite differences, 2nd formulation)")
     a = ap.parse_args(argv)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     if a.cmd == "selftest":
         return selftest()
-    {"grads": cmd_grads, "init": cmd_init, "tokens": cmd_tokens, "config": cmd_config}[a.cmd](a)
+    {"grads": cmd_grads, "init": cmd_init, "tokens": cmd_tokens, "config": cmd_config,
+     "docs": cmd_docs}[a.cmd](a)
     return 0
 
 

@@ -114,7 +114,7 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     m->acts = calloc((size_t)c->L, sizeof *m->acts);
     UP_CHECK(m->acts, "out of memory");
     cp_attention_shape as = {T, m->P, c->C, c->NH, c->NKV, c->HS, opt->U ? opt->U : c->NH,
-                             opt->U == 0, comm, NULL, NULL};
+                             opt->U == 0, comm, NULL, NULL, NULL};
     buf_table t = {0};
     activation_table(m, &t, &as);
     for (int i = 0; i < t.n; i++)
@@ -122,6 +122,11 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     free(t.rows);
     m->inputs = owned_buffer(m, MEM_WORKSPACE, up_mul((size_t)T, sizeof(int32_t)));
     m->targets = owned_buffer(m, MEM_WORKSPACE, up_mul((size_t)T, sizeof(int32_t)));
+    if (opt->docs) {
+        size_t Tg = up_mul((size_t)T, (size_t)m->P);
+        m->window = owned_buffer(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
+        m->doc_start = owned_buffer(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
+    }
     for (int l = 1; m->opt.checkpoint && l < c->L; l++) { /* one shared set, own checkpoints */
         float *x_in = m->acts[l].x_in;
         m->acts[l] = m->acts[0];
@@ -129,6 +134,7 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     }
     as.rope_cos = m->rope_cos;
     as.rope_sin = m->rope_sin;
+    as.doc_start = m->doc_start; /* NULL without documents: the plain causal kernel */
     m->attn = cp_attention_init(&as);
 
     if (m->opt.offload_dir) {
@@ -226,6 +232,33 @@ static void mlp_backward(model *m, const layer_weights *w, const layer_weights *
         rmsnorm_backward(m->dres + r, g->mlp_norm, m->dh + r, a->x_mid + r, w->mlp_norm,
                          m->rstd2 + t0, n, C);
     }
+}
+
+/* ---- packed documents (DESIGN.md §1.1) ---------------------------------------------------- */
+
+int model_set_documents(model *m, int32_t sep) {
+    int Tg = m->T * m->P, ndocs = 1, half = m->cfg.HS / 2;
+    int32_t cur = 0;
+    for (int i = 0; i < Tg; i++) {
+        if (m->window[i] == sep) {
+            cur = i;
+            ndocs += i > 0;
+        }
+        m->doc_start[i] = cur;
+    }
+    /* RoPE positions of this rank's tokens: offsets from their document's start, one contiguous
+     * run per document */
+    int g0 = m->comm->cp_rank * m->T;
+    for (int i = 0; i < m->T;) {
+        int32_t st = m->doc_start[g0 + i];
+        int j = i + 1;
+        while (j < m->T && m->doc_start[g0 + j] == st) j++;
+        size_t r = (size_t)i * half;
+        rope_tables(m->rope_cos + r, m->rope_sin + r, m->inv_freq, (int64_t)g0 + i - st, j - i,
+                    m->cfg.HS);
+        i = j;
+    }
+    return ndocs;
 }
 
 /* ---- layers --------------------------------------------------------------------------------- */

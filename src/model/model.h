@@ -29,6 +29,8 @@ typedef struct {
     int tile_loss;           /* tokens per loss tile (final norm, LM head, CE), 0: T_loc */
     int U;                   /* query heads per UPipe stage (staged path), 0: plain Ulysses */
     int fsdp;                /* shard params, grads and optimizer state over all ranks */
+    int docs;                /* packed documents: attention within a document, positions from
+                                its start (model_set_documents after each window) */
 } model_options;
 
 /* Tensors the forward saves for the backward of one layer (T = T_loc rows on this rank). With
@@ -70,6 +72,8 @@ typedef struct {
     float *dh;   /* (T, C) */
     float *datt; /* (T, NH*HS) */
     int32_t *inputs, *targets; /* (T) */
+    int32_t *window;    /* (T * P) the whole window's inputs, every rank (opt.docs only) */
+    int32_t *doc_start; /* (T * P) first position of each token's document (opt.docs only) */
 
     void **owned; /* the buffers of the activation table, freed by model_free */
     int nowned, owned_cap;
@@ -99,6 +103,12 @@ double model_flops_per_step(const model_config *cfg, int T);
 void model_init(model *m, const model_config *cfg, int T_loc, comm_ctx *comm,
                 const model_options *opt);
 void model_free(model *m);
+
+/* Packed documents (opt.docs): from m->window (the whole window's T*P inputs, on every rank)
+ * and the separator that opens a document, sets the document of every position (attention stays
+ * within it) and this rank's RoPE positions (offsets from the document's start). Returns the
+ * documents in the window (a window that starts mid-document counts that one). */
+int model_set_documents(model *m, int32_t sep);
 
 /* Forward over m->inputs/m->targets (this rank's T_loc tokens): returns this rank's sum of token
  * losses (double) over targets >= 0. The loss's backward runs inside, per loss tile: the LM head

@@ -209,8 +209,8 @@ void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_we
             stage_project_q(a, qs, h, w->wq, c, j);                  // (T_loc, U*HS)
             to_head(a, qs, qh, U);                                    // (T, U_loc, HS)
             float *oh = a->oh ? a->oh : sv->att;                      // P == 1, model order
-            attention_forward(oh, sv->lse + s * lse_stage, qh, kh, vh, NULL, a->Tg, a->U_loc, a->Kc_loc,
-                              HS, a->ws);                             // (T, U_loc, HS)
+            attention_forward(oh, sv->lse + s * lse_stage, qh, kh, vh, a->s.doc_start, a->Tg,
+                              a->U_loc, a->Kc_loc, HS, a->ws);        // (T, U_loc, HS)
             if (a->model_order) {
                 to_seq(a, oh, sv->att, U);                            // (T_loc, NH*HS)
             } else {
@@ -249,8 +249,8 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
             }
             // the first stage of a chunk writes dk, dv; later ones add theirs
             float *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
-            attention_backward(dqh, dk, dv, doh, qh, kh, vh, oh, sv->lse + s * lse_stage, NULL, a->Tg,
-                               a->U_loc, a->Kc_loc, HS, a->ws);
+            attention_backward(dqh, dk, dv, doh, qh, kh, vh, oh, sv->lse + s * lse_stage,
+                               a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc, HS, a->ws);
             if (j > 0)
                 for (size_t i = 0; i < kvh; i++) {
                     dkh[i] += dk[i]; /* the chunk's KV heads serve G/mult stages */

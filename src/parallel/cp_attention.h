@@ -21,6 +21,7 @@
 #include "comm/comm.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
     int T_loc, P;              /* tokens on this rank; context-parallel degree (comm->P) */
@@ -30,6 +31,7 @@ typedef struct {
     comm_ctx *comm;            /* exchanges over the context-parallel group */
     const float *rope_cos;     /* (T_loc, HS/2) at this rank's global positions */
     const float *rope_sin;     /* (T_loc, HS/2) */
+    const int32_t *doc_start;  /* (T) packed documents of the whole window, or NULL (one) */
 } cp_attention_shape;
 
 /* What the forward of one layer saves for its backward (buffers owned by the caller). */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,12 @@ void train_print_help(void) {
         "  --data FILE            llm.c token shard (required; make one with `upipe data`)\n"
         "  --seq-len T            tokens per sequence (default 1024); step k reads the T+1\n"
         "                         tokens at k*T, wrapping around at the end of the shard\n"
+        "  --doc-sep S            packed documents: every token S opens a document (like a BOS\n"
+        "                         token); a token attends only within its document, RoPE\n"
+        "                         positions restart at its start, targets equal to S are not\n"
+        "                         counted. S must be below vocab_size\n"
+        "  --loss-mask FILE       a loss-mask shard aligned with --data (`upipe data jsonl\n"
+        "                         --mask-output`): target t counts only where its byte is 1\n"
         "  --init FILE            start from these weights (safetensors, HF names, F32/BF16);\n"
         "                         default: random init from --seed\n"
         "  --seed S               seed of the random init (default 1234)\n\n"
@@ -121,7 +128,7 @@ enum {
     OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
     OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
     OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP, OPT_CKPT_DIR, OPT_CKPT_EVERY,
-    OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT
+    OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP, OPT_LOSS_MASK
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -139,6 +146,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     o->seed = 1234;
     o->accum = 1;
     o->ckpt_keep = 2;
+    o->doc_sep = -1;
     static const struct option longopts[] = {
         {"config", required_argument, 0, OPT_CONFIG},
         {"data", required_argument, 0, OPT_DATA},
@@ -170,6 +178,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"dry-run", no_argument, 0, OPT_DRY},
         {"fsdp", no_argument, 0, OPT_FSDP},
         {"mem-limit", required_argument, 0, OPT_MEMLIM},
+        {"doc-sep", required_argument, 0, OPT_DOC_SEP},
+        {"loss-mask", required_argument, 0, OPT_LOSS_MASK},
         {"ckpt-dir", required_argument, 0, OPT_CKPT_DIR},
         {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY},
         {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP},
@@ -212,6 +222,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_DRY: o->dry_run = 1; break;
         case OPT_FSDP: o->mopt.fsdp = 1; break;
         case OPT_MEMLIM: o->mem_limit = parse_size("--mem-limit", optarg); break;
+        case OPT_DOC_SEP: o->doc_sep = parse_long("--doc-sep", optarg, 0, INT32_MAX); break;
+        case OPT_LOSS_MASK: o->loss_mask = optarg; break;
         case OPT_CKPT_DIR: o->ckpt_dir = optarg; break;
         case OPT_CKPT_EVERY: o->ckpt_every = parse_long("--ckpt-every", optarg, 1, INT_MAX); break;
         case OPT_CKPT_KEEP: o->ckpt_keep = (int)parse_long("--ckpt-keep", optarg, 1, 1000); break;
@@ -237,6 +249,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
                    o->steps);
     if (o->ckpt_dir && strlen(o->ckpt_dir) > 3000)
         up_die_all("--ckpt-dir is %zu characters long: use a shorter path", strlen(o->ckpt_dir));
+    o->mopt.docs = o->doc_sep >= 0;
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     return 0;
 }

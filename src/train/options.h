@@ -8,6 +8,8 @@
 
 typedef struct {
     const char *config, *data, *init, *save, *save_grads, *log, *mem_report;
+    long doc_sep;          /* --doc-sep: the token id that opens a document; -1: none */
+    const char *loss_mask; /* --loss-mask: a mask shard aligned with --data; NULL: none */
     long T;
     long steps;
     double lr, min_lr_frac, weight_decay, beta1, beta2, adam_eps, grad_clip;

@@ -55,6 +55,8 @@ typedef struct {
     float lr; /* 0 when --lr 0 (no update) */
     double dt, comm_s;
     double ckpt_s, ckpt_bytes; /* a checkpoint written after this step (0: none) */
+    double docs;               /* documents in the step's windows, all replicas (--doc-sep) */
+    long long targets;         /* targets counted in the loss, all ranks */
 } train_step_stats;
 
 /* The first SIGTERM or SIGINT asks for a checkpoint and a clean exit after the current step; a
@@ -92,12 +94,19 @@ static unsigned long long step_seq(long step, const comm_ctx *comm, int accum, i
 /* Reads this rank's slice of sequence seq: the sequence is the T+1 tokens at seq*T (wrapping
  * around the shard); CP rank r holds inputs r*T_loc.. and the targets shifted by one before the
  * split (DESIGN.md §1). */
-static void read_tokens(const token_shard *shard, const comm_ctx *comm, long T, int T_loc,
-                        unsigned long long seq, model *m) {
-    size_t start = (size_t)((seq * (unsigned long long)T +
-                             (unsigned long long)comm->cp_rank * T_loc) % shard->ntok);
-    shard_read(shard, start, (size_t)T_loc, m->inputs);
-    shard_read(shard, (start + 1) % shard->ntok, (size_t)T_loc, m->targets);
+static void read_tokens(const train_run *r, unsigned long long seq, model *m) {
+    const token_shard *shard = &r->shard;
+    long T = r->o.T;
+    size_t first = (size_t)((seq * (unsigned long long)T) % shard->ntok);
+    size_t start = (first + (size_t)r->comm.cp_rank * r->T_loc) % shard->ntok;
+    shard_read(shard, start, (size_t)r->T_loc, m->inputs);
+    shard_read(shard, (start + 1) % shard->ntok, (size_t)r->T_loc, m->targets);
+    if (r->o.doc_sep < 0) return;
+    /* packed documents: every rank needs the whole window's boundaries; nobody can predict
+     * where the next document starts, so a target equal to the separator does not count */
+    shard_read(shard, first, (size_t)T, m->window);
+    for (int i = 0; i < r->T_loc; i++)
+        if (m->targets[i] == (int32_t)r->o.doc_sep) m->targets[i] = -1;
 }
 
 /* Threads per rank: --threads, else OMP_NUM_THREADS, else this node's cores over its ranks. */
@@ -192,6 +201,10 @@ static void run_setup(train_run *r) {
         up_die_all("--cp %d does not divide the %d ranks: use a divisor of %d", P, world, world);
     if (config_load(&r->cfg, o->config, err, sizeof err) != 0) up_die_all("%s", err);
     if (model_check_layout(&r->cfg, o->T, P, world, err, sizeof err) != 0) up_die_all("%s", err);
+    if (o->doc_sep >= r->cfg.V)
+        up_die_all("--doc-sep %ld is outside the vocabulary (vocab_size %d): use a separator "
+                   "below %d, or a config whose vocab_size holds it (at least %ld)", o->doc_sep,
+                   r->cfg.V, r->cfg.V, o->doc_sep + 1);
     if (shard_open(&r->shard, o->data, r->cfg.V, err, sizeof err) != 0) up_die_all("%s", err);
     size_t ntok = r->shard.ntok;
     if (ntok < (size_t)o->T + 1)
@@ -313,7 +326,7 @@ static train_step_stats run_step(train_run *r, long step) {
      * so the gradient scale 1/(valid targets, all ranks) is known before the forward */
     long long valid = 0;
     for (int b = 0; b < o->accum; b++) {
-        read_tokens(&r->shard, comm, o->T, r->T_loc, step_seq(step, comm, o->accum, b), m);
+        read_tokens(r, step_seq(step, comm, o->accum, b), m);
         for (int i = 0; i < r->T_loc; i++) valid += m->targets[i] >= 0;
     }
     double zero = 0;
@@ -323,12 +336,18 @@ static train_step_stats run_step(train_run *r, long step) {
     model_zero_grads(m);
     double loss_sum = 0;
     for (int b = 0; b < o->accum; b++) {
-        read_tokens(&r->shard, comm, o->T, r->T_loc, step_seq(step, comm, o->accum, b), m);
+        read_tokens(r, step_seq(step, comm, o->accum, b), m);
+        if (o->doc_sep >= 0) {
+            int nd = model_set_documents(m, (int32_t)o->doc_sep);
+            if (comm->cp_rank == 0) s.docs += nd; /* each replica's windows once */
+        }
         loss_sum += model_forward(m, scale);
         model_backward(m);
     }
     long long local = 0;
     comm_reduce_loss(comm, &loss_sum, &local); /* token-weighted over all ranks */
+    s.targets = valid;
+    if (o->doc_sep >= 0) comm_sum_double(comm, &s.docs);
     model_reduce_grads(m);
     s.loss = valid > 0 ? loss_sum / (double)valid : 0.0;
 
@@ -383,6 +402,8 @@ static void write_log_record(const train_run *r, const train_step_stats *s, doub
     json_object_set_new(rec, "loss", json_real_digits(s->loss, 9));
     json_object_set_new(rec, "lr", json_real_digits(s->lr, 9));
     json_object_set_new(rec, "grad_norm", json_real_digits(s->norm, 9));
+    json_object_set_new(rec, "targets", json_integer(s->targets));
+    if (r->o.doc_sep >= 0) json_object_set_new(rec, "documents", json_integer((json_int_t)s->docs));
     json_object_set_new(rec, "tokens_per_s", json_real_digits(tps, 6));
     json_object_set_new(rec, "step_s", json_real_digits(s->dt, 6));
     json_object_set_new(rec, "compute_s", json_real_digits(s->dt - s->comm_s, 6));

@@ -88,9 +88,12 @@ if [ "$finished" = 1 ] && [ "$kills" -ge 3 ]; then
 else bad "kill: finished $finished after $kills SIGKILLs (want a finish after at least 3)"; fi
 
 # ---- SIGTERM: checkpoint, message, exit 0; the resume ends where the straight run does ----
-"$UPIPE" train $K --ckpt-dir "$TMP/ck_term" --ckpt-every 100 >"$TMP/term.out" 2>&1 &
+"$UPIPE" train $K --ckpt-dir "$TMP/ck_term" --ckpt-every 100 --log "$TMP/term.jsonl" >"$TMP/term.out" 2>&1 &
 pid=$!
-sleep 0.4
+for _ in $(seq 1 300); do # the signal lands once training runs (handlers are installed by then)
+  [ -s "$TMP/term.jsonl" ] && break
+  sleep 0.1
+done
 kill -TERM "$pid"
 rc=0; wait "$pid" || rc=$?
 if [ "$rc" = 0 ] && grep -q "stopped on SIGTERM: checkpoint" "$TMP/term.out"; then
