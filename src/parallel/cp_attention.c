@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct cp_attention {
     cp_attention_shape s;
@@ -26,7 +27,20 @@ struct cp_attention {
     float *dkh, *dvh;      /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
     float *dkh_s, *dvh_s;  /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
     float *pack, *ws;      /* all-to-all packing; flash attention workspace */
+    double kernel_s;       /* seconds inside the attention kernels since the last reset */
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double cp_attention_seconds(cp_attention *a, int reset) {
+    double s = a->kernel_s;
+    if (reset) a->kernel_s = 0;
+    return s;
+}
 
 int cp_attention_check(int NH, int NKV, int P, int U, char *err, size_t errlen) {
     char sug[128] = "";
@@ -209,8 +223,10 @@ void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_we
             stage_project_q(a, qs, h, w->wq, c, j);                  // (T_loc, U*HS)
             to_head(a, qs, qh, U);                                    // (T, U_loc, HS)
             float *oh = a->oh ? a->oh : sv->att;                      // P == 1, model order
+            double t0 = now_s();
             attention_forward(oh, sv->lse + s * lse_stage, qh, kh, vh, a->s.doc_start, a->Tg,
                               a->U_loc, a->Kc_loc, HS, a->ws);        // (T, U_loc, HS)
+            a->kernel_s += now_s() - t0;
             if (a->model_order) {
                 to_seq(a, oh, sv->att, U);                            // (T_loc, NH*HS)
             } else {
@@ -249,8 +265,10 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
             }
             // the first stage of a chunk writes dk, dv; later ones add theirs
             float *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
+            double t0 = now_s();
             attention_backward(dqh, dk, dv, doh, qh, kh, vh, oh, sv->lse + s * lse_stage,
                                a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc, HS, a->ws);
+            a->kernel_s += now_s() - t0;
             if (j > 0)
                 for (size_t i = 0; i < kvh; i++) {
                     dkh[i] += dk[i]; /* the chunk's KV heads serve G/mult stages */

@@ -75,4 +75,7 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
                            const cp_attention_weights *g, const float *datt,
                            const cp_attention_saved *sv, float *dh);
 
+/* Seconds spent inside the attention kernels (forward and backward) since the last reset. */
+double cp_attention_seconds(cp_attention *a, int reset);
+
 #endif

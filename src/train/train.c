@@ -56,6 +56,7 @@ typedef struct {
     double dt, comm_s;
     double ckpt_s, ckpt_bytes; /* a checkpoint written after this step (0: none) */
     double docs;               /* documents in the step's windows, all replicas (--doc-sep) */
+    double attn_s;             /* this rank's seconds in the attention kernels */
     long long targets;         /* targets counted in the loss, all ranks */
 } train_step_stats;
 
@@ -365,6 +366,7 @@ static train_step_stats run_step(train_run *r, long step) {
     }
     s.dt = now_s() - t0;
     s.comm_s = comm_seconds(comm);
+    s.attn_s = cp_attention_seconds(m->attn, 1);
     return s;
 }
 
@@ -417,6 +419,7 @@ static void write_log_record(const train_run *r, const train_step_stats *s, doub
     json_object_set_new(rec, "a2a_bytes",
                         json_real_digits(st[COMM_SEQ_TO_HEAD].bytes + st[COMM_HEAD_TO_SEQ].bytes,
                                          6));
+    json_object_set_new(rec, "attn_s", json_real_digits(s->attn_s, 6));
     json_object_set_new(rec, "fsdp_s",
                         json_real_digits(st[COMM_FSDP_GATHER].seconds +
                                              st[COMM_FSDP_REDUCE].seconds, 6));
