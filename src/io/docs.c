@@ -152,8 +152,10 @@ static int docs_push_messages(doc_corpus *c, const json_t *msgs, char *why, size
         char where[64];
         snprintf(where, sizeof where, "messages[%zu]: ", i);
         if (!json_is_object(msg)) {
-            snprintf(why, whylen, "%sis %s, not an object {\"role\": ..., \"content\": ...}", where,
-                     json_type_name(msg));
+            snprintf(why, whylen,
+                     "messages[%zu] is %s, not an object {\"role\": ..., "
+                     "\"content\": ...}",
+                     i, json_type_name(msg));
             return -1;
         }
         const char *role, *content;
