@@ -48,8 +48,9 @@ static const char data_usage_jsonl[] =
     "  Other keys are ignored. A bad line is refused with its line number.\n"
     "  --input FILE [FILE ...]  the JSON Lines files, in order\n"
     "  --output PATH            the shard to write\n"
-    "  --doc-sep S              required: the token that opens every document (see text);\n"
-    "                           it never counts in the loss\n"
+    "  --doc-sep S              required: the token written before every document (like a\n"
+    "                           BOS token), S >= 0; S > 255 keeps it apart from the bytes\n"
+    "                           (e.g. 256: vocab_size >= 257); it never counts in the loss\n"
     "  --mask-output PATH       also write a loss mask aligned with the shard: one byte per\n"
     "                           token, 1 where predicting that token counts in the loss, else\n"
     "                           0 (header of 256 int32: magic 20261201, version 1, count)\n";
