@@ -1,8 +1,11 @@
-/* data_cmd.c — the `upipe data` command: writes a byte-level corpus as an llm.c token shard. */
+/* data_cmd.c — the `upipe data` command: writes a byte-level corpus as an llm.c token shard,
+ * optionally split into documents by a separator token, with a loss mask for chat data. */
 #include "cmd/data_cmd.h"
 
 #include "core/check.h"
 #include "io/corpus.h"
+#include "io/docs.h"
+#include "io/mask.h"
 #include "io/shard.h"
 
 #include <errno.h>
@@ -11,26 +14,56 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char data_usage[] =
+static const char data_usage_head[] =
     "usage:\n"
-    "  upipe data text   --input FILE --output SHARD.bin\n"
+    "  upipe data text   --input FILE [FILE ...] --output SHARD.bin [--doc-sep S]\n"
+    "  upipe data jsonl  --input FILE.jsonl [FILE.jsonl ...] --output SHARD.bin --doc-sep S\n"
+    "                    [--mask-output MASK.bin]\n"
     "  upipe data recall --output SHARD.bin --tokens N [--distance D] [--seed S]\n"
     "\n"
-    "Writes an llm.c token shard (uint16 tokens) with a byte-level vocabulary: token ids are\n"
-    "byte values 0..255, so the model's vocab_size must be at least 256.\n"
+    "Writes an llm.c token shard with a byte-level vocabulary: token ids are byte values\n"
+    "0..255, so the model's vocab_size must be at least 256, and above S with --doc-sep S.\n"
+    "The shard holds uint16 tokens (magic 20240520), or uint32 (magic 20240801) when S > 65535.\n"
+    "Every file is written atomically (temp file, then rename).\n"
+    "  --help                   this text; `upipe data SUB --help` shows one subcommand\n";
+
+static const char data_usage_text[] =
     "\n"
-    "  text      every byte of FILE becomes one token.\n"
-    "  recall    a synthetic long-range recall corpus: facts \"key=V;\" and, about D tokens\n"
-    "            later, questions \"key?V;\" whose answer V only the earlier fact reveals.\n"
+    "upipe data text: every byte of every FILE becomes one token.\n"
+    "  --input FILE [FILE ...]  the text files, in order (--input may also be repeated)\n"
+    "  --output PATH            the shard to write\n"
+    "  --doc-sep S              each file becomes one document opened by token S (written\n"
+    "                           before every document, like a BOS token), S >= 0; S > 255\n"
+    "                           keeps it apart from the bytes (e.g. 256: vocab_size >= 257).\n"
+    "                           Without it the files are concatenated with nothing between.\n";
+
+static const char data_usage_jsonl[] =
     "\n"
-    "flags:\n"
-    "  --input FILE     (text) the text file to tokenize\n"
-    "  --output PATH    the shard to write (written atomically: temp file, then rename)\n"
-    "  --tokens N       (recall) number of tokens to generate, N >= 16\n"
-    "  --distance D     (recall) average tokens between a fact and its question\n"
-    "                   (default min(512, N/2); 4 <= D <= N/2)\n"
-    "  --seed S         (recall) random seed, the corpus is a function of it (default 1)\n"
-    "  --help           this text\n";
+    "upipe data jsonl: one JSON object per line (empty lines are skipped), one document each:\n"
+    "    {\"text\": T}                     the bytes of T; all of them count in the loss\n"
+    "    {\"prompt\": P, \"response\": R}    the bytes of P then R; only R counts\n"
+    "    {\"messages\": [{\"role\": ROLE, \"content\": C}, ...]}\n"
+    "                                    each message as the bytes \"ROLE: C\\n\", in order;\n"
+    "                                    only the C and \"\\n\" of role \"assistant\" count\n"
+    "  Other keys are ignored. A bad line is refused with its line number.\n"
+    "  --input FILE [FILE ...]  the JSON Lines files, in order\n"
+    "  --output PATH            the shard to write\n"
+    "  --doc-sep S              required: the token written before every document (like a\n"
+    "                           BOS token), S >= 0; S > 255 keeps it apart from the bytes\n"
+    "                           (e.g. 256: vocab_size >= 257); it never counts in the loss\n"
+    "  --mask-output PATH       also write a loss mask aligned with the shard: one byte per\n"
+    "                           token, 1 where predicting that token counts in the loss, else\n"
+    "                           0 (header of 256 int32: magic 20261201, version 1, count)\n";
+
+static const char data_usage_recall[] =
+    "\n"
+    "upipe data recall: a synthetic long-range recall corpus: facts \"key=V;\" and, about D\n"
+    "tokens later, questions \"key?V;\" whose answer V only the earlier fact reveals.\n"
+    "  --output PATH            the shard to write\n"
+    "  --tokens N               number of tokens to generate, N >= 16\n"
+    "  --distance D             average tokens between a fact and its question\n"
+    "                           (default min(512, N/2); 4 <= D <= N/2)\n"
+    "  --seed S                 random seed, the corpus is a function of it (default 1)\n";
 
 static int parse_u64(const char *s, uint64_t *out) {
     if (s == NULL || *s < '0' || *s > '9') return -1;
@@ -42,30 +75,52 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
+typedef enum { DATA_TEXT, DATA_JSONL, DATA_RECALL } data_kind;
+
 /* The flags of one `upipe data` call, validated. */
 typedef struct {
-    const char *sub; /* "text" or "recall" */
-    int is_text;
-    const char *input, *output;
+    const char *sub; /* "text", "jsonl", "recall" or NULL (help of the whole command) */
+    data_kind kind;
+    const char **inputs; /* (ninputs) argv strings; the array is malloc'd */
+    int ninputs;
+    const char *output, *mask_output;
+    int64_t sep; /* --doc-sep, or -1 */
     uint64_t ntok, distance, seed;
 } data_args;
+
+static void data_print_help(const char *sub) {
+    fputs(data_usage_head, stdout);
+    int all = sub == NULL;
+    if (all || strcmp(sub, "text") == 0) fputs(data_usage_text, stdout);
+    if (all || strcmp(sub, "jsonl") == 0) fputs(data_usage_jsonl, stdout);
+    if (all || strcmp(sub, "recall") == 0) fputs(data_usage_recall, stdout);
+}
 
 /* Fills a from argv (argv[0] == "data"). Returns 1 for --help, else 0; a bad or missing flag
  * stops the process with a message. */
 static int data_parse_args(data_args *a, int argc, char **argv) {
     memset(a, 0, sizeof *a);
     a->seed = 1;
+    a->sep = -1;
     if (argc < 2)
-        up_die("data: missing subcommand: use `upipe data text` or `upipe data recall` (see "
-               "--help)");
+        up_die("data: missing subcommand: use `upipe data text`, `upipe data jsonl` or `upipe "
+               "data recall` (see --help)");
     const char *sub = argv[1];
+    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0 || strcmp(sub, "help") == 0) return 1;
+    if (strcmp(sub, "text") == 0)
+        a->kind = DATA_TEXT;
+    else if (strcmp(sub, "jsonl") == 0)
+        a->kind = DATA_JSONL;
+    else if (strcmp(sub, "recall") == 0)
+        a->kind = DATA_RECALL;
+    else
+        up_die("data: unknown subcommand \"%s\": use \"text\", \"jsonl\" or \"recall\" (see "
+               "--help)",
+               sub);
     a->sub = sub;
-    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0 || strcmp(sub, "help") == 0)
-        return 1;
-    int is_text = strcmp(sub, "text") == 0, is_recall = strcmp(sub, "recall") == 0;
-    if (!is_text && !is_recall)
-        up_die("data: unknown subcommand \"%s\": use \"text\" or \"recall\" (see --help)", sub);
-    a->is_text = is_text;
+    int docs = a->kind != DATA_RECALL;
+    a->inputs = malloc((size_t)argc * sizeof *a->inputs);
+    UP_CHECK(a->inputs != NULL, "out of memory");
     int have_tokens = 0, have_distance = 0;
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i];
@@ -83,31 +138,50 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
             if (i + 1 >= argc) up_die("data: flag %s needs a value (see --help)", arg);
             val = argv[++i];
         }
-        if (is_text && strcmp(flag, "--input") == 0)
-            a->input = val;
-        else if (strcmp(flag, "--output") == 0)
+        if (docs && strcmp(flag, "--input") == 0) {
+            a->inputs[a->ninputs++] = val;
+            /* --input A B C: the values up to the next flag */
+            while (eq == NULL && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+                a->inputs[a->ninputs++] = argv[++i];
+        } else if (strcmp(flag, "--output") == 0)
             a->output = val;
-        else if (is_recall && strcmp(flag, "--tokens") == 0) {
+        else if (docs && strcmp(flag, "--doc-sep") == 0) {
+            uint64_t s = 0;
+            if (parse_u64(val, &s) != 0 || s > (uint64_t)INT32_MAX)
+                up_die("data %s: --doc-sep \"%s\" is not a token id: use an integer 0 .. %d "
+                       "(256 is the usual choice: the first id after the bytes)",
+                       sub, val, INT32_MAX);
+            a->sep = (int64_t)s;
+        } else if (a->kind == DATA_JSONL && strcmp(flag, "--mask-output") == 0)
+            a->mask_output = val;
+        else if (!docs && strcmp(flag, "--tokens") == 0) {
             if (parse_u64(val, &a->ntok) != 0)
                 up_die("data: --tokens \"%s\" is not a positive integer", val);
             have_tokens = 1;
-        } else if (is_recall && strcmp(flag, "--distance") == 0) {
+        } else if (!docs && strcmp(flag, "--distance") == 0) {
             if (parse_u64(val, &a->distance) != 0)
                 up_die("data: --distance \"%s\" is not a positive integer", val);
             have_distance = 1;
-        } else if (is_recall && strcmp(flag, "--seed") == 0) {
+        } else if (!docs && strcmp(flag, "--seed") == 0) {
             if (parse_u64(val, &a->seed) != 0)
                 up_die("data: --seed \"%s\" is not a non-negative integer", val);
         } else
-            up_die("data %s: unknown flag \"%s\" (see upipe data --help)", sub, flag);
+            up_die("data %s: unknown flag \"%s\" (see upipe data %s --help)", sub, flag, sub);
     }
     if (a->output == NULL) up_die("data %s: --output is required: name the shard to write", sub);
-    if (is_text) {
-        if (a->input == NULL) up_die("data text: --input is required: name the text file");
+    if (docs) {
+        if (a->ninputs == 0)
+            up_die("data %s: --input is required: name the %s file(s)", sub,
+                   a->kind == DATA_TEXT ? "text" : "JSON Lines");
+        if (a->kind == DATA_JSONL && a->sep < 0)
+            up_die("data jsonl: --doc-sep is required: name the token that opens every "
+                   "document, e.g. --doc-sep 256 (then the model needs vocab_size >= 257)");
+        if (a->mask_output != NULL && strcmp(a->mask_output, a->output) == 0)
+            up_die("data jsonl: --mask-output and --output are the same file \"%s\": name two",
+                   a->output);
         return 0;
     }
-    if (!have_tokens)
-        up_die("data recall: --tokens is required: say how many tokens to generate");
+    if (!have_tokens) up_die("data recall: --tokens is required: say how many tokens to generate");
     if (a->ntok < 16 || a->ntok > (uint64_t)INT32_MAX)
         up_die("data recall: --tokens %llu is out of range: use 16 .. %d",
                (unsigned long long)a->ntok, INT32_MAX);
@@ -119,39 +193,86 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
     return 0;
 }
 
-/* The corpus a asks for: (n) tokens, malloc'd. Stops the process with a message on failure. */
-static uint32_t *data_make_tokens(const data_args *a, size_t *n) {
-    if (a->is_text) {
-        char err[1024];
-        uint32_t *tok = corpus_tokenize_bytes(a->input, n, err, sizeof err);
-        if (tok == NULL) up_die("%s", err);
-        return tok;
+/* Writes the shard of n tokens and prints its size into sz; stops with a message on failure. */
+static void data_write_shard(const char *path, const uint32_t *tok, size_t n, int tb, char *sz,
+                             size_t szlen) {
+    char err[1024];
+    if (shard_write(path, tok, n, err, sizeof err) != 0) up_die("%s", err);
+    up_fmt_bytes(sz, szlen, (double)(SHARD_HEADER_BYTES + (size_t)tb * n));
+}
+
+static int data_recall(const data_args *a) {
+    size_t n = (size_t)a->ntok;
+    uint32_t *tok = corpus_make_recall(n, (size_t)a->distance, a->seed);
+    if (tok == NULL) up_die("data recall: out of memory for %zu tokens", n);
+    char sz[32];
+    data_write_shard(a->output, tok, n, 2, sz, sizeof sz);
+    free(tok);
+    printf("upipe data: wrote %zu tokens (recall, distance %llu, seed %llu) to %s (%s)\n", n,
+           (unsigned long long)a->distance, (unsigned long long)a->seed, a->output, sz);
+    return 0;
+}
+
+/* text and jsonl: documents, shard, mask, summary. */
+static int data_docs(const data_args *a) {
+    char err[1024];
+    doc_corpus c;
+    docs_init(&c, a->sep);
+    for (int i = 0; i < a->ninputs; i++) {
+        int rc = a->kind == DATA_TEXT ? docs_add_text_file(&c, a->inputs[i], err, sizeof err)
+                                      : docs_add_jsonl_file(&c, a->inputs[i], err, sizeof err);
+        if (rc != 0) up_die("%s", err);
     }
-    *n = (size_t)a->ntok;
-    uint32_t *tok = corpus_make_recall(*n, (size_t)a->distance, a->seed);
-    if (tok == NULL) up_die("data recall: out of memory for %zu tokens", *n);
-    return tok;
+    docs_stats st;
+    if (docs_summarize(&c, &st) != 0) up_die("data %s: out of memory", a->sub);
+    int tb = a->sep > 65535 ? 4 : 2; /* shard_write's choice: every byte token is < 256 */
+    char sz[32];
+    data_write_shard(a->output, c.tok, c.n, tb, sz, sizeof sz);
+    char what[600];
+    const char *of = a->kind == DATA_TEXT ? "bytes" : "documents";
+    if (a->ninputs == 1)
+        snprintf(what, sizeof what, "%s of %s", of, a->inputs[0]);
+    else
+        snprintf(what, sizeof what, "%s of %d files", of, a->ninputs);
+    printf("upipe data: wrote %zu tokens (%s) to %s (%s)\n", c.n, what, a->output, sz);
+    if (a->mask_output != NULL) {
+        if (mask_write(a->mask_output, c.mask, c.n, err, sizeof err) != 0) up_die("%s", err);
+        char msz[32];
+        up_fmt_bytes(msz, sizeof msz, (double)(MASK_HEADER_BYTES + c.n));
+        printf("upipe data: wrote the loss mask of those %zu tokens to %s (%s)\n", c.n,
+               a->mask_output, msz);
+    }
+    long long vocab = a->sep >= 256 ? (long long)a->sep + 1 : 256;
+    if (a->sep >= 0)
+        printf("  %zu document%s opened by separator %lld; %zu tokens; document length "
+               "(tokens, separator included): shortest %zu, median %zu, longest %zu\n",
+               st.ndoc, st.ndoc == 1 ? "" : "s", (long long)a->sep, st.ntok, st.min_len,
+               st.median_len, st.max_len);
+    else
+        printf("  %zu document%s (one per file, no separator between); %zu tokens; "
+               "document length (tokens): shortest %zu, median %zu, longest %zu\n",
+               st.ndoc, st.ndoc == 1 ? "" : "s", st.ntok, st.min_len, st.median_len, st.max_len);
+    if (a->kind == DATA_JSONL)
+        printf("  counted tokens (mask 1): %zu of %zu (%.1f%%)%s\n", st.counted, st.ntok,
+               100.0 * (double)st.counted / (double)st.ntok,
+               a->mask_output ? "" : "; no --mask-output: the mask was not written");
+    printf("  needs vocab_size >= %lld%s\n", vocab,
+           a->sep >= 256 ? " (the separator id must be below the model's vocab_size)" : "");
+    if (a->sep >= 0 && a->sep < 256)
+        printf("  note: separator %lld is also a byte value, so a document boundary looks like "
+               "that byte in the text; --doc-sep 256 keeps them apart\n",
+               (long long)a->sep);
+    docs_free(&c);
+    return 0;
 }
 
 int data_main(int argc, char **argv) {
     data_args a;
-    if (data_parse_args(&a, argc, argv) == 1) {
-        fputs(data_usage, stdout);
-        return 0;
-    }
-    size_t n = 0;
-    uint32_t *tok = data_make_tokens(&a, &n);
-    char err[1024];
-    int rc = shard_write(a.output, tok, n, err, sizeof err);
-    free(tok);
-    if (rc != 0) up_die("%s", err);
-    char sz[32];
-    up_fmt_bytes(sz, sizeof sz, (double)(SHARD_HEADER_BYTES + 2 * n)); /* bytes: uint16 format */
-    if (a.is_text)
-        printf("upipe data: wrote %zu tokens (bytes of %s) to %s (%s)\n", n, a.input, a.output,
-               sz);
+    int rc = 0;
+    if (data_parse_args(&a, argc, argv) == 1)
+        data_print_help(a.sub);
     else
-        printf("upipe data: wrote %zu tokens (recall, distance %llu, seed %llu) to %s (%s)\n", n,
-               (unsigned long long)a.distance, (unsigned long long)a.seed, a.output, sz);
-    return 0;
+        rc = a.kind == DATA_RECALL ? data_recall(&a) : data_docs(&a);
+    free(a.inputs);
+    return rc;
 }

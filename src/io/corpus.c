@@ -9,18 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint32_t *corpus_tokenize_bytes(const char *path, size_t *n, char *err, size_t errlen) {
-    *n = 0;
+uint8_t *corpus_read_bytes(const char *path, size_t *len, char *err, size_t errlen) {
+    *len = 0;
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) {
         up_errf(err, errlen, path, "cannot open (%s): check the path", strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, len = 0;
+    size_t cap = 1 << 16, n = 0;
     uint8_t *bytes = malloc(cap);
     int ok = bytes != NULL;
     while (ok) {
-        if (len == cap) {
+        if (n == cap) {
             uint8_t *nb = cap <= SIZE_MAX / 2 ? realloc(bytes, cap * 2) : NULL;
             if (nb == NULL) {
                 ok = 0;
@@ -29,20 +29,33 @@ uint32_t *corpus_tokenize_bytes(const char *path, size_t *n, char *err, size_t e
             bytes = nb;
             cap *= 2;
         }
-        size_t r = fread(bytes + len, 1, cap - len, fp);
-        len += r;
+        size_t r = fread(bytes + n, 1, cap - n, fp);
+        n += r;
         if (r == 0) break;
     }
     int rd_err = ferror(fp);
     fclose(fp);
-    uint32_t *tok = NULL;
     if (!ok)
         up_errf(err, errlen, path, "out of memory reading the file");
     else if (rd_err)
         up_errf(err, errlen, path, "read error");
-    else if (len == 0)
+    else if (n == 0)
         up_errf(err, errlen, path, "the file is empty: nothing to tokenize");
-    else if ((tok = malloc(len * sizeof *tok)) == NULL)
+    else {
+        *len = n;
+        return bytes;
+    }
+    free(bytes);
+    return NULL;
+}
+
+uint32_t *corpus_tokenize_bytes(const char *path, size_t *n, char *err, size_t errlen) {
+    *n = 0;
+    size_t len = 0;
+    uint8_t *bytes = corpus_read_bytes(path, &len, err, errlen);
+    if (bytes == NULL) return NULL;
+    uint32_t *tok = malloc(len * sizeof *tok);
+    if (tok == NULL)
         up_errf(err, errlen, path, "out of memory for %zu tokens", len);
     else {
         for (size_t i = 0; i < len; i++)

@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The whole file's bytes (malloc) and their count *len; NULL with err when it cannot be read or
+ * is empty. */
+uint8_t *corpus_read_bytes(const char *path, size_t *len, char *err, size_t errlen);
 /* Every byte of a text file becomes one token. Returns tokens (malloc) and count *n, or NULL
  * with err. */
 uint32_t *corpus_tokenize_bytes(const char *path, size_t *n, char *err, size_t errlen);

@@ -49,6 +49,17 @@ expect_error wrong_shapes "shape" -- $TRAIN --config "$TMP/other.json" --data "$
 head -c 2000 "$TMP/d.bin" >"$TMP/short.bin"
 expect_error truncated_shard "truncated" -- $TRAIN --config "$CFG" --data "$TMP/short.bin" --seq-len 64
 
+# upipe data jsonl: a bad line is refused with its file and line number; nothing is written.
+# (A loss mask of the wrong length for `train --loss-mask` belongs here once that flag exists.)
+printf '{"text": "fine"}\n\n{"prompt": "p", "reply": "r"}\n' >"$TMP/bad.jsonl"
+expect_error jsonl_bad_line "bad.jsonl:3: \"prompt\" without \"response\"" -- "$UPIPE" data jsonl --input "$TMP/bad.jsonl" \
+  --output "$TMP/j.bin" --doc-sep 256 --mask-output "$TMP/j.mask"
+printf '{"text": "fine"}\n{"text": "cut' >"$TMP/cut.jsonl"
+expect_error jsonl_invalid_json "cut.jsonl:2: invalid JSON" -- "$UPIPE" data jsonl --input "$TMP/cut.jsonl" --output "$TMP/j.bin" --doc-sep 256
+expect_error jsonl_no_doc_sep "--doc-sep is required" -- "$UPIPE" data jsonl --input "$TMP/bad.jsonl" --output "$TMP/j.bin"
+expect_error doc_sep_negative "--doc-sep" -- "$UPIPE" data text --input "$TMP/bad.jsonl" --output "$TMP/j.bin" --doc-sep -5
+if [ -e "$TMP/j.bin" ] || [ -e "$TMP/j.mask" ]; then bad "refused data left output: $(ls "$TMP")"; else ok "refused data leaves nothing"; fi
+
 # No half-written output: a save into a missing directory fails cleanly; a save that fails in the
 # middle of writing (a 64 MB model under a 10 MB file-size limit; MPI's own files need less)
 # leaves neither the file nor its temporary behind.

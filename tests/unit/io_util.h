@@ -6,14 +6,21 @@
  *   tmp_path(name)            g_dir/name, in one of 8 rotating static buffers
  *   write_bytes / read_bytes  whole files (read_bytes leaves one spare byte for a '\0')
  *   count_files_with(s)       files in g_dir whose name contains s (to find stray temp files)
+ *   run_data_to(argc, argv, path)  `upipe data` (data_main) in a forked child, its stdout and
+ *                             stderr into path (NULL: /dev/null); returns the exit status
+ *   run_data_quiet(argc, argv)     the same, output discarded
  *   cleanup_dir()             removes the files and the directory */
 #ifndef UP_TEST_IO_UTIL_H
 #define UP_TEST_IO_UTIL_H
 
+#include "cmd/data_cmd.h"
+
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char g_dir[256];
@@ -79,6 +86,31 @@ static inline int count_files_with(const char *s) {
         n += strstr(e->d_name, s) != NULL;
     if (d) closedir(d);
     return n;
+}
+
+/* Runs `upipe data` in a child with stdout and stderr sent to path (NULL: silenced; a refusal
+ * stops the process with up_die); returns the child's exit status. */
+static inline int run_data_to(int argc, char **argv, const char *path) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd =
+            path ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644) : open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        int rc = data_main(argc, argv);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static inline int run_data_quiet(int argc, char **argv) {
+    return run_data_to(argc, argv, NULL);
 }
 
 #endif

@@ -11,13 +11,11 @@
 #include "harness.h"
 #include "io_util.h"
 
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- shards ------------------------------------------------------------------------------ */
@@ -239,26 +237,6 @@ static void check_recall(size_t n, size_t distance, uint64_t seed) {
     free(hv);
     free(hp);
     free(t);
-}
-
-/* Runs `upipe data` in a child with stdout and stderr silenced (a refusal stops the process with
- * up_die); returns the child's exit status. */
-static int run_data_quiet(int argc, char **argv) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        int nul = open("/dev/null", O_WRONLY);
-        dup2(nul, 1);
-        dup2(nul, 2);
-        int rc = data_main(argc, argv);
-        fflush(stdout);
-        _exit(rc);
-    }
-    int status = 0;
-    if (waitpid(pid, &status, 0) != pid) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
 static void test_data_main(void) {
