@@ -3,8 +3,10 @@
  * The algorithm, on blocks of queries (i) and keys (j) (sizes below):
  *
  * Forward, one task per (query head h, query block i):
- *     for the key blocks j up to the block's last query (blocks above the diagonal skipped):
- *         S = scale * Q_i K_j^T                                  blocks on the diagonal masked
+ *     for the key blocks j from the one holding doc_start of the block's first query up to the
+ *     block's last query (blocks above the diagonal, and wholly before the block's documents,
+ *     skipped):
+ *         S = scale * Q_i K_j^T                     masked on the diagonal and across documents
  *         m_new = max(m, rowmax S); P = exp(S - m_new); l = l * exp(m - m_new) + rowsum P
  *         O_i = O_i * exp(m - m_new) + P V_j
  *     out_i = O_i / l;  lse_i = m + log l
@@ -12,7 +14,8 @@
  * Backward, one task per (KV head, key block j) in FlashAttention-2 order (K_j, V_j stay hot;
  * dK_j, dV_j belong to the task and sum over the G query heads of the group, which is GQA's
  * gradient):
- *     for the G query heads h of the group, for the query blocks i from the diagonal on:
+ *     for the G query heads h of the group, for the query blocks i from the diagonal up to the
+ *     end of the document of the block's last key (no later query sees these keys):
  *         P = exp(scale * Q_i K_j^T - lse_i)   (masked)          recompute of the forward
  *         dV_j += P^T dO_i
  *         dP = dO_i V_j^T
@@ -27,6 +30,14 @@
  *     first, to the least loaded thread); thread 0 accumulates dQ in dq itself, threads 1..nt-1 in
  *     private (T, NH, HS) buffers of the workspace, added to dq at the end in thread order.
  * Both are deterministic: the results do not depend on timing.
+ *
+ * Documents (doc_start): query i sees keys doc_start[i] .. i. Work ~ sum of the documents'
+ * squares: the block ranges above skip whole tiles outside every document; a tile that a
+ * document boundary cuts is masked element-wise (key j hidden from query i when j <
+ * doc_start[i], as the diagonal hides j > i): scores -inf / probabilities 0. A query row with no
+ * visible key in a tile leaves its softmax state alone; every query sees itself, so lse is
+ * finite. Without documents (NULL) the code and the order of every sum are those of the plain
+ * causal kernel, so results are bit-identical to it.
  *
  * Two implementations of the per-block work, same algorithm and blocking:
  *   - AVX-512 (when the compiler targets it): our own register-blocked micro-kernels (attn_kq,
@@ -71,9 +82,16 @@ size_t attention_workspace_floats(int T, int NH, int NKV, int HS) {
     return n;
 }
 
-static attn_shape attn_shape_of(int T, int NH, int NKV, int HS) {
-    attn_shape s = {
-        T, NH, NKV, HS, NH / NKV, (size_t)NH * HS, (size_t)NKV * HS, 1.0f / sqrtf((float)HS)};
+static attn_shape attn_shape_of(int T, int NH, int NKV, int HS, const int32_t *doc_start) {
+    attn_shape s = {T,
+                    NH,
+                    NKV,
+                    HS,
+                    NH / NKV,
+                    (size_t)NH * HS,
+                    (size_t)NKV * HS,
+                    1.0f / sqrtf((float)HS),
+                    doc_start};
     return s;
 }
 
@@ -89,11 +107,22 @@ static void attn_check_args(const void *a, const void *b, const void *c, const v
     UP_CHECK((size_t)NH * HS <= INT32_MAX / 2, "attention: NH*HS=%zu too large", (size_t)NH * HS);
 }
 
+/* doc_start as the contract says: doc[0] = 0 and each doc[i] either continues the document of
+ * token i-1 (doc[i] == doc[i-1]) or starts one at i (doc[i] == i). O(T), against O(T^2) work. */
+static void attn_check_docs(const int32_t *doc, int T) {
+    if (!doc) return;
+    for (int i = 0; i < T; i++)
+        UP_CHECK(doc[i] == i || (i > 0 && doc[i] == doc[i - 1]),
+                 "attention: doc_start[%d] = %d: must be %d (a document starts there) or "
+                 "doc_start[%d] (the same document as token %d); documents are contiguous",
+                 i, (int)doc[i], i, i - 1, i - 1);
+}
+
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                        const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws) {
-    UP_CHECK(doc_start == NULL, "attention: documents are not implemented yet");
     attn_check_args(out, lse, q, k, v, T, NH, NKV, HS, ws);
-    const attn_shape sh = attn_shape_of(T, NH, NKV, HS);
+    attn_check_docs(doc_start, T);
+    const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
     const int nb = (T + ATTN_FQ - 1) / ATTN_FQ; // query blocks
     const long ntasks = (long)NH * nb;
     const int nt = omp_get_max_threads();
@@ -109,10 +138,11 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
     }
 }
 
-/* Second scheme's greedy assignment: tasks (kvh, jb) in order of decreasing work (key block jb
- * is seen by T - jb*BKB queries), each to the least loaded thread (lowest id on a tie). Every
- * thread replays the same rule and runs its own tasks: a fixed, timing-independent assignment,
- * so the dQ sums are reproducible. */
+/* Second scheme's greedy assignment: tasks (kvh, jb) in order of increasing jb (decreasing work
+ * without documents), each to the least loaded thread (lowest id on a tie). Work of key block jb:
+ * the queries from its first key to the end of the document of its last key (T - jb*BKB without
+ * documents). Every thread replays the same rule and runs its own tasks: a fixed,
+ * timing-independent assignment, so the dQ sums are reproducible. */
 static void attn_bwd_greedy(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
                             const float *k, const float *v, const float *lse, const float *D,
                             const attn_shape *sh, float *tws, int tid, int nth) {
@@ -122,23 +152,26 @@ static void attn_bwd_greedy(float *dqacc, float *dk, float *dv, const float *dou
     for (int t = 0; t < nth; t++)
         load[t] = 0;
     const int nb = (sh->T + ATTN_BKB - 1) / ATTN_BKB;
-    for (int jb = 0; jb < nb; jb++)
+    for (int jb = 0; jb < nb; jb++) {
+        const int j0 = jb * ATTN_BKB, j1 = attn_min(sh->T, j0 + ATTN_BKB);
+        const long work = attn_doc_query_end(sh, j1) - j0;
         for (int kvh = 0; kvh < sh->NKV; kvh++) {
             int best = 0;
             for (int t = 1; t < nth; t++)
                 if (load[t] < load[best]) best = t;
-            load[best] += sh->T - jb * ATTN_BKB;
+            load[best] += work;
             if (best == tid) attn_bwd_block(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
         }
+    }
 }
 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
                         const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws) {
-    UP_CHECK(doc_start == NULL, "attention: documents are not implemented yet");
     attn_check_args(dq, dk, dv, dout, q, T, NH, NKV, HS, ws);
     UP_CHECK(k && v && out && lse, "attention: NULL buffer");
-    const attn_shape sh = attn_shape_of(T, NH, NKV, HS);
+    attn_check_docs(doc_start, T);
+    const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
     const int nt = omp_get_max_threads();
     const int buffered = attn_uses_dq_buffers(NKV, nt);
     const size_t per_thread = attn_thread_floats(HS);

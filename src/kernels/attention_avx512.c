@@ -193,9 +193,17 @@ static inline __mmask16 attn_causal_mask(int dk, int m, int qv) {
     return thr <= 0 ? (__mmask16)0xFFFF : thr >= 16 ? (__mmask16)0 : (__mmask16)(0xFFFFu << thr);
 }
 
+/* Lanes whose query (doc start in dsv) sees key j for its document: doc <= j. */
+static inline __mmask16 attn_doc_mask(__m512i dsv, int j) {
+    return _mm512_cmple_epi32_mask(dsv, _mm512_set1_epi32(j));
+}
+
 /* Forward of one (query head h, query block ib of ATTN_FQ queries). tws: this thread's scratch.
  * The queries are the vector dimension: scale * Q_i^T is packed once, scores are S^T (keys,
- * queries) in 32-query chunks, the output accumulates transposed in O^T (HS, FQ). */
+ * queries) in 32-query chunks, the output accumulates transposed in O^T (HS, FQ).
+ * Documents: key blocks start at the one holding doc[i0]; in a chunk, keys before the doc start
+ * of its first query are skipped, and where a document boundary cuts the 16 queries of a vector,
+ * key j0+m is masked off the lanes with doc > j0+m. */
 void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
                     const attn_shape *sh, int h, int ib, float *tws) {
     const int B = ATTN_B, FQ = ATTN_FQ, LD = ATTN_LDF, HS = sh->HS, T = sh->T;
@@ -213,7 +221,8 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
         mrow[r] = -INFINITY;
         lrow[r] = 0.0f;
     }
-    for (int j0 = 0; j0 < i0 + bq; j0 += B) { // key blocks up to the last query
+    const int jfirst = attn_doc_first_key(sh, i0) / B * B; // 0 without documents
+    for (int j0 = jfirst; j0 < i0 + bq; j0 += B) { // key blocks up to the last query
         const int bk = attn_min(B, T - j0);
         const int dk = j0 - i0;
         const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
@@ -228,23 +237,43 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
         for (int q0 = 0; q0 < bq; q0 += ATTN_QC) {
             // keys of this block seen by some query of the chunk: j0 + m <= i0 + q0 + 31
             const int mc = attn_min(bk, q0 + ATTN_QC - dk);
-            if (mc <= 0) continue;
-            attn_kq(st + q0, kj, sh->ldk, 1, qt + q0, LD, mc, HS, 0); // S^T (mc, 32)
+            // and at or after the first query's document start (0 without documents)
+            const int ml = sh->doc ? attn_max(0, sh->doc[i0 + q0] - j0) : 0;
+            if (mc <= ml) continue;
+            attn_kq(st + (size_t)ml * LD + q0, kj + (size_t)ml * sh->ldk, sh->ldk, 1, qt + q0, LD,
+                    mc - ml, HS, 0); // S^T (rows ml .. mc-1, 32)
             for (int qv = q0; qv < q0 + ATTN_QC; qv += 16) {
+                // doc starts of the vector's queries where a boundary cuts it (lanes past bq: 0)
+                const int cut = qv < bq && attn_doc_cuts(sh, i0 + attn_min(qv + 16, bq), j0 + ml);
+                const __m512i dsv =
+                    cut ? _mm512_maskz_loadu_epi32((__mmask16)((1u << attn_min(16, bq - qv)) - 1),
+                                                   sh->doc + i0 + qv)
+                        : _mm512_setzero_si512();
                 const __m512 m_old = _mm512_loadu_ps(mrow + qv);
                 __m512 mx = m_old;
-                for (int m = 0; m < mc; m++) {
-                    const __mmask16 mk = masked ? attn_causal_mask(dk, m, qv) : (__mmask16)0xFFFF;
+                for (int m = ml; m < mc; m++) {
+                    __mmask16 mk = masked ? attn_causal_mask(dk, m, qv) : (__mmask16)0xFFFF;
+                    if (cut) mk &= attn_doc_mask(dsv, j0 + m);
                     mx = _mm512_mask_max_ps(mx, mk, mx, _mm512_loadu_ps(st + (size_t)m * LD + qv));
                 }
-                // every query sees key 0 in block 0 (processed first): mx is finite from there on
-                const __m512 alpha = attn_exp16(_mm512_sub_ps(m_old, mx)); // 0 in block 0
+                // Without documents every query sees key 0 in block 0 (processed first): mx is
+                // finite from there on. With documents a query may see no key of its first
+                // tiles: mx stays -inf there, and 0 stands in for it in the exponents (p = 0 by
+                // the mask, alpha = exp(-inf) = 0 on an O and l that are still 0).
+                const __m512 mxe =
+                    sh->doc ? _mm512_mask_mov_ps(mx,
+                                                 _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY),
+                                                                    _CMP_EQ_OQ),
+                                                 _mm512_setzero_ps())
+                            : mx;
+                const __m512 alpha = attn_exp16(_mm512_sub_ps(m_old, mxe)); // 0 in block 0
                 __m512 sum = _mm512_setzero_ps();
-                for (int m = 0; m < mc; m++) {
+                for (int m = ml; m < mc; m++) {
                     float *sp = st + (size_t)m * LD + qv;
-                    const __mmask16 mk = masked ? attn_causal_mask(dk, m, qv) : (__mmask16)0xFFFF;
+                    __mmask16 mk = masked ? attn_causal_mask(dk, m, qv) : (__mmask16)0xFFFF;
+                    if (cut) mk &= attn_doc_mask(dsv, j0 + m);
                     const __m512 p =
-                        _mm512_maskz_mov_ps(mk, attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(sp), mx)));
+                        _mm512_maskz_mov_ps(mk, attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(sp), mxe)));
                     _mm512_storeu_ps(sp, p);
                     sum = _mm512_add_ps(sum, p);
                 }
@@ -258,7 +287,8 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
                     }
             }
             // O^T (HS, 32) += V_j^T (HS, mc) P^T (mc, 32);  V^T(d, c) = V[c*ldk + d]
-            attn_kq(ot + q0, vj, 1, sh->ldk, st + q0, LD, HS, mc, 1);
+            attn_kq(ot + q0, vj + (size_t)ml * sh->ldk, 1, sh->ldk, st + (size_t)ml * LD + q0, LD,
+                    HS, mc - ml, 1);
         }
     }
     float *oi = out + (size_t)i0 * sh->ldq + (size_t)h * HS;
@@ -278,12 +308,19 @@ static inline __mmask16 attn_causal_mask_keys(int dq, int r, int cv) {
     return thr >= 15 ? (__mmask16)0xFFFF : thr < 0 ? (__mmask16)0 : (__mmask16)((2u << thr) - 1);
 }
 
+/* Lanes of 16 keys at or after lane thr (the query's doc start, relative to the first lane). */
+static inline __mmask16 attn_doc_mask_keys(int thr) {
+    return thr <= 0 ? (__mmask16)0xFFFF : thr >= 16 ? (__mmask16)0 : (__mmask16)(0xFFFFu << thr);
+}
+
 /* Backward of one (KV head kvh, key block jb of ATTN_BKB keys): dK_j, dV_j overwritten (owned by
  * the task), dQ accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). Here the
  * key block is fixed, so the vectors run along keys: scale * K_j^T and V_j^T are packed once per
  * task, Q_i and dO_i are read in place, and the tiles are (queries, keys) in 32-key chunks.
  * Query blocks have B rows; 2B keys per task halve the traffic of Q, dO and dQ, which stream
- * from L3 or memory once per task. */
+ * from L3 or memory once per task. Documents: the query blocks stop at the end of the document
+ * of the block's last key; in a query block that a document boundary cuts, query i0+r is masked
+ * off the keys before its doc start (lanes below doc - j0 - cv). */
 void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
                     const float *k, const float *v, const float *lse, const float *D,
                     const attn_shape *sh, int kvh, int jb, float *tws) {
@@ -300,6 +337,7 @@ void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const
     float *pt = vt + (size_t)HS * LD; // (B, BK) S, then P: (queries, keys)
     float *dst = pt + (size_t)B * LD; // (B, BK) dP, then scale * dS
     const __m512 vscale = _mm512_set1_ps(sh->scale);
+    const int qend = attn_doc_query_end(sh, j0 + bk); // T without documents
     attn_pack_t(kt, LD, kj, sh->ldk, bk, HS, sh->scale);
     attn_pack_t(vt, LD, vj, sh->ldk, bk, HS, 1.0f);
     for (int c = 0; c < bk; c++) {
@@ -308,17 +346,19 @@ void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const
     }
     for (int g = 0; g < sh->G; g++) {
         const int h = kvh * sh->G + g;
-        for (int i0 = j0; i0 < T; i0 += B) { // query blocks from the first one seeing key j0
+        // query blocks from the first one seeing key j0 to the last one seeing key j0 + bk - 1
+        for (int i0 = j0; i0 < qend; i0 += B) {
             const int bq = attn_min(B, T - i0);
             const int dq = i0 - j0;              // >= 0, a multiple of B
             const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
+            const int cut = attn_doc_cuts(sh, i0 + bq, j0); // a document boundary in the tile
             const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
             const float *qi = q + qoff; // (bq, HS) rows strided by ldq
             const float *doi = dout + qoff;
             const float *lse_i = lse + (size_t)h * T + i0;
             const float *D_i = D + (size_t)h * T + i0;
             // The next query block's Q, dO and dQ rows, into L2 while this one computes.
-            if (i0 + B < T) {
+            if (i0 + B < qend) {
                 const int nn = attn_min(B, T - i0 - B);
                 const size_t nxt = (size_t)B * sh->ldq;
                 attn_prefetch_rows(qi + nxt, nn, HS, sh->ldq);
@@ -338,8 +378,8 @@ void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const
                 // that no product reads (they stop at bk keys).
                 for (int cv = c0; cv < c0 + ATTN_QC; cv += 16) {
                     for (int r = r0; r < bq; r++) {
-                        const __mmask16 mk =
-                            masked ? attn_causal_mask_keys(dq, r, cv) : (__mmask16)0xFFFF;
+                        __mmask16 mk = masked ? attn_causal_mask_keys(dq, r, cv) : (__mmask16)0xFFFF;
+                        if (cut) mk &= attn_doc_mask_keys(sh->doc[i0 + r] - j0 - cv);
                         float *pp = pt + (size_t)r * LD + cv;
                         float *dp = dst + (size_t)r * LD + cv;
                         const __m512 p = _mm512_maskz_mov_ps(

@@ -46,7 +46,10 @@ static inline float attn_exp(float x) {
 
 /* ---- portable path: cblas_sgemm on tiles ----------------------------------------------------- */
 
-/* Forward of one (query head h, query block ib). tws: this thread's scratch. */
+/* Forward of one (query head h, query block ib). tws: this thread's scratch. Documents: key
+ * blocks start at the one holding doc[i0]; in a tile that a document boundary cuts, the scores
+ * of keys before a query's doc start become -inf (exp gives 0, the row maximum ignores them),
+ * and a row with no visible key keeps its softmax state (alpha 1, P row 0). */
 void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
                     const attn_shape *sh, int h, int ib, float *tws) {
     const int B = ATTN_B, HS = sh->HS, T = sh->T;
@@ -65,14 +68,26 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
-    for (int j0 = 0; j0 <= i0; j0 += B) {
+    const int jfirst = attn_doc_first_key(sh, i0) / B * B; // 0 without documents
+    for (int j0 = jfirst; j0 <= i0; j0 += B) {
         const int bk = attn_min(B, T - j0);
-        const int diag = j0 == i0; // then bk == bq
+        const int diag = j0 == i0;                      // then bk == bq
+        const int cut = attn_doc_cuts(sh, i0 + bq, j0); // a document boundary in the tile
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, sh->scale, qi, ldq,
                     kh + (size_t)j0 * sh->ldk, ldk, 0.0f, s, B);
         for (int r = 0; r < bq; r++) {
             float *row = s + (size_t)r * B;
             const int n = diag ? r + 1 : bk; // causal: query i0+r sees keys up to i0+r
+            if (cut) { // and from its doc start on
+                const int lo = sh->doc[i0 + r] - j0;
+                if (lo >= n) { // no key of this tile
+                    memset(row, 0, (size_t)bk * sizeof(float));
+                    alpha[r] = 1.0f;
+                    continue;
+                }
+                for (int c = 0; c < lo; c++)
+                    row[c] = -INFINITY;
+            }
             float mx = m[r];
 #pragma omp simd reduction(max : mx)
             for (int c = 0; c < n; c++)
@@ -90,7 +105,7 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
             l[r] = l[r] * alpha[r] + sum;
             m[r] = mx;
         }
-        if (j0 > 0)
+        if (j0 > jfirst)
             for (int r = 0; r < bq; r++) {
                 float *orow = oi + (size_t)r * sh->ldq;
                 const float a = alpha[r];
@@ -98,10 +113,10 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
                 for (int d = 0; d < HS; d++)
                     orow[d] *= a;
             }
-        // O_i (bq, HS) = alpha O_i + P (bq, bk) V_j (bk, HS); out holds anything before block 0:
-        // beta 0 there (BLAS does not read C when beta is 0).
+        // O_i (bq, HS) = alpha O_i + P (bq, bk) V_j (bk, HS); out holds anything before the first
+        // block: beta 0 there (BLAS does not read C when beta is 0).
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, 1.0f, s, B,
-                    vh + (size_t)j0 * sh->ldk, ldk, j0 > 0 ? 1.0f : 0.0f, oi, ldq);
+                    vh + (size_t)j0 * sh->ldk, ldk, j0 > jfirst ? 1.0f : 0.0f, oi, ldq);
     }
     for (int r = 0; r < bq; r++) {
         float *orow = oi + (size_t)r * sh->ldq;
@@ -114,7 +129,9 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
 }
 
 /* Backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by the task), dQ
- * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). */
+ * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). Documents: query blocks
+ * stop at the end of the document of the block's last key; in a tile that a document boundary
+ * cuts, P is 0 for the keys before a query's doc start. */
 void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
                     const float *k, const float *v, const float *lse, const float *D,
                     const attn_shape *sh, int kvh, int jb, float *tws) {
@@ -130,11 +147,13 @@ void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const
     float *p = tws;                  // (bq, bk) probabilities, then dS
     float *dp = tws + (size_t)B * B; // (bq, bk) dP
     int first = 1;                   // first contribution to dK_j, dV_j: overwrite (beta 0)
+    const int qend = attn_doc_query_end(sh, j0 + bk); // T without documents
     for (int g = 0; g < sh->G; g++) {
         const int h = kvh * sh->G + g;
-        for (int i0 = j0; i0 < T; i0 += B) {
+        for (int i0 = j0; i0 < qend; i0 += B) {
             const int bq = attn_min(B, T - i0);
-            const int diag = i0 == j0; // then bq == bk
+            const int diag = i0 == j0;                      // then bq == bk
+            const int cut = attn_doc_cuts(sh, i0 + bq, j0); // a document boundary in the tile
             const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
             const float *qi = q + qoff; // (bq, HS) rows strided by ldq
             const float *doi = dout + qoff;
@@ -152,6 +171,9 @@ void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const
                     row[c] = attn_exp(row[c] - ls);
                 for (int c = n; c < bk; c++)
                     row[c] = 0.0f;
+                if (cut) // keys before the query's doc start
+                    for (int c = 0; c < attn_min(sh->doc[i0 + r] - j0, bk); c++)
+                        row[c] = 0.0f;
             }
             // dV_j (bk, HS) += P^T (bk, bq) dO_i (bq, HS)
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, 1.0f, p, B, doi, ldq,

@@ -1,7 +1,8 @@
 /* attention_ref.c — plain reference twins of the causal GQA attention (contract: kernels_ref.h).
  *
  * Straight from the definition, one (head, query) row at a time, all sums in double:
- *     s_j = scale * q_i . k_j  (j <= i),  p_j = exp(s_j - max s) / sum,  out_i = sum_j p_j v_j,
+ *     s_j = scale * q_i . k_j  (lo <= j <= i; lo = doc_start[i], 0 when doc_start is NULL),
+ *     p_j = exp(s_j - max s) / sum,  out_i = sum_j p_j v_j,
  *     lse_i = max s + log(sum exp(s_j - max s)).
  * The backward recomputes everything (no saved out/lse):
  *     dv_j += p_j dO_i;  dp_j = dO_i . v_j;  D_i = dO_i . out_i;  ds_j = p_j (dp_j - D_i)
@@ -26,14 +27,19 @@ static void *ref_attn_alloc(size_t n, size_t size) {
     return p;
 }
 
-/* Probabilities p[0..i] of query i, head h; returns log-sum-exp of the scaled scores. */
-static double ref_attn_probs(double *p, const float *q, const float *k, int i, int h, int NH,
-                             int NKV, int HS) {
+/* First key query i sees. */
+static int ref_attn_lo(const int32_t *doc_start, int i) {
+    return doc_start ? doc_start[i] : 0;
+}
+
+/* Probabilities p[lo..i] of query i, head h; returns log-sum-exp of the scaled scores. */
+static double ref_attn_probs(double *p, const float *q, const float *k, int lo, int i, int h,
+                             int NH, int NKV, int HS) {
     const int G = NH / NKV;
     const double scale = 1.0 / sqrt((double)HS);
     const float *qi = q + ((size_t)i * NH + h) * HS;
     double mx = -INFINITY;
-    for (int j = 0; j <= i; j++) {
+    for (int j = lo; j <= i; j++) {
         const float *kj = k + ((size_t)j * NKV + h / G) * HS;
         double s = 0.0;
         for (int e = 0; e < HS; e++)
@@ -42,26 +48,27 @@ static double ref_attn_probs(double *p, const float *q, const float *k, int i, i
         if (p[j] > mx) mx = p[j];
     }
     double sum = 0.0;
-    for (int j = 0; j <= i; j++) {
+    for (int j = lo; j <= i; j++) {
         p[j] = exp(p[j] - mx);
         sum += p[j];
     }
-    for (int j = 0; j <= i; j++)
+    for (int j = lo; j <= i; j++)
         p[j] /= sum;
     return mx + log(sum);
 }
 
 void ref_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                           int T, int NH, int NKV, int HS) {
+                           const int32_t *doc_start, int T, int NH, int NKV, int HS) {
     ref_attn_check(T, NH, NKV, HS);
     const int G = NH / NKV;
     double *p = ref_attn_alloc((size_t)T, sizeof(double));  // (T) one score row
     double *o = ref_attn_alloc((size_t)HS, sizeof(double)); // (HS)
     for (int h = 0; h < NH; h++) {
         for (int i = 0; i < T; i++) {
-            lse[(size_t)h * T + i] = (float)ref_attn_probs(p, q, k, i, h, NH, NKV, HS);
+            const int lo = ref_attn_lo(doc_start, i);
+            lse[(size_t)h * T + i] = (float)ref_attn_probs(p, q, k, lo, i, h, NH, NKV, HS);
             memset(o, 0, (size_t)HS * sizeof(double));
-            for (int j = 0; j <= i; j++) {
+            for (int j = lo; j <= i; j++) {
                 const float *vj = v + ((size_t)j * NKV + h / G) * HS;
                 for (int e = 0; e < HS; e++)
                     o[e] += p[j] * vj[e];
@@ -76,7 +83,8 @@ void ref_attention_forward(float *out, float *lse, const float *q, const float *
 }
 
 void ref_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                            const float *k, const float *v, int T, int NH, int NKV, int HS) {
+                            const float *k, const float *v, const int32_t *doc_start, int T,
+                            int NH, int NKV, int HS) {
     ref_attn_check(T, NH, NKV, HS);
     const int G = NH / NKV;
     const double scale = 1.0 / sqrt((double)HS);
@@ -90,11 +98,12 @@ void ref_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
     for (int h = 0; h < NH; h++) {
         const int kvh = h / G;
         for (int i = 0; i < T; i++) {
-            ref_attn_probs(p, q, k, i, h, NH, NKV, HS);
+            const int lo = ref_attn_lo(doc_start, i);
+            ref_attn_probs(p, q, k, lo, i, h, NH, NKV, HS);
             const float *qi = q + ((size_t)i * NH + h) * HS;
             const float *doi = dout + ((size_t)i * NH + h) * HS;
             memset(o, 0, (size_t)HS * sizeof(double));
-            for (int j = 0; j <= i; j++) {
+            for (int j = lo; j <= i; j++) {
                 const float *vj = v + ((size_t)j * NKV + kvh) * HS;
                 for (int e = 0; e < HS; e++)
                     o[e] += p[j] * vj[e];
@@ -102,7 +111,7 @@ void ref_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
             double D = 0.0; // dO_i . out_i
             for (int e = 0; e < HS; e++)
                 D += (double)doi[e] * o[e];
-            for (int j = 0; j <= i; j++) {
+            for (int j = lo; j <= i; j++) {
                 const float *vj = v + ((size_t)j * NKV + kvh) * HS;
                 double dp = 0.0;
                 for (int e = 0; e < HS; e++)
@@ -113,7 +122,7 @@ void ref_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                     dvj[e] += p[j] * doi[e];
             }
             memset(dqr, 0, (size_t)HS * sizeof(double));
-            for (int j = 0; j <= i; j++) {
+            for (int j = lo; j <= i; j++) {
                 const float *kj = k + ((size_t)j * NKV + kvh) * HS;
                 double *dkj = dkd + ((size_t)j * NKV + kvh) * HS;
                 for (int e = 0; e < HS; e++) {

@@ -8,6 +8,7 @@
 #include "core/check.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__AVX512F__) && !defined(ATTN_FORCE_BLAS)
 #define ATTN_AVX512 1
@@ -34,6 +35,10 @@ static inline int attn_min(int a, int b) {
     return a < b ? a : b;
 }
 
+static inline int attn_max(int a, int b) {
+    return a > b ? a : b;
+}
+
 static inline size_t attn_round16(size_t n) {
     return (n + 15) / 16 * 16;
 }
@@ -41,9 +46,39 @@ static inline size_t attn_round16(size_t n) {
 /* Shared shape values of one call. */
 typedef struct {
     int T, NH, NKV, HS, G;
-    size_t ldq, ldk; // row strides of q/out/dout/dq (NH*HS) and of k/v/dk/dv (NKV*HS)
-    float scale;     // 1/sqrt(HS)
+    size_t ldq, ldk;      // row strides of q/out/dout/dq (NH*HS) and of k/v/dk/dv (NKV*HS)
+    float scale;          // 1/sqrt(HS)
+    const int32_t *doc;   // (T) doc_start, or NULL: one document (the plain causal case)
 } attn_shape;
+
+/* Documents. doc[i] is non-decreasing (documents are contiguous), so the first query of a block
+ * has the smallest start and the last one the largest. */
+
+/* First key any query i >= i0 can see: doc[i0] (0 without documents). */
+static inline int attn_doc_first_key(const attn_shape *sh, int i0) {
+    return sh->doc ? sh->doc[i0] : 0;
+}
+
+/* Whether some query of [i0, i1) cannot see key j0 for its document (then a tile of queries
+ * [i0, i1) and keys from j0 needs the element-wise document mask). */
+static inline int attn_doc_cuts(const attn_shape *sh, int i1, int j0) {
+    return sh->doc && sh->doc[i1 - 1] > j0;
+}
+
+/* End of the queries that can see key j - 1: the first i >= j whose document starts at or after
+ * j (doc[i] >= j), T if none; T without documents. Binary search on the non-decreasing doc. */
+static inline int attn_doc_query_end(const attn_shape *sh, int j) {
+    if (!sh->doc) return sh->T;
+    int lo = j, hi = sh->T; // the answer is in [lo, hi]
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (sh->doc[mid] >= j)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
 
 /* ---- exp ------------------------------------------------------------------------------------- */
 /* exp(x) in fp32, Cephes expf scheme: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two parts so

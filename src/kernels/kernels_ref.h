@@ -21,10 +21,12 @@ void ref_rope_backward(float *dx, const float *inv_freq, int64_t pos0, int N, in
 void ref_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void ref_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                          const float *up, size_t n);
+/* doc_start (T) or NULL as in attention_forward: query i sees keys doc_start[i] .. i. */
 void ref_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                           int T, int NH, int NKV, int HS);
+                           const int32_t *doc_start, int T, int NH, int NKV, int HS);
 void ref_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                            const float *k, const float *v, int T, int NH, int NKV, int HS);
+                            const float *k, const float *v, const int32_t *doc_start, int T,
+                            int NH, int NKV, int HS);
 double ref_cross_entropy_fused(float *logits, const int32_t *targets, int N, int V,
                                float grad_scale);
 void ref_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,

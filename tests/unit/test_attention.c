@@ -12,6 +12,14 @@
  *  4. large scores (q and k scaled by 30, scores ~ +-300, far beyond exp's fp32 range): finite,
  *     and equal to the ref within the fp32 score-error bound: proves the online softmax.
  *  5. attention_workspace_floats grows linearly in T (not quadratically).
+ *  6. documents (doc_start): fast vs ref for layouts of documents shorter and longer than a tile,
+ *     on tile boundaries (128, 256) and one off them, single-token documents, many tiny ones,
+ *     a window that starts mid-document; T in {1, 7, 129, 300, 700}, MHA/GQA/MQA, HS 16..128.
+ *     doc_start all 0 gives bit-for-bit the result of NULL.
+ *  7. documents with 1, 2, 3 threads (both backward schemes) and reproducibility; finite
+ *     differences of the masked backward (in 3.); large scores with documents (in 4.).
+ *  8. a packed window equals its documents run one by one (doc_start NULL): out, lse, dq, dk, dv
+ *     within fp32 rounding, bit-for-bit when every document starts on a 256 boundary.
  * Every call gets a workspace and outputs filled with NaN first ("any content" / overwrite), and
  * guard floats after each of them that must survive (the workspace covers all scratch).
  * Last line: "N passed, M failed"; exit 1 on any failure. */
@@ -74,6 +82,7 @@ static double rel_err(const float *a, const float *b, size_t n) {
 /* One problem: inputs, fast and ref outputs. */
 typedef struct {
     int T, NH, NKV, HS;
+    const int32_t *doc; // (T) doc_start or NULL (not owned)
     size_t nq, nk;
     float *q, *k, *v, *dout;
     float *out, *lse, *dq, *dk, *dv;           // fast
@@ -82,6 +91,7 @@ typedef struct {
 
 static void problem_init(problem *p, int T, int NH, int NKV, int HS, uint64_t seed, float qk_amp) {
     p->T = T, p->NH = NH, p->NKV = NKV, p->HS = HS;
+    p->doc = NULL;
     p->nq = (size_t)T * NH * HS;
     p->nk = (size_t)T * NKV * HS;
     p->q = talloc(p->nq), p->k = talloc(p->nk), p->v = talloc(p->nk), p->dout = talloc(p->nq);
@@ -103,9 +113,10 @@ static void problem_free(problem *p) {
 }
 
 static void problem_ref(problem *p) {
-    ref_attention_forward(p->r_out, p->r_lse, p->q, p->k, p->v, p->T, p->NH, p->NKV, p->HS);
-    ref_attention_backward(p->r_dq, p->r_dk, p->r_dv, p->dout, p->q, p->k, p->v, p->T, p->NH,
-                           p->NKV, p->HS);
+    ref_attention_forward(p->r_out, p->r_lse, p->q, p->k, p->v, p->doc, p->T, p->NH, p->NKV,
+                          p->HS);
+    ref_attention_backward(p->r_dq, p->r_dk, p->r_dv, p->dout, p->q, p->k, p->v, p->doc, p->T,
+                           p->NH, p->NKV, p->HS);
 }
 
 /* Canary floats after every output and after the workspace: the kernels must write only inside
@@ -139,10 +150,10 @@ static void problem_fast(problem *p, int threads) {
     const size_t ns[] = {nws, p->nq, nl, p->nq, p->nk, p->nk};
     for (int i = 0; i < 6; i++)
         canary_set(outs[i], ns[i]);
-    attention_forward(p->out, p->lse, p->q, p->k, p->v, NULL, p->T, p->NH, p->NKV, p->HS, ws);
+    attention_forward(p->out, p->lse, p->q, p->k, p->v, p->doc, p->T, p->NH, p->NKV, p->HS, ws);
     fill_nan(ws, nws);
-    attention_backward(p->dq, p->dk, p->dv, p->dout, p->q, p->k, p->v, p->out, p->lse, NULL, p->T, p->NH,
-                       p->NKV, p->HS, ws);
+    attention_backward(p->dq, p->dk, p->dv, p->dout, p->q, p->k, p->v, p->out, p->lse, p->doc,
+                       p->T, p->NH, p->NKV, p->HS, ws);
     int ok = 1;
     for (int i = 0; i < 6; i++)
         ok &= canary_ok(outs[i], ns[i]);
@@ -185,6 +196,47 @@ static void compare(problem *p, double tol_f, double tol_b, const char *tag, dou
     }
 }
 
+/* ---- documents ------------------------------------------------------------------------------ */
+
+/* A layout: document lengths, repeated until T (the last document cut at T). */
+typedef struct {
+    const char *name;
+    int n, len[6];
+} doc_layout;
+
+static const doc_layout layouts[] = {
+    {"one document (all 0)", 1, {1 << 30}},
+    {"shorter than a tile", 4, {50, 37, 90, 13}},
+    {"longer than a tile", 3, {300, 170, 260}},
+    {"on 128 boundaries", 1, {128}},
+    {"on 256 boundaries", 3, {256, 128, 384}},
+    {"one off the boundaries", 4, {127, 129, 255, 257}},
+    {"single tokens", 5, {1, 200, 1, 1, 60}},
+    {"many tiny", 5, {1, 2, 3, 4, 5}},
+    {"window from mid-document", 3, {77, 129, 500}},
+};
+enum { NLAYOUTS = sizeof layouts / sizeof layouts[0] };
+
+/* doc_start (T) of the layout. */
+static int32_t *docs_make(const doc_layout *L, int T) {
+    int32_t *doc = malloc((size_t)T * sizeof(int32_t));
+    if (!doc) {
+        fprintf(stderr, "test_attention: out of memory\n");
+        exit(1);
+    }
+    int start = 0, d = 0, left = L->len[0];
+    for (int i = 0; i < T; i++) {
+        if (left == 0) {
+            start = i;
+            d = (d + 1) % L->n;
+            left = L->len[d];
+        }
+        doc[i] = start;
+        left--;
+    }
+    return doc;
+}
+
 /* 1. fast vs ref over the shape grid (default thread count). */
 static void test_shapes(void) {
     const int Ts[] = {1, 7, 129, 300};
@@ -208,16 +260,18 @@ static void test_shapes(void) {
 
 /* 2. thread counts and reproducibility. 3 threads with NKV = 4 or 2 takes the private-dQ-buffer
  * scheme; 2 threads with NKV = 4 or 2 the owner scheme; NKV = 1 with 2 threads the buffers. */
-static void test_threads(void) {
+static void test_threads(const doc_layout *L) {
     const int heads[][2] = {{8, 4}, {4, 2}, {8, 1}};
     for (int b = 0; b < 3; b++) {
         problem p;
         // T = 520: several 128- and 256-blocks and a partial one (all diagonal cases)
         problem_init(&p, 520, heads[b][0], heads[b][1], 24, 100 + (uint64_t)b, 1.0f);
+        int32_t *doc = L ? docs_make(L, p.T) : NULL;
+        p.doc = doc;
         problem_ref(&p);
         for (int th = 1; th <= 3; th++) {
-            char tag[64];
-            snprintf(tag, sizeof tag, "threads=%d", th);
+            char tag[128];
+            snprintf(tag, sizeof tag, "threads=%d docs=%s", th, L ? L->name : "NULL");
             problem_fast(&p, th);
             compare(&p, TOL_FWD, TOL_BWD, tag, NULL);
             // same call again: the backward must be bit-for-bit identical (fixed assignment)
@@ -226,7 +280,7 @@ static void test_threads(void) {
             memcpy(dk1, p.dk, p.nk * sizeof(float));
             memcpy(dv1, p.dv, p.nk * sizeof(float));
             problem_fast(&p, th);
-            char what[128];
+            char what[256];
             snprintf(what, sizeof what, "%s NH=%d NKV=%d: backward not reproducible", tag,
                      heads[b][0], heads[b][1]);
             CHECK(memcmp(dq1, p.dq, p.nq * sizeof(float)) == 0 &&
@@ -238,20 +292,23 @@ static void test_threads(void) {
             free(dv1);
         }
         problem_free(&p);
+        free(doc);
     }
     omp_set_num_threads(2);
 }
 
-/* Loss sum(out * g) of causal GQA attention, all in double (for finite differences). */
-static double fd_loss(const double *q, const double *k, const double *v, const double *g, int T,
-                      int NH, int NKV, int HS) {
+/* Loss sum(out * g) of causal GQA attention, all in double (for finite differences); query i
+ * sees keys doc[i] .. i (0 .. i when doc is NULL). */
+static double fd_loss(const double *q, const double *k, const double *v, const double *g,
+                      const int32_t *doc, int T, int NH, int NKV, int HS) {
     const int G = NH / NKV;
     const double scale = 1.0 / sqrt((double)HS);
     double loss = 0.0, s[64];
     for (int h = 0; h < NH; h++)
         for (int i = 0; i < T; i++) {
+            const int lo = doc ? doc[i] : 0;
             double mx = -INFINITY, sum = 0.0;
-            for (int j = 0; j <= i; j++) {
+            for (int j = lo; j <= i; j++) {
                 s[j] = 0.0;
                 for (int e = 0; e < HS; e++)
                     s[j] +=
@@ -259,11 +316,11 @@ static double fd_loss(const double *q, const double *k, const double *v, const d
                 s[j] *= scale;
                 mx = fmax(mx, s[j]);
             }
-            for (int j = 0; j <= i; j++)
+            for (int j = lo; j <= i; j++)
                 sum += (s[j] = exp(s[j] - mx));
             for (int e = 0; e < HS; e++) {
                 double o = 0.0;
-                for (int j = 0; j <= i; j++)
+                for (int j = lo; j <= i; j++)
                     o += s[j] / sum * v[((size_t)j * NKV + h / G) * HS + e];
                 loss += o * g[((size_t)i * NH + h) * HS + e];
             }
@@ -271,11 +328,13 @@ static double fd_loss(const double *q, const double *k, const double *v, const d
     return loss;
 }
 
-/* 3. ref and fast backward vs central differences of fd_loss (dout = g). */
-static void test_finite_differences(void) {
-    const int T = 5, NH = 2, NKV = 1, HS = 4;
+/* 3. ref and fast backward vs central differences of fd_loss (dout = g), on T tokens without
+ * documents (doc NULL) or with them. */
+static void test_finite_differences(int T, const int32_t *doc) {
+    const int NH = 2, NKV = 1, HS = 4;
     problem p;
     problem_init(&p, T, NH, NKV, HS, 7, 1.5f);
+    p.doc = doc;
     problem_ref(&p);
     problem_fast(&p, 2);
     double *dq = malloc(p.nq * sizeof(double)), *dk = malloc(p.nk * sizeof(double));
@@ -290,8 +349,8 @@ static void test_finite_differences(void) {
     double lref = 0.0;
     for (size_t i = 0; i < p.nq; i++)
         lref += (double)p.r_out[i] * g[i];
-    double l0 = fd_loss(dq, dk, dv, g, T, NH, NKV, HS);
-    // ref out is rounded to fp32 (6e-8 relative per element, 40 terms of size ~1)
+    double l0 = fd_loss(dq, dk, dv, g, doc, T, NH, NKV, HS);
+    // ref out is rounded to fp32 (6e-8 relative per element, <= 64 terms of size ~1)
     CHECK(fabs(lref - l0) <= 1e-6 * (1.0 + fabs(l0)), "fd: double loss != ref forward");
     // Central differences with step 1e-5: truncation error ~h^2 * f''' ~ 1e-10 and cancellation
     // ~1e-16 / 1e-5 = 1e-11 for a loss of order 1: the FD gradient is good to ~1e-9.
@@ -302,14 +361,14 @@ static void test_finite_differences(void) {
         for (size_t i = 0; i < ns[t]; i++) {
             double x0 = xs[t][i];
             xs[t][i] = x0 + step;
-            double lp = fd_loss(dq, dk, dv, g, T, NH, NKV, HS);
+            double lp = fd_loss(dq, dk, dv, g, doc, T, NH, NKV, HS);
             xs[t][i] = x0 - step;
-            double lm = fd_loss(dq, dk, dv, g, T, NH, NKV, HS);
+            double lm = fd_loss(dq, dk, dv, g, doc, T, NH, NKV, HS);
             xs[t][i] = x0;
             fd[t][i] = (lp - lm) / (2.0 * step);
         }
     // The ref gradient is exact up to its final rounding to fp32 (6e-8 relative), the fast one up
-    // to fp32 accumulation over at most 5 terms (~5e-7): 2e-6 relative to the largest gradient
+    // to fp32 accumulation over at most T = 8 terms (~8e-7): 2e-6 relative to the largest gradient
     // entry covers both with margin; a sign or factor error (e.g. a missing scale) is O(1).
     const float *refs[3] = {p.r_dq, p.r_dk, p.r_dv}, *fasts[3] = {p.dq, p.dk, p.dv};
     const char *names[3] = {"dq", "dk", "dv"};
@@ -322,11 +381,15 @@ static void test_finite_differences(void) {
             ef = fmax(ef, isfinite(fasts[t][i]) ? fabs(fasts[t][i] - fd[t][i]) / m : INFINITY);
         }
         char what[128];
-        snprintf(what, sizeof what, "fd: ref %s vs finite differences rel err %.3g", names[t], er);
+        const char *tag = doc ? "documents" : "causal";
+        snprintf(what, sizeof what, "fd %s: ref %s vs finite differences rel err %.3g", tag,
+                 names[t], er);
         CHECK(er <= 2e-6, "%s", what);
-        snprintf(what, sizeof what, "fd: fast %s vs finite differences rel err %.3g", names[t], ef);
+        snprintf(what, sizeof what, "fd %s: fast %s vs finite differences rel err %.3g", tag,
+                 names[t], ef);
         CHECK(ef <= 2e-6, "%s", what);
-        printf("fd %s: ref err %.2g fast err %.2g (max |grad| %.3g)\n", names[t], er, ef, m);
+        printf("fd %s %s: ref err %.2g fast err %.2g (max |grad| %.3g)\n", tag, names[t], er, ef,
+               m);
     }
     free(dq), free(dk), free(dv), free(g), free(fq), free(fk), free(fv);
     problem_free(&p);
@@ -342,9 +405,11 @@ static void test_finite_differences(void) {
  * out, dq, dk, dv move by ~delta relative to their scale, and lse by ~delta absolute (compared
  * relative to max|lse| ~ 1e3, generous). Measured: ~1e-5 .. 1e-4. Without the online maximum
  * the result is inf/NaN, which fails any tolerance. */
-static void test_large_scores(void) {
+static void test_large_scores(const doc_layout *L) {
     problem p;
     problem_init(&p, 300, 4, 2, 64, 55, 30.0f);
+    int32_t *doc = L ? docs_make(L, p.T) : NULL;
+    p.doc = doc;
     problem_ref(&p);
     problem_fast(&p, 2);
     const double scale = 1.0 / sqrt(64.0);
@@ -357,11 +422,12 @@ static void test_large_scores(void) {
     CHECK(finite, "large scores: non-finite output");
     double worst[5] = {0};
     compare(&p, delta, delta, "large scores", worst);
-    printf("large scores: max|lse| %.0f, tolerance %.2g, worst rel err out %.2g lse %.2g dq %.2g "
-           "dk %.2g dv %.2g\n",
-           max_abs(p.r_lse, (size_t)p.NH * p.T), delta, worst[0], worst[1], worst[2], worst[3],
-           worst[4]);
+    printf("large scores (docs %s): max|lse| %.0f, tolerance %.2g, worst rel err out %.2g lse %.2g "
+           "dq %.2g dk %.2g dv %.2g\n",
+           L ? L->name : "NULL", max_abs(p.r_lse, (size_t)p.NH * p.T), delta, worst[0], worst[1],
+           worst[2], worst[3], worst[4]);
     problem_free(&p);
+    free(doc);
 }
 
 /* 5. workspace linear in T: with T a multiple of the tile, the increments from T to 2T and from
@@ -385,13 +451,159 @@ static void test_workspace(void) {
     omp_set_num_threads(2);
 }
 
+/* 6. documents: fast vs ref over layouts x T x heads (HS cycling over 16, 24, 64, 128); with
+ * doc_start all 0 also bit-for-bit equal to doc_start NULL (same code path and sums). Same
+ * tolerances as the causal grid: the masked kernels do the same fp32 work on fewer keys. */
+static void test_docs(void) {
+    const int Ts[] = {1, 7, 129, 300, 700};
+    const int heads[][2] = {{4, 4}, {4, 2}, {8, 1}};
+    const int HSs[] = {16, 24, 64, 128};
+    int n = 0;
+    for (int l = 0; l < NLAYOUTS; l++) {
+        double worst[5] = {0};
+        for (int a = 0; a < 5; a++)
+            for (int b = 0; b < 3; b++, n++) {
+                problem p;
+                problem_init(&p, Ts[a], heads[b][0], heads[b][1], HSs[n % 4], 300 + (uint64_t)n,
+                             1.0f);
+                int32_t *doc = docs_make(&layouts[l], p.T);
+                p.doc = doc;
+                problem_ref(&p);
+                problem_fast(&p, 2);
+                char tag[96];
+                snprintf(tag, sizeof tag, "docs=%s", layouts[l].name);
+                compare(&p, TOL_FWD, TOL_BWD, tag, worst);
+                if (l == 0) { // all 0 vs NULL: bit-for-bit
+                    const size_t nl = (size_t)p.NH * p.T;
+                    float *keep = talloc(2 * p.nq + nl + 2 * p.nk);
+                    float *srcs[5] = {p.out, p.lse, p.dq, p.dk, p.dv};
+                    const size_t ns[5] = {p.nq, nl, p.nq, p.nk, p.nk};
+                    size_t off = 0;
+                    for (int t = 0; t < 5; off += ns[t], t++)
+                        memcpy(keep + off, srcs[t], ns[t] * sizeof(float));
+                    p.doc = NULL;
+                    problem_fast(&p, 2);
+                    int same = 1;
+                    off = 0;
+                    for (int t = 0; t < 5; off += ns[t], t++)
+                        same &= memcmp(keep + off, srcs[t], ns[t] * sizeof(float)) == 0;
+                    CHECK(same, "docs all 0 vs NULL T=%d NH=%d NKV=%d HS=%d: not bit-identical",
+                          p.T, p.NH, p.NKV, p.HS);
+                    free(keep);
+                }
+                problem_free(&p);
+                free(doc);
+            }
+        printf("docs %-26s worst rel err out %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n",
+               layouts[l].name, worst[0], worst[1], worst[2], worst[3], worst[4]);
+    }
+}
+
+/* Copy rows [s, e) of x (rows of w floats) to dst. */
+static void rows_copy(float *dst, const float *x, int s, int e, size_t w) {
+    memcpy(dst, x + (size_t)s * w, (size_t)(e - s) * w * sizeof(float));
+}
+
+/* max |a - b| over n floats into *e; max |b| into *m. */
+static void diff_acc(const float *a, const float *b, size_t n, double *e, double *m) {
+    for (size_t i = 0; i < n; i++) {
+        *e = isfinite(a[i]) ? fmax(*e, fabs((double)a[i] - (double)b[i])) : INFINITY;
+        *m = fmax(*m, fabs((double)b[i]));
+    }
+}
+
+/* 8. a packed window equals its documents run one by one without doc_start. The two runs do the
+ * same fp32 arithmetic on the same scores, only blocked differently (a document's tiles start
+ * at its own position in the window), so they differ by a few fp32 roundings of the online
+ * softmax and of the block sums: each is within ~1e-6 of the double ref (test 6), and we ask
+ * 2e-6 of max |tensor| (measured worst 3.4e-7; a key leaked from a neighbouring document
+ * moves the output by ~1e-2).
+ * When every document starts on a multiple of 256 (both paths' block sizes) the blocking is the
+ * same, and with the owner backward scheme (NKV % threads == 0: no private dQ buffers) so are
+ * the sums: bit-for-bit. */
+#define TOL_CONCAT 2e-6
+static void test_concat(const doc_layout *L, int T, int NH, int NKV, int HS, int threads,
+                        int exact) {
+    problem p;
+    problem_init(&p, T, NH, NKV, HS, 900 + (uint64_t)T + (uint64_t)HS, 1.0f);
+    int32_t *doc = docs_make(L, T);
+    p.doc = doc;
+    problem_fast(&p, threads);
+    double e[5] = {0}, m[5] = {0};
+    int same = 1;
+    for (int s = 0; s < T;) {
+        int t = s + 1;
+        while (t < T && doc[t] == s)
+            t++;
+        problem d; // the document [s, t) alone
+        problem_init(&d, t - s, NH, NKV, HS, 1, 1.0f);
+        const size_t wq = (size_t)NH * HS, wk = (size_t)NKV * HS;
+        rows_copy(d.q, p.q, s, t, wq);
+        rows_copy(d.k, p.k, s, t, wk);
+        rows_copy(d.v, p.v, s, t, wk);
+        rows_copy(d.dout, p.dout, s, t, wq);
+        problem_fast(&d, threads);
+        const size_t off_q = (size_t)s * wq, off_k = (size_t)s * wk;
+        diff_acc(p.out + off_q, d.out, d.nq, &e[0], &m[0]);
+        for (int h = 0; h < NH; h++)
+            diff_acc(p.lse + (size_t)h * T + s, d.lse + (size_t)h * d.T, (size_t)d.T, &e[1],
+                     &m[1]);
+        diff_acc(p.dq + off_q, d.dq, d.nq, &e[2], &m[2]);
+        diff_acc(p.dk + off_k, d.dk, d.nk, &e[3], &m[3]);
+        diff_acc(p.dv + off_k, d.dv, d.nk, &e[4], &m[4]);
+        if (exact) {
+            same &= memcmp(p.out + off_q, d.out, d.nq * sizeof(float)) == 0;
+            same &= memcmp(p.dq + off_q, d.dq, d.nq * sizeof(float)) == 0;
+            same &= memcmp(p.dk + off_k, d.dk, d.nk * sizeof(float)) == 0;
+            same &= memcmp(p.dv + off_k, d.dv, d.nk * sizeof(float)) == 0;
+            for (int h = 0; h < NH; h++)
+                same &= memcmp(p.lse + (size_t)h * T + s, d.lse + (size_t)h * d.T,
+                               (size_t)d.T * sizeof(float)) == 0;
+        }
+        problem_free(&d);
+        s = t;
+    }
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; i++) {
+        const double r = m[i] > 0.0 ? e[i] / m[i] : e[i];
+        CHECK(r <= TOL_CONCAT,
+              "concat docs=%s T=%d NH=%d NKV=%d HS=%d threads=%d: %s packed vs one by one rel "
+              "err %.3g > %.1g",
+              L->name, T, NH, NKV, HS, threads, names[i], r, TOL_CONCAT);
+        e[i] = r;
+    }
+    if (exact)
+        CHECK(same, "concat docs=%s T=%d NH=%d NKV=%d HS=%d threads=%d: not bit-identical",
+              L->name, T, NH, NKV, HS, threads);
+    printf("concat %-26s T=%d NH=%d NKV=%d HS=%d threads=%d: rel err out %.2g lse %.2g dq %.2g "
+           "dk %.2g dv %.2g%s\n",
+           L->name, T, NH, NKV, HS, threads, e[0], e[1], e[2], e[3], e[4],
+           exact ? (same ? " (bit-identical)" : " (NOT bit-identical)") : "");
+    problem_free(&p);
+    free(doc);
+    omp_set_num_threads(2);
+}
+
 int main(void) {
     double t0 = omp_get_wtime();
     test_shapes();
-    test_threads();
-    test_finite_differences();
-    test_large_scores();
+    test_threads(NULL);
+    test_threads(&layouts[5]); // one off the boundaries
+    test_finite_differences(5, NULL);
+    const int32_t fd_doc[8] = {0, 0, 2, 3, 3, 3, 3, 3}; // documents of 2, 1 and 5 tokens
+    test_finite_differences(8, fd_doc);
+    test_large_scores(NULL);
+    test_large_scores(&layouts[1]); // shorter than a tile
     test_workspace();
+    test_docs();
+    const doc_layout aligned = {"on 256 boundaries only", 2, {256, 512}};
+    for (int th = 1; th <= 3; th++) {
+        test_concat(&layouts[1], 700, 4, 2, 64, th, 0);
+        test_concat(&layouts[5], 700, 8, 1, 24, th, 0);
+        test_concat(&layouts[7], 300, 4, 4, 16, th, 0);
+        test_concat(&aligned, 1100, 4, 2, 64, th, th != 3);
+        test_concat(&aligned, 1100, 8, 1, 32, th, th == 1);
+    }
     printf("test_attention: %.1f s\n", omp_get_wtime() - t0);
     return harness_finish("test_attention");
 }
