@@ -8,6 +8,7 @@
 #include "core/fileio.h"
 #include "core/mem.h"
 #include "io/config.h"
+#include "io/mask.h"
 #include "io/shard.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -34,6 +35,8 @@ typedef struct {
     int P, T_loc; /* context-parallel degree, tokens of a sequence per rank (T / P) */
     model_config cfg;
     token_shard shard;
+    mask_shard mask;         /* --loss-mask */
+    uint8_t *mask_buf;       /* (T_loc) mask bytes of this rank's targets */
     comm_ctx comm;
     model m;
     FILE *logf; /* --log, rank 0 only */
@@ -102,6 +105,11 @@ static void read_tokens(const train_run *r, unsigned long long seq, model *m) {
     size_t start = (first + (size_t)r->comm.cp_rank * r->T_loc) % shard->ntok;
     shard_read(shard, start, (size_t)r->T_loc, m->inputs);
     shard_read(shard, (start + 1) % shard->ntok, (size_t)r->T_loc, m->targets);
+    if (r->o.loss_mask) { /* byte t says whether target token t counts */
+        mask_read(&r->mask, (start + 1) % shard->ntok, (size_t)r->T_loc, r->mask_buf);
+        for (int i = 0; i < r->T_loc; i++)
+            if (!r->mask_buf[i]) m->targets[i] = -1;
+    }
     if (r->o.doc_sep < 0) return;
     /* packed documents: every rank needs the whole window's boundaries; nobody can predict
      * where the next document starts, so a target equal to the separator does not count */
@@ -212,6 +220,8 @@ static void run_setup(train_run *r) {
         up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
                    "or less, or a larger shard",
                    o->T, o->T + 1, o->data, ntok, ntok - 1);
+    if (o->loss_mask && mask_open(&r->mask, o->loss_mask, ntok, err, sizeof err) != 0)
+        up_die_all("--loss-mask %s", err);
     if (o->init && !up_file_readable(o->init))
         up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
 
@@ -230,6 +240,7 @@ static report_memory run_plan(train_run *r) {
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &r->o.mopt);
     model_free(&r->m);
     if (r->o.ckpt_dir) mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes()); /* counted, not allocated */
+    if (r->o.loss_mask) mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
     report_memory plan = report_capture();
     mem_plan_end();
     return plan;
@@ -276,6 +287,7 @@ static void run_start(train_run *r) {
     const train_options *o = &r->o;
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
     if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
+    if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
     double t0 = now_s(), read_bytes = 0;
     if (o->resume && ckpt_find_latest(o->ckpt_dir, r->resumed_from, sizeof r->resumed_from) >= 0) {
         ckpt_state run = run_state(r, 0);
@@ -499,6 +511,7 @@ static void run_stop(train_run *r, int why) {
         fflush(stdout);
     }
     mem_free(r->ckpt_stage);
+    mem_free(r->mask_buf);
     model_free(&r->m);
 }
 
@@ -528,6 +541,7 @@ static void run_finish(train_run *r) {
                up_fmt_bytes(rss, sizeof rss, (double)mem_rss_peak()));
     }
     mem_free(r->ckpt_stage);
+    mem_free(r->mask_buf);
     model_free(&r->m);
 }
 
@@ -564,6 +578,7 @@ int train_main(int argc, char **argv) {
     }
     comm_free(&r.comm);
     shard_close(&r.shard);
+    mask_close(&r.mask);
     MPI_Finalize();
     return 0;
 }
