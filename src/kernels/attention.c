@@ -83,15 +83,15 @@ size_t attention_workspace_floats(int T, int NH, int NKV, int HS) {
 }
 
 static attn_shape attn_shape_of(int T, int NH, int NKV, int HS, const int32_t *doc_start) {
-    attn_shape s = {T,
-                    NH,
-                    NKV,
-                    HS,
-                    NH / NKV,
-                    (size_t)NH * HS,
-                    (size_t)NKV * HS,
-                    1.0f / sqrtf((float)HS),
-                    doc_start};
+    attn_shape s = {.T = T,
+                    .NH = NH,
+                    .NKV = NKV,
+                    .HS = HS,
+                    .G = NH / NKV,
+                    .ldq = (size_t)NH * HS,
+                    .ldk = (size_t)NKV * HS,
+                    .scale = 1.0f / sqrtf((float)HS),
+                    .doc = doc_start};
     return s;
 }
 

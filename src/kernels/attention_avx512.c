@@ -222,7 +222,7 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
         lrow[r] = 0.0f;
     }
     const int jfirst = attn_doc_first_key(sh, i0) / B * B; // 0 without documents
-    for (int j0 = jfirst; j0 < i0 + bq; j0 += B) { // key blocks up to the last query
+    for (int j0 = jfirst; j0 < i0 + bq; j0 += B) {         // key blocks up to the last query
         const int bk = attn_min(B, T - j0);
         const int dk = j0 - i0;
         const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
@@ -261,10 +261,9 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
                 // tiles: mx stays -inf there, and 0 stands in for it in the exponents (p = 0 by
                 // the mask, alpha = exp(-inf) = 0 on an O and l that are still 0).
                 const __m512 mxe =
-                    sh->doc ? _mm512_mask_mov_ps(mx,
-                                                 _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY),
-                                                                    _CMP_EQ_OQ),
-                                                 _mm512_setzero_ps())
+                    sh->doc ? _mm512_mask_mov_ps(
+                                  mx, _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
+                                  _mm512_setzero_ps())
                             : mx;
                 const __m512 alpha = attn_exp16(_mm512_sub_ps(m_old, mxe)); // 0 in block 0
                 __m512 sum = _mm512_setzero_ps();
@@ -272,8 +271,8 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
                     float *sp = st + (size_t)m * LD + qv;
                     __mmask16 mk = masked ? attn_causal_mask(dk, m, qv) : (__mmask16)0xFFFF;
                     if (cut) mk &= attn_doc_mask(dsv, j0 + m);
-                    const __m512 p =
-                        _mm512_maskz_mov_ps(mk, attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(sp), mxe)));
+                    const __m512 p = _mm512_maskz_mov_ps(
+                        mk, attn_exp16(_mm512_sub_ps(_mm512_loadu_ps(sp), mxe)));
                     _mm512_storeu_ps(sp, p);
                     sum = _mm512_add_ps(sum, p);
                 }
@@ -378,7 +377,8 @@ void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const
                 // that no product reads (they stop at bk keys).
                 for (int cv = c0; cv < c0 + ATTN_QC; cv += 16) {
                     for (int r = r0; r < bq; r++) {
-                        __mmask16 mk = masked ? attn_causal_mask_keys(dq, r, cv) : (__mmask16)0xFFFF;
+                        __mmask16 mk =
+                            masked ? attn_causal_mask_keys(dq, r, cv) : (__mmask16)0xFFFF;
                         if (cut) mk &= attn_doc_mask_keys(sh->doc[i0 + r] - j0 - cv);
                         float *pp = pt + (size_t)r * LD + cv;
                         float *dp = dst + (size_t)r * LD + cv;

@@ -78,7 +78,7 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
         for (int r = 0; r < bq; r++) {
             float *row = s + (size_t)r * B;
             const int n = diag ? r + 1 : bk; // causal: query i0+r sees keys up to i0+r
-            if (cut) { // and from its doc start on
+            if (cut) {                       // and from its doc start on
                 const int lo = sh->doc[i0 + r] - j0;
                 if (lo >= n) { // no key of this tile
                     memset(row, 0, (size_t)bk * sizeof(float));

@@ -83,8 +83,8 @@ void ref_attention_forward(float *out, float *lse, const float *q, const float *
 }
 
 void ref_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                            const float *k, const float *v, const int32_t *doc_start, int T,
-                            int NH, int NKV, int HS) {
+                            const float *k, const float *v, const int32_t *doc_start, int T, int NH,
+                            int NKV, int HS) {
     ref_attn_check(T, NH, NKV, HS);
     const int G = NH / NKV;
     const double scale = 1.0 / sqrt((double)HS);

@@ -46,9 +46,9 @@ static inline size_t attn_round16(size_t n) {
 /* Shared shape values of one call. */
 typedef struct {
     int T, NH, NKV, HS, G;
-    size_t ldq, ldk;      // row strides of q/out/dout/dq (NH*HS) and of k/v/dk/dv (NKV*HS)
-    float scale;          // 1/sqrt(HS)
-    const int32_t *doc;   // (T) doc_start, or NULL: one document (the plain causal case)
+    size_t ldq, ldk;    // row strides of q/out/dout/dq (NH*HS) and of k/v/dk/dv (NKV*HS)
+    float scale;        // 1/sqrt(HS)
+    const int32_t *doc; // (T) doc_start, or NULL: one document (the plain causal case)
 } attn_shape;
 
 /* Documents. doc[i] is non-decreasing (documents are contiguous), so the first query of a block

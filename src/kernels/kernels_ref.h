@@ -25,8 +25,8 @@ void ref_swiglu_backward(float *dgate, float *dup, const float *dout, const floa
 void ref_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                            const int32_t *doc_start, int T, int NH, int NKV, int HS);
 void ref_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                            const float *k, const float *v, const int32_t *doc_start, int T,
-                            int NH, int NKV, int HS);
+                            const float *k, const float *v, const int32_t *doc_start, int T, int NH,
+                            int NKV, int HS);
 double ref_cross_entropy_fused(float *logits, const int32_t *targets, int N, int V,
                                float grad_scale);
 void ref_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,

@@ -113,8 +113,7 @@ static void problem_free(problem *p) {
 }
 
 static void problem_ref(problem *p) {
-    ref_attention_forward(p->r_out, p->r_lse, p->q, p->k, p->v, p->doc, p->T, p->NH, p->NKV,
-                          p->HS);
+    ref_attention_forward(p->r_out, p->r_lse, p->q, p->k, p->v, p->doc, p->T, p->NH, p->NKV, p->HS);
     ref_attention_backward(p->r_dq, p->r_dk, p->r_dv, p->dout, p->q, p->k, p->v, p->doc, p->T,
                            p->NH, p->NKV, p->HS);
 }
@@ -152,8 +151,8 @@ static void problem_fast(problem *p, int threads) {
         canary_set(outs[i], ns[i]);
     attention_forward(p->out, p->lse, p->q, p->k, p->v, p->doc, p->T, p->NH, p->NKV, p->HS, ws);
     fill_nan(ws, nws);
-    attention_backward(p->dq, p->dk, p->dv, p->dout, p->q, p->k, p->v, p->out, p->lse, p->doc,
-                       p->T, p->NH, p->NKV, p->HS, ws);
+    attention_backward(p->dq, p->dk, p->dv, p->dout, p->q, p->k, p->v, p->out, p->lse, p->doc, p->T,
+                       p->NH, p->NKV, p->HS, ws);
     int ok = 1;
     for (int i = 0; i < 6; i++)
         ok &= canary_ok(outs[i], ns[i]);
@@ -546,8 +545,7 @@ static void test_concat(const doc_layout *L, int T, int NH, int NKV, int HS, int
         const size_t off_q = (size_t)s * wq, off_k = (size_t)s * wk;
         diff_acc(p.out + off_q, d.out, d.nq, &e[0], &m[0]);
         for (int h = 0; h < NH; h++)
-            diff_acc(p.lse + (size_t)h * T + s, d.lse + (size_t)h * d.T, (size_t)d.T, &e[1],
-                     &m[1]);
+            diff_acc(p.lse + (size_t)h * T + s, d.lse + (size_t)h * d.T, (size_t)d.T, &e[1], &m[1]);
         diff_acc(p.dq + off_q, d.dq, d.nq, &e[2], &m[2]);
         diff_acc(p.dk + off_k, d.dk, d.nk, &e[3], &m[3]);
         diff_acc(p.dv + off_k, d.dv, d.nk, &e[4], &m[4]);
@@ -573,8 +571,8 @@ static void test_concat(const doc_layout *L, int T, int NH, int NKV, int HS, int
         e[i] = r;
     }
     if (exact)
-        CHECK(same, "concat docs=%s T=%d NH=%d NKV=%d HS=%d threads=%d: not bit-identical",
-              L->name, T, NH, NKV, HS, threads);
+        CHECK(same, "concat docs=%s T=%d NH=%d NKV=%d HS=%d threads=%d: not bit-identical", L->name,
+              T, NH, NKV, HS, threads);
     printf("concat %-26s T=%d NH=%d NKV=%d HS=%d threads=%d: rel err out %.2g lse %.2g dq %.2g "
            "dk %.2g dv %.2g%s\n",
            L->name, T, NH, NKV, HS, threads, e[0], e[1], e[2], e[3], e[4],
