@@ -46,7 +46,8 @@ mkdir -p "$d"
 # Packed documents (separator 256, vocab 260), T = 300 so attention spans several tiles: the
 # window starts mid-document (40 tokens), then documents of 20 (shorter than a tile), 130, 1 (the
 # separator alone) and 109 tokens (crossing the rank boundaries of --cp 2 and 4); and a random
-# loss mask. expected.json: documents only; expected_mask.json: documents and the loss mask.
+# loss mask. expected.json: documents only; expected_mask.json: documents and the loss mask;
+# expected_maskonly.json: the loss mask without documents (one plain causal window).
 d="$root/tests/fixtures/golden_docs"
 mkdir -p "$d"
 "$py" "$ref" config docs --out "$d/config.json"
@@ -59,6 +60,9 @@ mkdir -p "$d"
 "$py" "$ref" grads --config "$d/config.json" --weights "$d/weights.safetensors" \
   --data "$d/tokens.bin" --seq-len 300 --doc-sep 256 --loss-mask "$d/mask.bin" \
   --out-grads "$d/expected_mask_grads.safetensors" --out-json "$d/expected_mask.json"
+"$py" "$ref" grads --config "$d/config.json" --weights "$d/weights.safetensors" \
+  --data "$d/tokens.bin" --seq-len 300 --loss-mask "$d/mask.bin" \
+  --out-grads "$d/expected_maskonly_grads.safetensors" --out-json "$d/expected_maskonly.json"
 
 du -cb "$root"/tests/fixtures/golden_*/* | tail -1
 echo "make_golden: fixtures written"

@@ -44,6 +44,16 @@ EMG=$D/expected_mask_grads.safetensors
 against_ref mask_1 "$EM" "$EMG" 1 $DOCS --loss-mask "$D/mask.bin"
 against_ref mask_cp4_u4 "$EM" "$EMG" 4 $DOCS --loss-mask "$D/mask.bin" --upipe-heads 4
 against_ref mask_stack "$EM" "$EMG" 2 $DOCS --loss-mask "$D/mask.bin" --fsdp --offload "$TMP" --tile-mlp 64 --tile-loss 48
+# the loss mask without documents, and a mask with no counted target (the step adds nothing,
+# divides by nothing: loss 0, gradients 0, no NaN)
+against_ref maskonly_cp2 "$D/expected_maskonly.json" "$D/expected_maskonly_grads.safetensors" 2 \
+  --config "$D/config.json" --data "$D/tokens.bin" --init "$D/weights.safetensors" --seq-len 300 \
+  --loss-mask "$D/mask.bin"
+cp "$D/mask.bin" "$TMP/zero_mask.bin"
+dd if=/dev/zero of="$TMP/zero_mask.bin" bs=1 seek=1024 count=301 conv=notrunc status=none
+run_case zero_mask 2 $DOCS --loss-mask "$TMP/zero_mask.bin" && {
+  l=$(json_field "$(head -n1 "$TMP/zero_mask.jsonl")" loss); n=$(json_field "$(head -n1 "$TMP/zero_mask.jsonl")" grad_norm)
+  [ "$l" = "0.0" ] && [ "$n" = "0.0" ] && ok "no counted target: loss $l, gradient norm $n" || bad "no counted target: loss $l norm $n"; }
 grep -q '"documents": 5' "$TMP/docs_1.jsonl" && grep -q '"targets": 296' "$TMP/docs_1.jsonl" \
   && ok "log: 5 documents, 296 counted targets (4 separator targets skipped)" || bad "log: $(head -c 300 "$TMP/docs_1.jsonl")"
 
