@@ -49,6 +49,16 @@ run tied_plain 3 $T3 --steps 1 --lr 0 --save-grads "$TMP/g_tied_plain.st" \
 run tied_acc_plain 3 $T3 --steps 2 --lr 1e-3 --adam-eps 1e-4 --grad-accum 2 --save "$TMP/w_tacc_plain.st" \
   && run tied_acc_fsdp 3 $T3 --steps 2 --lr 1e-3 --adam-eps 1e-4 --grad-accum 2 --fsdp --save "$TMP/w_tacc_fsdp.st" \
   && cmp_st "tied + grad-accum, weights after 2 steps" "$TMP/w_tacc_fsdp.st" "$TMP/w_tacc_plain.st"
+# Gradient accumulation in more configurations: the reduce-scatter of every micro-batch adds into
+# the shard (a shard that overwrote would keep only the last micro-batch and fail by O(1)).
+# 2 ranks, 3 micro-batches, against one rank with the same 6 sequences per step.
+run acc3_ref 1 $G --steps 1 --lr 0 --grad-accum 6 --save-grads "$TMP/g_acc3_ref.st" \
+  && run acc3_fsdp 2 $G --cp 1 --steps 1 --lr 0 --grad-accum 3 --fsdp --save-grads "$TMP/g_acc3_fsdp.st" \
+  && cmp_st "fsdp, 2 replicas x grad-accum 3 = 1 rank x 6" "$TMP/g_acc3_fsdp.st" "$TMP/g_acc3_ref.st"
+# a 2 x 2 mesh (2 replicas, --cp 2) with 2 micro-batches, against one rank with 4
+run acc_mesh_ref 1 $G --steps 1 --lr 0 --grad-accum 4 --save-grads "$TMP/g_accm_ref.st" \
+  && run acc_mesh_fsdp 4 $G --cp 2 --steps 1 --lr 0 --grad-accum 2 --fsdp --save-grads "$TMP/g_accm_fsdp.st" \
+  && cmp_st "fsdp, 2 x 2 mesh x grad-accum 2 = 1 rank x 4" "$TMP/g_accm_fsdp.st" "$TMP/g_accm_ref.st"
 # All together: FSDP with UPipe, checkpoint offload and tiles on a 2 x 2 mesh.
 mkdir -p "$TMP/store"
 run all_plain 4 $G --cp 2 --steps 1 --lr 0 --save-grads "$TMP/g_all_plain.st" \

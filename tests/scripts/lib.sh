@@ -22,8 +22,13 @@ if "$MPIEXEC" --version 2>/dev/null | grep -qi "open mpi"; then
   MPIEXEC="$MPIEXEC --oversubscribe --allow-run-as-root"
 fi
 mpirun_n() { local n=$1; shift; timeout 300 $MPIEXEC -n "$n" "$@"; }
-# Relative difference |a-b| <= r*|b| of two numbers.
-close() { awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= r * b) }'; }
+# Relative difference |a-b| <= r*|b| of two numbers; false when either is empty or not a number
+# (a missing value must never pass a comparison).
+is_num() { [[ "$1" =~ ^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]]; }
+close() {
+  is_num "$1" && is_num "$2" || return 1
+  awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= r * b) }'
+}
 
 # One training step of `upipe train` on n ranks writing its gradients and log under $TMP/name.
 run_case() { # name ranks args...

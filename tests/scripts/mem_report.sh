@@ -13,7 +13,8 @@ if "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" --seq-le
   done
   peak=$(json_field "$rep" peak_bytes)
   rss=$(json_field "$rep" rss_peak_bytes)
-  if awk -v p="$peak" -v r="$rss" 'BEGIN { d = p - r; if (d < 0) d = -d; exit !(d <= 0.15 * r) }'; then
+  if is_num "$peak" && is_num "$rss" && [ "$rss" -gt 0 ] &&
+     awk -v p="$peak" -v r="$rss" 'BEGIN { d = p - r; if (d < 0) d = -d; exit !(d <= 0.15 * r) }'; then
     ok "accounted peak $peak within 15% of RSS peak $rss"
   else
     bad "accounted peak $peak vs RSS peak $rss: more than 15% apart"
@@ -28,7 +29,7 @@ if "$UPIPE" train --config "$TMP/deep.json" --data "$TMP/d.bin" --seq-len 32 --s
   && "$UPIPE" train --config "$TMP/deep.json" --data "$TMP/d.bin" --seq-len 32 --steps 1 --threads 2 \
     --quiet --dry-run --mem-report "$TMP/deep.plan" >/dev/null 2>&1; then
   a=$(json_field "$(tr -d '\n' <"$TMP/deep.json.mem")" peak_bytes); b=$(json_field "$(tr -d '\n' <"$TMP/deep.plan")" peak_bytes)
-  [ "$a" = "$b" ] && ok "40-layer model: measured peak $a = plan" || bad "40-layer model: measured $a vs plan $b"
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "40-layer model: measured peak $a = plan" || bad "40-layer model: measured $a vs plan $b"
 else
   bad "40-layer model failed"; cat "$TMP/deep.out"
 fi

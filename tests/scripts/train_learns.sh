@@ -22,6 +22,17 @@ if "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/text.bin" --seq
     v=$(json_field "$(tail -n1 "$TMP/log.jsonl")" $k)
     [ -n "$v" ] && ok "log field $k=$v" || bad "log field $k missing"
   done
+  # The round trip: --init of the saved weights, no update, --save again gives the same bytes,
+  # and the first loss from them is the loss the trained model has on that window.
+  if "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/text.bin" --seq-len 128 \
+      --steps 1 --lr 0 --threads 2 --quiet --init "$TMP/w.safetensors" --save "$TMP/w2.safetensors" \
+      --log "$TMP/rt.jsonl" >"$TMP/rt.out" 2>&1 && cmp -s "$TMP/w.safetensors" "$TMP/w2.safetensors"; then
+    l=$(json_field "$(head -n1 "$TMP/rt.jsonl")" loss)
+    awk -v a="$l" -v b="$first" 'BEGIN { exit !(a < 0.3 * b) }' && ok "--save / --init round trip: same bytes, loss $l" \
+      || bad "round trip: loss $l is not the trained model's"
+  else
+    bad "--save / --init round trip"; cat "$TMP/rt.out"
+  fi
 else
   bad "training run failed"; cat "$TMP/out"
 fi
