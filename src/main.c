@@ -2,6 +2,7 @@
 #include "cmd/data_cmd.h"
 #include "cmd/export_cmd.h"
 #include "core/check.h"
+#include "core/fileio.h"
 #include "train/train.h"
 
 #include <stdio.h>
@@ -22,6 +23,7 @@ static void print_usage(void) {
 }
 
 int main(int argc, char **argv) {
+    up_tmp_install_signal_cleanup(); /* a signal never leaves a temporary file behind */
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         print_usage();

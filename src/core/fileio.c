@@ -4,37 +4,80 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+static struct {
+    char path[4096];
+    volatile sig_atomic_t used, is_dir;
+} g_tmp[UP_TMP_SLOTS];
+
+void up_tmp_push(const char *path, int is_dir) {
+    for (int i = 0; i < UP_TMP_SLOTS; i++)
+        if (!g_tmp[i].used) {
+            snprintf(g_tmp[i].path, sizeof g_tmp[i].path, "%s", path);
+            g_tmp[i].is_dir = is_dir;
+            g_tmp[i].used = 1;
+            return;
+        }
+    UP_CHECK(0, "more than %d temporary files at once", UP_TMP_SLOTS);
+}
+
+void up_tmp_pop(const char *path) {
+    for (int i = UP_TMP_SLOTS - 1; i >= 0; i--)
+        if (g_tmp[i].used && strcmp(g_tmp[i].path, path) == 0) {
+            g_tmp[i].used = 0;
+            return;
+        }
+}
+
+void up_tmp_remove_all(void) {
+    for (int pass = 0; pass < 2; pass++) /* files, then the folders that held them */
+        for (int i = UP_TMP_SLOTS - 1; i >= 0; i--)
+            if (g_tmp[i].used && g_tmp[i].is_dir == pass) {
+                if (pass) rmdir(g_tmp[i].path);
+                else unlink(g_tmp[i].path);
+            }
+}
+
+static void cleanup_and_reraise(int sig) {
+    up_tmp_remove_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void up_tmp_install_signal_cleanup(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = cleanup_and_reraise;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
 int up_write_file_atomic(const char *path, const void *data, size_t len, char *err,
                          size_t errlen) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    up_tmp_push(tmp, 0); /* a signal from here on removes it */
+    int rc = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
-        return up_errf(err, errlen, path,
-                       "cannot create (%s): check the directory exists and is writable",
-                       strerror(errno));
-    if (up_write_all(fd, data, len) != 0) {
-        up_errf(err, errlen, path, "write failed (%s)", strerror(errno));
-        close(fd);
-        unlink(tmp);
-        return -1;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        up_errf(err, errlen, path, "write failed (%s)", strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        up_errf(err, errlen, path, "cannot rename into place (%s)", strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+        rc = up_errf(err, errlen, path,
+                     "cannot create (%s): check the directory exists and is writable",
+                     strerror(errno));
+    else if (up_write_all(fd, data, len) != 0 || fsync(fd) != 0)
+        rc = up_errf(err, errlen, path, "write failed (%s)", strerror(errno));
+    if (fd >= 0 && close(fd) != 0 && rc == 0)
+        rc = up_errf(err, errlen, path, "write failed (%s)", strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = up_errf(err, errlen, path, "cannot rename into place (%s)", strerror(errno));
+    if (rc != 0) unlink(tmp);
+    up_tmp_pop(tmp);
+    return rc;
 }
 
 int up_file_readable(const char *path) { return access(path, R_OK) == 0; }

@@ -17,6 +17,17 @@ int up_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 int up_write_line_atomic(const char *path, const char *text, char *err, size_t errlen);
 /* out = dir + "/" + name; a path longer than len stops with a message (up_die). */
 void up_path_join(char *out, size_t len, const char *dir, const char *name);
+/* Temporary files and folders of writes in progress, so that a signal that ends the process
+ * leaves none behind: up_tmp_push before creating one, up_tmp_pop once it is renamed or removed.
+ * up_tmp_remove_all is async-signal-safe (unlink, rmdir): signal handlers call it, files first,
+ * newest first. At most UP_TMP_SLOTS at once. */
+enum { UP_TMP_SLOTS = 8 };
+void up_tmp_push(const char *path, int is_dir);
+void up_tmp_pop(const char *path);
+void up_tmp_remove_all(void);
+/* Installs handlers for SIGINT, SIGTERM and SIGHUP that remove the temporary files and then end
+ * the process as the signal would have. */
+void up_tmp_install_signal_cleanup(void);
 /* 1 when path exists and is readable. */
 int up_file_readable(const char *path);
 

