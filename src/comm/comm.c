@@ -1,6 +1,7 @@
 #include "comm/comm.h"
 
 #include "core/check.h"
+#include "core/watchdog.h"
 
 #include <limits.h>
 #include <string.h>
@@ -11,10 +12,13 @@ static const char *g_kind_names[COMM_KIND_COUNT] = {
 
 const char *comm_kind_name(comm_kind k) { return g_kind_names[k]; }
 
-/* Stops every rank with the MPI error string when an MPI call fails. */
+/* Stops every rank with the MPI error string when an MPI call fails; the watchdog knows which
+ * call the rank is in. */
 #define MPI_CALL(call)                                                                             \
     do {                                                                                           \
+        watchdog_enter(__func__, #call);                                                           \
         int rc_ = (call);                                                                          \
+        watchdog_leave();                                                                          \
         if (rc_ != MPI_SUCCESS) {                                                                  \
             char msg_[MPI_MAX_ERROR_STRING];                                                       \
             int len_ = 0;                                                                          \

@@ -85,6 +85,10 @@ void train_print_help(void) {
         "                         (ZeRO-3): each layer is gathered before its forward and\n"
         "                         backward and its gradients reduce-scattered after\n\n"
         "machine\n"
+        "  --watchdog SECONDS     stop the job with a message naming the step and the collective a\n"
+        "                         rank waits in when no progress came for max(SECONDS, 10 x the\n"
+        "                         longest step) (default 600; 0 = off): a stalled rank or a\n"
+        "                         hung collective ends the job instead of spinning forever\n"
         "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
         "                         else the cores divided by the ranks on this node)\n"
         "  --help                 this text\n");
@@ -128,7 +132,7 @@ enum {
     OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
     OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
     OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP, OPT_CKPT_DIR, OPT_CKPT_EVERY,
-    OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP, OPT_LOSS_MASK
+    OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP, OPT_LOSS_MASK, OPT_WATCHDOG
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -147,6 +151,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     o->accum = 1;
     o->ckpt_keep = 2;
     o->doc_sep = -1;
+    o->watchdog = 600;
     static const struct option longopts[] = {
         {"config", required_argument, 0, OPT_CONFIG},
         {"data", required_argument, 0, OPT_DATA},
@@ -179,6 +184,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"fsdp", no_argument, 0, OPT_FSDP},
         {"mem-limit", required_argument, 0, OPT_MEMLIM},
         {"doc-sep", required_argument, 0, OPT_DOC_SEP},
+        {"watchdog", required_argument, 0, OPT_WATCHDOG},
         {"loss-mask", required_argument, 0, OPT_LOSS_MASK},
         {"ckpt-dir", required_argument, 0, OPT_CKPT_DIR},
         {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY},
@@ -224,6 +230,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_MEMLIM: o->mem_limit = parse_size("--mem-limit", optarg); break;
         case OPT_DOC_SEP: o->doc_sep = parse_long("--doc-sep", optarg, 0, INT32_MAX); break;
         case OPT_LOSS_MASK: o->loss_mask = optarg; break;
+        case OPT_WATCHDOG: o->watchdog = parse_double("--watchdog", optarg, 0, 1e9); break;
         case OPT_CKPT_DIR: o->ckpt_dir = optarg; break;
         case OPT_CKPT_EVERY: o->ckpt_every = parse_long("--ckpt-every", optarg, 1, INT_MAX); break;
         case OPT_CKPT_KEEP: o->ckpt_keep = (int)parse_long("--ckpt-keep", optarg, 1, 1000); break;

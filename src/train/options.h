@@ -27,6 +27,7 @@ typedef struct {
     int ckpt_keep;        /* complete checkpoints kept (default 2) */
     int resume;           /* continue from the newest checkpoint in ckpt_dir (if any) */
     long stop_at;         /* stop after this step as if preempted (0: run to --steps) */
+    double watchdog;      /* seconds without progress before a stalled job stops (0: off) */
 } train_options;
 
 /* Parses argv (argv[0] == "train") into o (overwritten, defaults filled in). Returns 1 for --help

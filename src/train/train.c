@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
+#include "core/watchdog.h"
 #include "io/config.h"
 #include "io/mask.h"
 #include "io/shard.h"
@@ -567,15 +568,18 @@ int train_main(int argc, char **argv) {
         if (r.o.mem_report) report_write_memory(r.o.mem_report, &r.comm, &plan, 1);
     } else {
         report_check_mem_limit(&plan, &r.o);
+        watchdog_start(r.o.watchdog);
         run_start(&r);
         int stopped = 0;
         for (long step = r.start_step; step < r.o.steps && !stopped; step++) {
             train_step_stats s = run_step(&r, step);
+            watchdog_step(step, s.dt);
             stopped = run_checkpoint(&r, &s);
             run_record(&r, &s);
         }
         if (stopped) run_stop(&r, stopped);
         else run_finish(&r);
+        watchdog_stop();
     }
     comm_free(&r.comm);
     shard_close(&r.shard);

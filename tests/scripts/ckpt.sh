@@ -66,11 +66,16 @@ else ok "step 3 and step 6 weights differ beyond the tolerance"; fi
 K="--config $SRC/configs/tiny.json --data $TMP/d.bin --seq-len 512 --steps 40 --lr 1e-3 --threads 1 --quiet"
 "$UPIPE" train $K --save "$TMP/kill_full.st" >/dev/null 2>&1 || bad "kill: straight run"
 kills=0 finished=0
-for attempt in $(seq 1 60); do
+: >"$TMP/kill.jsonl"
+for attempt in $(seq 1 80); do
+  before=$(wc -l <"$TMP/kill.jsonl")
   "$UPIPE" train $K --ckpt-dir "$TMP/ck_kill" --ckpt-every 1 --resume --save "$TMP/kill_res.st" \
-    >"$TMP/kill.out" 2>&1 &
+    --log "$TMP/kill.jsonl" >"$TMP/kill.out" 2>&1 &
   pid=$!
-  sleep "0.$((RANDOM % 30 + 5))"
+  # once this attempt has made progress (a logged step: its checkpoint is complete by then, so
+  # the test finishes however slow the machine is), kill it at a random moment
+  while kill -0 "$pid" 2>/dev/null && [ "$(wc -l <"$TMP/kill.jsonl")" -le "$before" ]; do sleep 0.02; done
+  sleep "0.$((RANDOM % 25))"
   if kill -9 "$pid" 2>/dev/null; then kills=$((kills + 1)); fi
   wait "$pid" && { finished=1; break; }
   # whatever is visible now must be complete: every step folder resumes (checked by the next

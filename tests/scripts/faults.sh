@@ -36,4 +36,19 @@ rc=0
   --steps 3 --log /dev/full >"$TMP/full.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -q "upipe: error.*--log /dev/full.*write failed" "$TMP/full.out" \
   && ok "--log on a full disk: $(grep error "$TMP/full.out")" || { bad "--log /dev/full: exit $rc"; cat "$TMP/full.out"; }
+# ---- a stalled rank (SIGSTOP): the others' watchdog names the collective and stops the job ----
+mpirun_n 2 "$UPIPE" train --quiet --threads 1 --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" \
+  --seq-len 256 --steps 100000 --lr 1e-3 --watchdog 2 --log "$TMP/wd2.jsonl" >"$TMP/wd.out" 2>&1 &
+job=$!
+for _ in $(seq 1 300); do [ -s "$TMP/wd2.jsonl" ] && break; sleep 0.1; done
+victim=$(pgrep -f -- "--log $TMP/wd2.jsonl" | while read p; do
+  [ "$(ps -o comm= -p "$p")" = upipe ] && echo "$p"; done | tail -n1)
+t0=$(date +%s.%N)
+[ -n "$victim" ] && kill -STOP "$victim"
+rc=0; wait "$job" || rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+[ -n "$victim" ] && kill -CONT "$victim" 2>/dev/null; kill -9 "$victim" 2>/dev/null
+if [ "$rc" -ne 0 ] && grep -q "watchdog: step .* has waited .* in comm_" "$TMP/wd.out"; then
+  ok "stalled rank: job stopped in ${dt} s: $(grep -o 'watchdog: .*hangs' "$TMP/wd.out" | head -n1)"
+else bad "stalled rank: exit $rc after ${dt} s"; cat "$TMP/wd.out"; fi
 finish
