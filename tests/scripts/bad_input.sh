@@ -44,6 +44,22 @@ expect_error tiny_safetensors "safetensors" -- $TRAIN --config "$CFG" --data "$T
 expect_error malformed_header "safetensors" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/garbage.safetensors"
 sed 's/"hidden_size": 128/"hidden_size": 96/; s/"head_dim": 32/"head_dim": 24/' "$CFG" >"$TMP/other.json"
 expect_error wrong_shapes "shape" -- $TRAIN --config "$TMP/other.json" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/w.safetensors"
+# A NaN in the embedding row of token 200, which the recall data never uses (its tokens are
+# below 123), so only the load can see it: the F32 value of row 200, column 5 is patched in place.
+# Data offsets are relative to the data section, which starts after the 8-byte length and the
+# JSON header.
+hlen=$(od -An -t u8 -N 8 "$TMP/w.safetensors" | tr -d ' ')
+emb=$(head -c $((8 + hlen)) "$TMP/w.safetensors" | grep -o '"model.embed_tokens.weight":{[^}]*}' \
+  | sed -n 's/.*"data_offsets":\[\([0-9]*\),.*/\1/p')
+cp "$TMP/w.safetensors" "$TMP/nan.safetensors"
+printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan.safetensors" bs=1 seek=$((8 + hlen + emb + (200 * 128 + 5) * 4)) \
+  conv=notrunc status=none
+expect_error nan_weights "model.embed_tokens.weight at row 200, column 5 is nan: the file holds NaN/Inf" -- \
+  $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/nan.safetensors"
+# A 4-layer file for a 2-layer config: every tensor the config needs is there, the rest is not used.
+sed 's/"num_hidden_layers": 4/"num_hidden_layers": 2/' "$CFG" >"$TMP/l2.json"
+expect_error unexpected_tensor "tensor model.layers.2.input_layernorm.weight is not used by the config" -- \
+  $TRAIN --config "$TMP/l2.json" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/w.safetensors"
 
 # Token shard: truncated.
 head -c 2000 "$TMP/d.bin" >"$TMP/short.bin"
