@@ -165,6 +165,9 @@ void model_zero_grads(model *m);
 void model_reduce_grads(model *m);
 /* Norm of the whole gradient (all shards). Collective. */
 double model_grad_norm(model *m);
+/* The first tensor (table index) with a NaN or Inf in its gradient, over every rank's owned
+ * part (FSDP: the smallest index any rank finds); -1 when all are finite. Collective. */
+int model_first_nonfinite_grad(model *m);
 /* One AdamW step (1-based step) on every tensor's owned part, gradients scaled by clip (the
  * clipping factor); weight decay on the tensors that take it. */
 void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip);

@@ -61,6 +61,29 @@ sed 's/"num_hidden_layers": 4/"num_hidden_layers": 2/' "$CFG" >"$TMP/l2.json"
 expect_error unexpected_tensor "tensor model.layers.2.input_layernorm.weight is not used by the config" -- \
   $TRAIN --config "$TMP/l2.json" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/w.safetensors"
 
+# Non-finite steps: every weight times 1e30 is finite in the file, but the first forward overflows
+# (q and k of order 1e58), so every step's loss and gradient norm are NaN/Inf.
+"$BUILD/tests/st_sum" "$TMP/huge.safetensors" 1e30 "$TMP/w.safetensors" || bad "st_sum"
+HUGE="--config $CFG --data $TMP/d.bin --seq-len 64 --init $TMP/huge.safetensors"
+expect_error nonfinite_stop "step 1: loss .*first NaN/Inf gradient in model.embed_tokens.weight" -- \
+  $TRAIN $HUGE --steps 8
+expect_error nonfinite_skip_max "step 5: 5 steps in a row skipped (--max-skips 5)" -- \
+  $TRAIN $HUGE --steps 8 --on-nonfinite skip --log "$TMP/skip.jsonl"
+n=$(grep -c '"skipped": 1' "$TMP/skip.jsonl")
+[ "$n" -eq 4 ] && ok "nonfinite_skip_max: 4 steps logged as skipped before the stop" || bad "skipped lines: $n"
+expect_error max_skips_without_skip "--max-skips needs --on-nonfinite skip" -- $TRAIN $HUGE --max-skips 3
+# skip: the run goes on (exit 0), each step logged as skipped and not applied: the saved weights
+# are the loaded ones, bit for bit.
+rc=0
+$TRAIN $HUGE --steps 3 --on-nonfinite skip --log "$TMP/skip3.jsonl" --save "$TMP/after.safetensors" \
+  >"$TMP/skip3.out" 2>&1 || rc=$?
+n=$(grep -c '"skipped": 1, "skipped_total": ' "$TMP/skip3.jsonl")
+if [ "$rc" -eq 0 ] && [ "$n" -eq 3 ] && cmp -s "$TMP/huge.safetensors" "$TMP/after.safetensors"; then
+  ok "nonfinite_skip: 3 steps skipped, exit 0, weights unchanged"
+else
+  bad "nonfinite_skip: rc $rc, $n skipped lines"; cat "$TMP/skip3.out"
+fi
+
 # Token shard: truncated.
 head -c 2000 "$TMP/d.bin" >"$TMP/short.bin"
 expect_error truncated_shard "truncated" -- $TRAIN --config "$CFG" --data "$TMP/short.bin" --seq-len 64
