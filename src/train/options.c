@@ -90,7 +90,8 @@ void train_print_help(void) {
         "                         backward and its gradients reduce-scattered after\n\n"
         "machine\n"
         "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
-        "                         else the cores divided by the ranks on this node)\n"
+        "                         else the cores divided by the ranks on this node); more\n"
+        "                         threads on a node than cores gives a warning\n"
         "  --help                 this text\n");
 }
 

@@ -120,17 +120,37 @@ static void read_tokens(const train_run *r, unsigned long long seq, model *m) {
         if (m->targets[i] == (int32_t)r->o.doc_sep) m->targets[i] = -1;
 }
 
-/* Threads per rank: --threads, else OMP_NUM_THREADS, else this node's cores over its ranks. */
-static int default_threads(int requested) {
-    if (requested > 0) return requested;
-    if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
+/* Ranks on this rank's node. Collective. */
+static int node_ranks(void) {
     MPI_Comm node;
     int local = 1;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &local);
     MPI_Comm_free(&node);
+    return local;
+}
+
+/* Threads per rank: --threads, else OMP_NUM_THREADS, else this node's cores over its ranks. */
+static int default_threads(int requested, int local) {
+    if (requested > 0) return requested;
+    if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
     int t = omp_get_num_procs() / local;
     return t > 0 ? t : 1;
+}
+
+/* More threads on this node than cores (--threads or OMP_NUM_THREADS too high for the ranks
+ * launched here): the threads take turns and every step slows down. A warning with the better
+ * setting; the run goes on. One thread per rank is never flagged: there is nothing better. */
+static void warn_oversubscribed(int threads, int local, int from_flag) {
+    int procs = omp_get_num_procs();
+    if (threads <= 1 || (long)threads * local <= procs) return;
+    int better = procs / local > 0 ? procs / local : 1;
+    const char *src = from_flag ? "--threads" : "OMP_NUM_THREADS=";
+    fprintf(stderr,
+            "upipe: warning: %s%s%d x %d rank%s on this node = %d threads on %d cores: use %s%s%d\n",
+            src, from_flag ? " " : "", threads, local, local > 1 ? "s" : "", threads * local, procs,
+            src, from_flag ? " " : "", better);
+    fflush(stderr);
 }
 
 /* 0 when path can be created or replaced: its folder exists and is writable, and path itself is
@@ -201,7 +221,9 @@ static void check_outputs(train_run *r) {
  * communicator. */
 static void run_setup(train_run *r) {
     train_options *o = &r->o;
-    r->threads = default_threads(o->threads);
+    int local = node_ranks();
+    r->threads = default_threads(o->threads, local);
+    if (r->rank == 0) warn_oversubscribed(r->threads, local, o->threads > 0);
     omp_set_num_threads(r->threads);
     blas_set_threads(r->threads);
 

@@ -84,6 +84,18 @@ else
   bad "nonfinite_skip: rc $rc, $n skipped lines"; cat "$TMP/skip3.out"
 fi
 
+# More threads than cores: a warning with the better setting, and the run goes on (exit 0).
+cores=$(nproc)
+rc=0
+"$UPIPE" train --quiet --threads $((2 * cores)) --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 \
+  >"$TMP/threads.out" 2>&1 || rc=$?
+want="upipe: warning: --threads $((2 * cores)) x 1 rank on this node = $((2 * cores)) threads on $cores cores: use --threads $cores"
+if [ "$rc" -eq 0 ] && grep -qF -- "$want" "$TMP/threads.out"; then
+  ok "threads_oversubscribed: $(head -n1 "$TMP/threads.out")"
+else
+  bad "threads_oversubscribed: rc $rc, expected '$want'"; cat "$TMP/threads.out"
+fi
+
 # Token shard: truncated.
 head -c 2000 "$TMP/d.bin" >"$TMP/short.bin"
 expect_error truncated_shard "truncated" -- $TRAIN --config "$CFG" --data "$TMP/short.bin" --seq-len 64
