@@ -78,6 +78,19 @@ static void on_signal(int sig) {
     g_signal = sig;
 }
 
+/* A mapped file truncated under the job: reading its lost pages raises SIGBUS. shard_check
+ * catches a change of size before each step; this catches one in the middle of a step. One
+ * line, async-signal-safe (write, _exit). */
+static void on_sigbus(int sig) {
+    (void)sig;
+    static const char msg[] =
+        "upipe: error: SIGBUS: a mapped input file (the --data token shard or the --loss-mask) "
+        "was truncated while the job runs; restore it and restart the job\n";
+    ssize_t rc = write(2, msg, sizeof msg - 1);
+    (void)rc;
+    _exit(1);
+}
+
 /* ---- helpers -------------------------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -239,6 +252,11 @@ static void run_setup(train_run *r) {
                    "below %d, or a config whose vocab_size holds it (at least %ld)", o->doc_sep,
                    r->cfg.V, r->cfg.V, o->doc_sep + 1);
     if (shard_open(&r->shard, o->data, r->cfg.V, err, sizeof err) != 0) up_die_all("%s", err);
+    struct sigaction bus;
+    memset(&bus, 0, sizeof bus);
+    bus.sa_handler = on_sigbus;
+    sigemptyset(&bus.sa_mask);
+    sigaction(SIGBUS, &bus, NULL);
     size_t ntok = r->shard.ntok;
     if (ntok < (size_t)o->T + 1)
         up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
@@ -384,6 +402,8 @@ static train_step_stats run_step(train_run *r, long step) {
     train_step_stats s = {.step = step};
     comm_reset_stats(comm);
     double t0 = now_s();
+    char err[1024];
+    if (shard_check(&r->shard, err, sizeof err) != 0) up_die("--data %s", err);
     /* targets of all micro-batches first: the loss is token-weighted over the global batch,
      * so the gradient scale 1/(valid targets, all ranks) is known before the forward */
     long long valid = 0;

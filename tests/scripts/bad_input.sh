@@ -100,6 +100,34 @@ fi
 head -c 2000 "$TMP/d.bin" >"$TMP/short.bin"
 expect_error truncated_shard "truncated" -- $TRAIN --config "$CFG" --data "$TMP/short.bin" --seq-len 64
 
+# Token shard changed underneath a running job: it stops (exit 1) with one line within seconds,
+# by the check before each step or, when the truncation lands in a step's reads, the SIGBUS
+# handler. A SIGBUS sent from outside shows the handler's own line.
+bg_train() { # name data -- starts a long run in the background; sets PID once it logs step 1
+  $TRAIN --config "$CFG" --data "$2" --seq-len 64 --steps 1000000 --lr 0 --log "$TMP/$1.jsonl" \
+    >"$TMP/$1.out" 2>&1 &
+  PID=$!
+  for _ in $(seq 100); do [ -s "$TMP/$1.jsonl" ] && return; sleep 0.1; done
+}
+wait_exit() { # name phrase -- waits up to 10 s for PID, then checks its status and message
+  local rc=0
+  for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$PID" 2>/dev/null; then kill "$PID"; wait "$PID"; bad "$1: still running"; return; fi
+  wait "$PID" || rc=$?
+  if [ "$rc" -eq 1 ] && grep -qE -- "$2" "$TMP/$1.out" && [ "$(wc -l <"$TMP/$1.out")" -eq 1 ]; then
+    ok "$1: $(cat "$TMP/$1.out")"
+  else
+    bad "$1: rc $rc, expected '$2'"; cat "$TMP/$1.out"
+  fi
+}
+cp "$TMP/d.bin" "$TMP/moving.bin"
+bg_train shard_truncated "$TMP/moving.bin"
+truncate -s 3000 "$TMP/moving.bin"
+wait_exit shard_truncated "--data $TMP/moving.bin changed size while the job runs \(was 7024 bytes, now 3000\)|SIGBUS: a mapped input file"
+bg_train sigbus "$TMP/d.bin"
+kill -BUS "$PID"
+wait_exit sigbus "upipe: error: SIGBUS: a mapped input file \(the --data token shard or the --loss-mask\) was truncated"
+
 # upipe data jsonl: a bad line is refused with its file and line number; nothing is written.
 # (A loss mask of the wrong length for `train --loss-mask` belongs here once that flag exists.)
 printf '{"text": "fine"}\n\n{"prompt": "p", "reply": "r"}\n' >"$TMP/bad.jsonl"
