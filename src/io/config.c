@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* Largest accepted size of a model dimension (hidden_size, intermediate_size, heads, head_dim,
  * vocab_size) and of num_hidden_layers: far beyond any real model, small enough that products of
  * two sizes fit easily in size_t and the parameter count can be checked (parse_root). */
@@ -39,12 +38,12 @@ static int get_pos_int(const json_t *root, const char *key, int required, int ma
         d = json_is_real(v) ? json_real_value(v) : NAN;
         if (!(d == floor(d)))
             return up_errf(err, errlen, label, "\"%s\" must be a positive integer: fix its value",
-                            key);
+                           key);
     }
     if (!(d >= 1.0 && d <= (double)max))
         return up_errf(err, errlen, label,
-                        "\"%s\" is %.17g but must be a positive integer in [1, %d]: fix its value",
-                        key, d, max);
+                       "\"%s\" is %.17g but must be a positive integer in [1, %d]: fix its value",
+                       key, d, max);
     *out = (int)d;
     return 0;
 }
@@ -75,7 +74,7 @@ static int get_real(const json_t *obj, const char *key, int required, real_range
              (rg.hi_open ? d < rg.hi : d <= rg.hi);
     if (!in)
         return up_errf(err, errlen, label, "%s%s is %g but must be in %c%g, %g%c: %s", where, key,
-                        d, rg.lo_open ? '(' : '[', rg.lo, rg.hi, rg.hi_open ? ')' : ']', rg.hint);
+                       d, rg.lo_open ? '(' : '[', rg.lo, rg.hi, rg.hi_open ? ')' : ']', rg.hint);
     *out = d;
     return 0;
 }
@@ -115,8 +114,7 @@ static int parse_rope_scaling(model_config *cfg, const json_t *rs, const char *l
         return up_errf(err, errlen, label,
                         "rope_scaling.\"original_max_position_embeddings\" is missing: add it "
                         "(8192 for Llama 3.1)");
-    if (get_pos_int(rs, "original_max_position_embeddings", 1, INT_MAX, &orig, label, err,
-                    errlen))
+    if (get_pos_int(rs, "original_max_position_embeddings", 1, INT_MAX, &orig, label, err, errlen))
         return -1;
     if (!((float)high > (float)low)) /* in the float32 the rope kernel divides by */
         return up_errf(err, errlen, label,
@@ -141,8 +139,7 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     const int D = CONFIG_MAX_DIM;
     if (get_pos_int(root, "hidden_size", 1, D, &cfg->C, label, err, errlen) ||
         get_pos_int(root, "intermediate_size", 1, D, &cfg->F, label, err, errlen) ||
-        get_pos_int(root, "num_hidden_layers", 1, CONFIG_MAX_LAYERS, &cfg->L, label, err,
-                    errlen) ||
+        get_pos_int(root, "num_hidden_layers", 1, CONFIG_MAX_LAYERS, &cfg->L, label, err, errlen) ||
         get_pos_int(root, "num_attention_heads", 1, D, &cfg->NH, label, err, errlen) ||
         get_pos_int(root, "vocab_size", 1, D, &cfg->V, label, err, errlen))
         return -1;
@@ -176,17 +173,18 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     /* parameters (as param_table_build counts them), in double: every size is below 2^24 and
      * the layers below 10^5, so this is exact enough to refuse a model no size_t slab holds */
     double qd = (double)cfg->NH * cfg->HS, kvd = (double)cfg->NKV * cfg->HS;
-    double per_layer = 2.0 * cfg->C + 2.0 * qd * cfg->C + 2.0 * kvd * cfg->C + 3.0 * cfg->F * cfg->C;
+    double per_layer =
+        2.0 * cfg->C + 2.0 * qd * cfg->C + 2.0 * kvd * cfg->C + 3.0 * cfg->F * cfg->C;
     double nparams = (double)cfg->V * cfg->C * 2 + cfg->C + (double)cfg->L * per_layer;
     if (nparams > 0x1p50)
         return up_errf(err, errlen, label,
-                        "the sizes give %.3g parameters, more than upipe can hold (at most 2^50): "
-                        "check hidden_size, intermediate_size, num_hidden_layers and vocab_size",
-                        nparams);
+                       "the sizes give %.3g parameters, more than upipe can hold (at most 2^50): "
+                       "check hidden_size, intermediate_size, num_hidden_layers and vocab_size",
+                       nparams);
 
     double eps = 1e-6, theta = 10000.0, init_std = 0.02;
-    if (get_real(root, "rms_norm_eps", 0, (real_range){0, 1, 1, 1, "use e.g. 1e-5"}, &eps,
-                 label, "", err, errlen) ||
+    if (get_real(root, "rms_norm_eps", 0, (real_range){0, 1, 1, 1, "use e.g. 1e-5"}, &eps, label,
+                 "", err, errlen) ||
         get_real(root, "rope_theta", 0, (real_range){0, 1e12, 1, 0, "use e.g. 500000"}, &theta,
                  label, "", err, errlen) ||
         get_real(root, "initializer_range", 0, (real_range){0, 10, 0, 0, "use e.g. 0.02"},

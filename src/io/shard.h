@@ -17,9 +17,9 @@
 
 typedef struct {
     const void *map; /* whole file mapping */
-    size_t map_bytes; /* the file's size at shard_open */
-    int fd;           /* kept open for shard_check; -1 when closed */
-    char *path;       /* for messages */
+    size_t map_bytes;      /* the file's size at shard_open */
+    int fd;                /* kept open for shard_check; -1 when closed */
+    char *path;            /* for messages */
     const uint8_t *tokens; /* start of token data */
     size_t ntok;
     int token_bytes; /* 2 or 4 */

@@ -209,9 +209,11 @@ int model_read_owned(model *m, float *slab, const st_set *set, const char *prefi
                          idx % (size_t)pt->shape[1]);
             else
                 snprintf(where, sizeof where, "element %zu", idx);
-            return up_errf(err, errlen, set->origin, "tensor %s at %s is %g: the file holds "
+            return up_errf(err, errlen, set->origin,
+                           "tensor %s at %s is %g: the file holds "
                            "NaN/Inf; use a checkpoint from before the divergence, or repair the "
-                           "weights", name, where, (double)dst[bad]);
+                           "weights",
+                           name, where, (double)dst[bad]);
         }
     }
     return 0;
@@ -240,9 +242,11 @@ void model_load(model *m, const char *path) {
     int rc = model_read_owned(m, m->fsdp.params, &set, "", err, sizeof err);
     const char *extra = rc == 0 ? first_unexpected(m, &set) : NULL;
     if (extra)
-        rc = up_errf(err, sizeof err, set.origin, "tensor %s is not used by the config (the file "
+        rc = up_errf(err, sizeof err, set.origin,
+                     "tensor %s is not used by the config (the file "
                      "holds %d tensors, the config %d): use the config.json that belongs to these "
-                     "weights", extra, st_set_count(&set), m->params.ntensors);
+                     "weights",
+                     extra, st_set_count(&set), m->params.ntensors);
     st_set_close(&set);
     if (rc != 0) up_die("%s", err);
 }

@@ -159,10 +159,11 @@ static void warn_oversubscribed(int threads, int local, int from_flag) {
     if (threads <= 1 || (long)threads * local <= procs) return;
     int better = procs / local > 0 ? procs / local : 1;
     const char *src = from_flag ? "--threads" : "OMP_NUM_THREADS=";
-    fprintf(stderr,
-            "upipe: warning: %s%s%d x %d rank%s on this node = %d threads on %d cores: use %s%s%d\n",
-            src, from_flag ? " " : "", threads, local, local > 1 ? "s" : "", threads * local, procs,
-            src, from_flag ? " " : "", better);
+    fprintf(
+        stderr,
+        "upipe: warning: %s%s%d x %d rank%s on this node = %d threads on %d cores: use %s%s%d\n",
+        src, from_flag ? " " : "", threads, local, local > 1 ? "s" : "", threads * local, procs,
+        src, from_flag ? " " : "", better);
     fflush(stderr);
 }
 
@@ -436,8 +437,10 @@ static train_step_stats run_step(train_run *r, long step) {
     if (step == 0 && o->save_grads) model_save_grads(m, o->save_grads);
 
     s.norm = model_grad_norm(m);
-    if (!isfinite(s.loss) || !isfinite(s.norm)) run_nonfinite(r, &s);
-    else r->skips_in_row = 0;
+    if (!isfinite(s.loss) || !isfinite(s.norm))
+        run_nonfinite(r, &s);
+    else
+        r->skips_in_row = 0;
     float clip = clip_factor(s.norm, (float)o->grad_clip);
     s.lr = lr_schedule((int)step, (int)o->steps, (float)o->lr, (int)o->warmup,
                        (float)o->min_lr_frac);
@@ -464,8 +467,8 @@ static void print_step_line(const train_run *r, const train_step_stats *s, doubl
     printf("step %4ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f GF/s | "
            "%.2f s (comm %.0f%%) | peak %s | eta %s%s\n",
            s->step + 1, r->o.steps, s->loss, s->lr, s->norm, tps, r->flops / s->dt / 1e9, s->dt,
-           100.0 * s->comm_s / s->dt, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
-           eta, s->skipped ? " | skipped: not finite, no update" : "");
+           100.0 * s->comm_s / s->dt, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()), eta,
+           s->skipped ? " | skipped: not finite, no update" : "");
     fflush(stdout);
 }
 
@@ -532,8 +535,10 @@ static void write_log_record(const train_run *r, const train_step_stats *s, doub
 static void run_record(train_run *r, const train_step_stats *s) {
     if (s->step == r->start_step) r->first_loss = s->loss;
     if (s->step >= r->o.steps - r->tail_n) {
-        if (s->skipped) r->tail_skipped++;
-        else r->tail_sum += s->loss;
+        if (s->skipped)
+            r->tail_skipped++;
+        else
+            r->tail_sum += s->loss;
     }
     if (!isfinite(s->loss) && !s->skipped) /* run_step stopped already; the last guard */
         up_die_all("loss is %f at step %ld: training diverged; lower --lr or check the data",
@@ -615,12 +620,12 @@ static void run_finish(train_run *r) {
                "accounted, %s RSS\n",
                r->first_loss, r->start_step + 1,
                r->tail_sum / (double)(r->tail_n - r->tail_skipped), r->tail_n - r->tail_skipped,
-               now_s() - r->t_start,
-               up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
+               now_s() - r->t_start, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
                up_fmt_bytes(rss, sizeof rss, (double)mem_rss_peak()));
         if (r->skips_total > 0)
             printf("skipped %ld step(s) whose loss or gradient norm was not finite "
-                   "(--on-nonfinite skip)\n", r->skips_total);
+                   "(--on-nonfinite skip)\n",
+                   r->skips_total);
     }
     mem_free(r->ckpt_stage);
     mem_free(r->mask_buf);

@@ -203,7 +203,7 @@ static void test_config_ranges(void) {
          "\"original_max_position_embeddings\": 64}",
          "greater than low_freq_factor"},
         {", \"head_dim\": 33554432", "\"head_dim\" is 33554432 but must be a positive integer in "
-                                    "[1, 16777216]"},
+                                     "[1, 16777216]"},
         {", \"num_key_value_heads\": 0", "\"num_key_value_heads\" is 0 but must be a positive "
                                          "integer in [1, 16777216]"},
     };
