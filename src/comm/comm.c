@@ -215,6 +215,11 @@ int comm_any(comm_ctx *c, int flag) {
     return v;
 }
 
+int comm_min_int(comm_ctx *c, int v) {
+    if (c->R > 1) MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, c->world));
+    return v;
+}
+
 void comm_max_u64(comm_ctx *c, unsigned long long *v, int n) {
     if (c->R == 1) return;
     MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_UNSIGNED_LONG_LONG, MPI_MAX, c->world));

@@ -84,6 +84,9 @@ void comm_sum_double(comm_ctx *c, double *v);
 /* 1 when flag is non-zero on any rank of the world (a collective verdict). */
 int comm_any(comm_ctx *c, int flag);
 
+/* Min over the world of one int (e.g. the first tensor some rank found bad). */
+int comm_min_int(comm_ctx *c, int v);
+
 /* Max over the world of n unsigned 64-bit values, in place (memory reports). */
 void comm_max_u64(comm_ctx *c, unsigned long long *v, int n);
 

@@ -13,10 +13,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Largest accepted size of a model dimension (hidden_size, intermediate_size, heads, head_dim,
+ * vocab_size) and of num_hidden_layers: far beyond any real model, small enough that products of
+ * two sizes fit easily in size_t and the parameter count can be checked (parse_root). */
+#define CONFIG_MAX_DIM (1 << 24)
+#define CONFIG_MAX_LAYERS 100000
 
-/* A positive int field. required: absent -> error; else absent -> *out untouched, returns 0.
- * null counts as absent (HF writes "head_dim": null in some configs). */
-static int get_pos_int(const json_t *root, const char *key, int required, int *out,
+/* An integer field in [1, max]. required: absent -> error; else absent -> *out untouched,
+ * returns 0. null counts as absent (HF writes "head_dim": null in some configs). */
+static int get_pos_int(const json_t *root, const char *key, int required, int max, int *out,
                        const char *label, char *err, size_t errlen) {
     json_t *v = json_object_get(root, key);
     if (v == NULL || json_is_null(v)) {
@@ -25,26 +30,35 @@ static int get_pos_int(const json_t *root, const char *key, int required, int *o
                             "required field \"%s\" is missing: add it (a positive integer)", key);
         return 0;
     }
-    if (!json_is_integer(v)) {
+    double d;
+    if (json_is_integer(v)) {
+        d = (double)json_integer_value(v);
+    } else {
         /* Accept 4096.0 (some exporters write floats), reject 4096.5 and strings. */
-        double d = json_is_real(v) ? json_real_value(v) : NAN;
-        if (!(d == floor(d)) || !(d >= 1.0 && d <= (double)INT_MAX))
+        d = json_is_real(v) ? json_real_value(v) : NAN;
+        if (!(d == floor(d)))
             return up_errf(err, errlen, label, "\"%s\" must be a positive integer: fix its value",
-                            key);
-        *out = (int)d;
-        return 0;
+                           key);
     }
-    json_int_t i = json_integer_value(v);
-    if (i <= 0 || i > INT_MAX)
+    if (!(d >= 1.0 && d <= (double)max))
         return up_errf(err, errlen, label,
-                        "\"%s\" is %lld but must be a positive integer below 2^31", key,
-                        (long long)i);
-    *out = (int)i;
+                       "\"%s\" is %.17g but must be a positive integer in [1, %d]: fix its value",
+                       key, d, max);
+    *out = (int)d;
     return 0;
 }
 
-/* A finite real field (integers accepted). Absent or null -> *out untouched. */
-static int get_real(const json_t *obj, const char *key, int required, double *out,
+/* A real field (integers accepted) in the range lo..hi, each end open or closed; absent or null
+ * -> *out untouched. Every range here lies far inside float32, so a value that is finite in JSON
+ * but overflows the float the model keeps (1e39) is refused by the range. The message names the
+ * key, the value and the range. */
+typedef struct {
+    double lo, hi;
+    int lo_open, hi_open; /* 1: the end itself is excluded */
+    const char *hint;     /* what to do, e.g. "use e.g. 1e-5" */
+} real_range;
+
+static int get_real(const json_t *obj, const char *key, int required, real_range rg, double *out,
                     const char *label, const char *where, char *err, size_t errlen) {
     json_t *v = json_object_get(obj, key);
     if (v == NULL || json_is_null(v)) {
@@ -56,7 +70,11 @@ static int get_real(const json_t *obj, const char *key, int required, double *ou
     if (!json_is_number(v))
         return up_errf(err, errlen, label, "%s\"%s\" must be a number: fix its value", where, key);
     double d = json_number_value(v);
-    if (!isfinite(d)) return up_errf(err, errlen, label, "%s\"%s\" must be finite", where, key);
+    int in = isfinite(d) && (rg.lo_open ? d > rg.lo : d >= rg.lo) &&
+             (rg.hi_open ? d < rg.hi : d <= rg.hi);
+    if (!in)
+        return up_errf(err, errlen, label, "%s%s is %g but must be in %c%g, %g%c: %s", where, key,
+                       d, rg.lo_open ? '(' : '[', rg.lo, rg.hi, rg.hi_open ? ')' : ']', rg.hint);
     *out = d;
     return 0;
 }
@@ -85,9 +103,10 @@ static int parse_rope_scaling(model_config *cfg, const json_t *rs, const char *l
                         type);
     const char *where = "rope_scaling.";
     double factor = 0, low = 0, high = 0;
-    if (get_real(rs, "factor", 1, &factor, label, where, err, errlen) ||
-        get_real(rs, "low_freq_factor", 1, &low, label, where, err, errlen) ||
-        get_real(rs, "high_freq_factor", 1, &high, label, where, err, errlen))
+    const real_range rg = {0, 1e6, 1, 0, "Llama 3.1 uses factor 8, low 1, high 4"};
+    if (get_real(rs, "factor", 1, rg, &factor, label, where, err, errlen) ||
+        get_real(rs, "low_freq_factor", 1, rg, &low, label, where, err, errlen) ||
+        get_real(rs, "high_freq_factor", 1, rg, &high, label, where, err, errlen))
         return -1;
     int orig = 0;
     json_t *o = json_object_get(rs, "original_max_position_embeddings");
@@ -95,14 +114,9 @@ static int parse_rope_scaling(model_config *cfg, const json_t *rs, const char *l
         return up_errf(err, errlen, label,
                         "rope_scaling.\"original_max_position_embeddings\" is missing: add it "
                         "(8192 for Llama 3.1)");
-    if (get_pos_int(rs, "original_max_position_embeddings", 1, &orig, label, err, errlen))
+    if (get_pos_int(rs, "original_max_position_embeddings", 1, INT_MAX, &orig, label, err, errlen))
         return -1;
-    if (!(factor > 0) || !(low > 0) || !(high > 0))
-        return up_errf(err, errlen, label,
-                        "rope_scaling factors must be positive (factor %g, low_freq_factor %g, "
-                        "high_freq_factor %g): fix them",
-                        factor, low, high);
-    if (!(high > low))
+    if (!((float)high > (float)low)) /* in the float32 the rope kernel divides by */
         return up_errf(err, errlen, label,
                         "rope_scaling.high_freq_factor (%g) must be greater than low_freq_factor "
                         "(%g): the llama3 rule divides by their difference",
@@ -122,16 +136,17 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
         return up_errf(err, errlen, label,
                         "the top level is not a JSON object: expected an HF "
                         "LlamaForCausalLM config");
-    if (get_pos_int(root, "hidden_size", 1, &cfg->C, label, err, errlen) ||
-        get_pos_int(root, "intermediate_size", 1, &cfg->F, label, err, errlen) ||
-        get_pos_int(root, "num_hidden_layers", 1, &cfg->L, label, err, errlen) ||
-        get_pos_int(root, "num_attention_heads", 1, &cfg->NH, label, err, errlen) ||
-        get_pos_int(root, "vocab_size", 1, &cfg->V, label, err, errlen))
+    const int D = CONFIG_MAX_DIM;
+    if (get_pos_int(root, "hidden_size", 1, D, &cfg->C, label, err, errlen) ||
+        get_pos_int(root, "intermediate_size", 1, D, &cfg->F, label, err, errlen) ||
+        get_pos_int(root, "num_hidden_layers", 1, CONFIG_MAX_LAYERS, &cfg->L, label, err, errlen) ||
+        get_pos_int(root, "num_attention_heads", 1, D, &cfg->NH, label, err, errlen) ||
+        get_pos_int(root, "vocab_size", 1, D, &cfg->V, label, err, errlen))
         return -1;
     cfg->NKV = cfg->NH;
-    if (get_pos_int(root, "num_key_value_heads", 0, &cfg->NKV, label, err, errlen)) return -1;
+    if (get_pos_int(root, "num_key_value_heads", 0, D, &cfg->NKV, label, err, errlen)) return -1;
     cfg->HS = 0;
-    if (get_pos_int(root, "head_dim", 0, &cfg->HS, label, err, errlen)) return -1;
+    if (get_pos_int(root, "head_dim", 0, D, &cfg->HS, label, err, errlen)) return -1;
     if (cfg->HS == 0) {
         if (cfg->C % cfg->NH != 0)
             return up_errf(err, errlen, label,
@@ -155,20 +170,26 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
                         "num_attention_heads * head_dim overflows: the model "
                         "is too large");
 
-    double eps = 1e-6, theta = 10000.0, init_std = 0.02;
-    if (get_real(root, "rms_norm_eps", 0, &eps, label, "", err, errlen) ||
-        get_real(root, "rope_theta", 0, &theta, label, "", err, errlen) ||
-        get_real(root, "initializer_range", 0, &init_std, label, "", err, errlen))
-        return -1;
-    if (!(eps > 0))
-        return up_errf(err, errlen, label, "rms_norm_eps (%g) must be positive: use e.g. 1e-5",
-                        eps);
-    if (!(theta > 0))
-        return up_errf(err, errlen, label, "rope_theta (%g) must be positive: use e.g. 500000",
-                        theta);
-    if (!(init_std >= 0))
+    /* parameters (as param_table_build counts them), in double: every size is below 2^24 and
+     * the layers below 10^5, so this is exact enough to refuse a model no size_t slab holds */
+    double qd = (double)cfg->NH * cfg->HS, kvd = (double)cfg->NKV * cfg->HS;
+    double per_layer =
+        2.0 * cfg->C + 2.0 * qd * cfg->C + 2.0 * kvd * cfg->C + 3.0 * cfg->F * cfg->C;
+    double nparams = (double)cfg->V * cfg->C * 2 + cfg->C + (double)cfg->L * per_layer;
+    if (nparams > 0x1p50)
         return up_errf(err, errlen, label,
-                        "initializer_range (%g) must not be negative: use e.g. 0.02", init_std);
+                       "the sizes give %.3g parameters, more than upipe can hold (at most 2^50): "
+                       "check hidden_size, intermediate_size, num_hidden_layers and vocab_size",
+                       nparams);
+
+    double eps = 1e-6, theta = 10000.0, init_std = 0.02;
+    if (get_real(root, "rms_norm_eps", 0, (real_range){0, 1, 1, 1, "use e.g. 1e-5"}, &eps, label,
+                 "", err, errlen) ||
+        get_real(root, "rope_theta", 0, (real_range){0, 1e12, 1, 0, "use e.g. 500000"}, &theta,
+                 label, "", err, errlen) ||
+        get_real(root, "initializer_range", 0, (real_range){0, 10, 0, 0, "use e.g. 0.02"},
+                 &init_std, label, "", err, errlen))
+        return -1;
     cfg->eps = (float)eps;
     cfg->rope_theta = (float)theta;
     cfg->init_std = (float)init_std;
@@ -188,7 +209,8 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     }
 
     int max_pos = 0;
-    if (get_pos_int(root, "max_position_embeddings", 0, &max_pos, label, err, errlen)) return -1;
+    if (get_pos_int(root, "max_position_embeddings", 0, INT_MAX, &max_pos, label, err, errlen))
+        return -1;
     cfg->max_pos = max_pos;
 
     /* Features of other Llama-like models that upipe does not implement: refuse rather than

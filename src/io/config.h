@@ -36,8 +36,12 @@ typedef struct {
 } model_config;
 
 /* Reads and validates path. Returns 0, or -1 with a one-line message in err ("what is wrong and
- * what to do"): missing file, invalid JSON, missing or non-positive sizes, NH % NKV != 0, odd
- * head_dim, unknown rope type. */
+ * what to do"): missing file, invalid JSON, missing sizes, NH % NKV != 0, odd head_dim, unknown
+ * rope type, and numbers out of range (the message names the key, the value and the range):
+ * sizes (hidden_size, intermediate_size, heads, head_dim, vocab_size) in [1, 2^24],
+ * num_hidden_layers in [1, 100000], at most 2^50 parameters; rms_norm_eps in (0, 1), rope_theta
+ * in (0, 1e12], initializer_range in [0, 10], rope_scaling factor, low_freq_factor and
+ * high_freq_factor in (0, 1e6] (so 1e39, finite in JSON but +inf as a float, is refused). */
 int config_load(model_config *cfg, const char *path, char *err, size_t errlen);
 /* Same from a JSON text (for tests). */
 int config_parse(model_config *cfg, const char *json_text, char *err, size_t errlen);

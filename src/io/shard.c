@@ -22,12 +22,30 @@ static inline uint32_t shard_token(const token_shard *s, size_t i) {
 
 void shard_close(token_shard *s) {
     if (s == NULL) return;
-    if (s->map != NULL) munmap((void *)s->map, s->map_bytes);
+    if (s->map != NULL) {
+        munmap((void *)s->map, s->map_bytes);
+        if (s->fd >= 0) close(s->fd);
+    }
+    free(s->path);
     memset(s, 0, sizeof *s);
+    s->fd = -1;
+}
+
+int shard_check(const token_shard *s, char *err, size_t errlen) {
+    struct stat sb;
+    if (fstat(s->fd, &sb) != 0)
+        return up_errf(err, errlen, s->path, "cannot stat the open shard (%s)", strerror(errno));
+    if ((size_t)sb.st_size == s->map_bytes) return 0;
+    return up_errf(err, errlen, NULL,
+                   "%s changed size while the job runs (was %zu bytes, now %lld): a shard in use "
+                   "must not be rewritten in place (write a new file and rename it); restore it "
+                   "and restart the job",
+                   s->path, s->map_bytes, (long long)sb.st_size);
 }
 
 int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
+    s->fd = -1;
     if (vocab <= 0) return up_errf(err, errlen, path, "vocab_size %d is not positive", vocab);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -49,10 +67,18 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
                        size, SHARD_HEADER_BYTES);
     }
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED) return up_errf(err, errlen, path, "mmap failed (%s)", strerror(errno));
+    if (map == MAP_FAILED) {
+        close(fd);
+        return up_errf(err, errlen, path, "mmap failed (%s)", strerror(errno));
+    }
     s->map = map;
     s->map_bytes = size;
+    s->fd = fd; /* kept to notice a change of size (shard_check) */
+    s->path = strdup(path);
+    if (s->path == NULL) {
+        shard_close(s);
+        return up_errf(err, errlen, path, "out of memory");
+    }
     const int32_t *hdr = map;
     int rc = -1;
     if (hdr[0] == SHARD_MAGIC_U16) {

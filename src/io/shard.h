@@ -17,7 +17,9 @@
 
 typedef struct {
     const void *map; /* whole file mapping */
-    size_t map_bytes;
+    size_t map_bytes;      /* the file's size at shard_open */
+    int fd;                /* kept open for shard_check; -1 when closed */
+    char *path;            /* for messages */
     const uint8_t *tokens; /* start of token data */
     size_t ntok;
     int token_bytes; /* 2 or 4 */
@@ -28,6 +30,10 @@ typedef struct {
 int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t errlen);
 /* Unmaps; safe on a closed or zeroed shard. */
 void shard_close(token_shard *s);
+/* 0 when the file still has its size of shard_open, else -1 with "PATH changed size while the job
+ * runs (was N bytes, now M): ..." in err. A file truncated under the mapping makes a read of the
+ * lost pages raise SIGBUS, so a long job calls this before each step's reads. */
+int shard_check(const token_shard *s, char *err, size_t errlen);
 /* out[i] = token at (start + i) mod ntok, for i in [0, n). out: (n) int32, overwritten. */
 void shard_read(const token_shard *s, size_t start, size_t n, int32_t *out);
 

@@ -126,14 +126,18 @@ void model_backward(model *m);
 void model_init_random(model *m, uint64_t seed);
 /* Loads params from a safetensors file with HF names (F32/BF16/F16), every tensor shape checked
  * against the config; with FSDP each rank reads only its shard. Dies with a one-line message on
- * any mismatch. */
+ * any mismatch, on a NaN/Inf value (model_read_owned), and on a tensor the config does not use
+ * (e.g. a 4-layer file for a 2-layer config; checked here only, not in model_read_owned, whose
+ * files may hold several prefixes). */
 void model_load(model *m, const char *path);
 /* Writes the weights / the gradients as F32 safetensors with HF names, atomically, from rank 0;
  * with FSDP the units are gathered one at a time and streamed (no full copy). Collective. */
 void model_save_params(model *m, const char *path);
 void model_save_grads(model *m, const char *path);
 /* Reads this rank's owned part of every tensor, named prefix + HF name, from set into slab
- * (params, m or v), every shape checked. 0, or -1 with a message. Not collective. */
+ * (params, m or v), every shape checked, every value read checked finite (the first NaN/Inf is
+ * named with its tensor and row, column). Tensors of set it does not read are ignored. 0, or -1
+ * with a message. Not collective. */
 int model_read_owned(model *m, float *slab, const st_set *set, const char *prefix,
                      char *err, size_t errlen);
 /* Safetensors entries (names, shapes) of nslabs slabs, slab k's tensors named prefixes[k] + HF
@@ -161,6 +165,9 @@ void model_zero_grads(model *m);
 void model_reduce_grads(model *m);
 /* Norm of the whole gradient (all shards). Collective. */
 double model_grad_norm(model *m);
+/* The first tensor (table index) with a NaN or Inf in its gradient, over every rank's owned
+ * part (FSDP: the smallest index any rank finds); -1 when all are finite. Collective. */
+int model_first_nonfinite_grad(model *m);
 /* One AdamW step (1-based step) on every tensor's owned part, gradients scaled by clip (the
  * clipping factor); weight decay on the tensors that take it. */
 void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip);

@@ -18,6 +18,22 @@ double model_grad_norm(model *m) {
     return sqrt(sq);
 }
 
+int model_first_nonfinite_grad(model *m) {
+    int first = m->params.ntensors;
+    for (int t = 0; t < m->params.ntensors && first == m->params.ntensors; t++) {
+        size_t i0, i1;
+        if (!model_owned_part(m, t, &i0, &i1)) continue;
+        const float *g = model_tensor_part(m, m->fsdp.grads, t, i0);
+        for (size_t i = 0; i < i1 - i0; i++)
+            if (!isfinite(g[i])) {
+                first = t;
+                break;
+            }
+    }
+    first = comm_min_int(m->comm, first);
+    return first < m->params.ntensors ? first : -1;
+}
+
 void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip) {
     for (int t = 0; t < m->params.ntensors; t++) {
         size_t i0, i1;

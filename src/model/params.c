@@ -168,6 +168,13 @@ static void fmt_shape(char *buf, size_t len, const int64_t *shape, int ndim) {
     }
 }
 
+/* Index of the first NaN or Inf among x[0..n), n when all are finite. */
+static size_t first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
 int model_read_owned(model *m, float *slab, const st_set *set, const char *prefix, char *err,
                      size_t errlen) {
     char name[PARAM_NAME_MAX + 32];
@@ -193,8 +200,39 @@ int model_read_owned(model *m, float *slab, const st_set *set, const char *prefi
         if (!model_owned_part(m, t, &i0, &i1)) continue; /* FSDP: keep only this rank's shard */
         float *dst = model_tensor_part(m, slab, t, i0);
         if (st_read_f32(f, st, i0, i1 - i0, dst, err, errlen) != 0) return -1;
+        size_t bad = first_nonfinite(dst, i1 - i0);
+        if (bad < i1 - i0) {
+            char where[96];
+            size_t idx = i0 + bad; /* in the whole tensor */
+            if (pt->ndim == 2)
+                snprintf(where, sizeof where, "row %zu, column %zu", idx / (size_t)pt->shape[1],
+                         idx % (size_t)pt->shape[1]);
+            else
+                snprintf(where, sizeof where, "element %zu", idx);
+            return up_errf(err, errlen, set->origin,
+                           "tensor %s at %s is %g: the file holds "
+                           "NaN/Inf; use a checkpoint from before the divergence, or repair the "
+                           "weights",
+                           name, where, (double)dst[bad]);
+        }
     }
     return 0;
+}
+
+/* The first tensor of set that is not one of the model's (HF names, no prefix), or NULL. Every
+ * tensor of the model is in set (model_read_owned checked it) and the set's names are unique, so
+ * there is one exactly when the set holds more tensors than the model. */
+static const char *first_unexpected(const model *m, const st_set *set) {
+    if (st_set_count(set) <= m->params.ntensors) return NULL;
+    for (int k = 0; k < set->nfiles; k++)
+        for (int i = 0; i < set->files[k].n; i++) {
+            const char *name = set->files[k].tensors[i].name;
+            int known = 0;
+            for (int t = 0; t < m->params.ntensors && !known; t++)
+                known = strcmp(name, m->params.tensors[t].name) == 0;
+            if (!known) return name;
+        }
+    return NULL;
 }
 
 void model_load(model *m, const char *path) {
@@ -202,6 +240,13 @@ void model_load(model *m, const char *path) {
     st_set set;
     if (st_set_open(&set, path, err, sizeof err) != 0) up_die("%s", err);
     int rc = model_read_owned(m, m->fsdp.params, &set, "", err, sizeof err);
+    const char *extra = rc == 0 ? first_unexpected(m, &set) : NULL;
+    if (extra)
+        rc = up_errf(err, sizeof err, set.origin,
+                     "tensor %s is not used by the config (the file "
+                     "holds %d tensors, the config %d): use the config.json that belongs to these "
+                     "weights",
+                     extra, st_set_count(&set), m->params.ntensors);
     st_set_close(&set);
     if (rc != 0) up_die("%s", err);
 }

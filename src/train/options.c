@@ -40,7 +40,11 @@ void train_print_help(void) {
         "  --weight-decay X       AdamW decoupled weight decay on matrices (default 0.1)\n"
         "  --beta1 X, --beta2 X   AdamW moments (default 0.9, 0.95)\n"
         "  --adam-eps X           AdamW epsilon (default 1e-8)\n"
-        "  --grad-clip X          clip the global gradient norm to X (default 1.0; 0 = off)\n\n"
+        "  --grad-clip X          clip the global gradient norm to X (default 1.0; 0 = off)\n"
+        "  --on-nonfinite MODE    a step whose loss or gradient norm is NaN/Inf: stop (default;\n"
+        "                         names the step and the first tensor with a bad gradient) or\n"
+        "                         skip (no update for that step, logged as \"skipped\": 1)\n"
+        "  --max-skips K          with skip: stop when K steps in a row were skipped (default 5)\n\n"
         "outputs\n"
         "  --save FILE            write the final weights (safetensors, F32, HF names)\n"
         "  --save-grads FILE      write the raw gradients of the first step's loss (before\n"
@@ -90,7 +94,8 @@ void train_print_help(void) {
         "                         longest step) (default 600; 0 = off): a stalled rank or a\n"
         "                         hung collective ends the job instead of spinning forever\n"
         "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
-        "                         else the cores divided by the ranks on this node)\n"
+        "                         else the cores divided by the ranks on this node); more\n"
+        "                         threads on a node than cores gives a warning\n"
         "  --help                 this text\n");
 }
 
@@ -132,7 +137,8 @@ enum {
     OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
     OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
     OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP, OPT_CKPT_DIR, OPT_CKPT_EVERY,
-    OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP, OPT_LOSS_MASK, OPT_WATCHDOG
+    OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP, OPT_LOSS_MASK, OPT_WATCHDOG,
+    OPT_NONFINITE, OPT_MAX_SKIPS
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -152,6 +158,9 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     o->ckpt_keep = 2;
     o->doc_sep = -1;
     o->watchdog = 600;
+    o->on_nonfinite = NONFINITE_STOP;
+    o->max_skips = 5;
+    int max_skips_set = 0;
     static const struct option longopts[] = {
         {"config", required_argument, 0, OPT_CONFIG},
         {"data", required_argument, 0, OPT_DATA},
@@ -191,6 +200,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP},
         {"resume", no_argument, 0, OPT_RESUME},
         {"stop-at", required_argument, 0, OPT_STOP_AT},
+        {"on-nonfinite", required_argument, 0, OPT_NONFINITE},
+        {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     optind = 1;
@@ -236,6 +247,15 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_CKPT_KEEP: o->ckpt_keep = (int)parse_long("--ckpt-keep", optarg, 1, 1000); break;
         case OPT_RESUME: o->resume = 1; break;
         case OPT_STOP_AT: o->stop_at = parse_long("--stop-at", optarg, 1, INT_MAX); break;
+        case OPT_NONFINITE:
+            if (strcmp(optarg, "stop") == 0) o->on_nonfinite = NONFINITE_STOP;
+            else if (strcmp(optarg, "skip") == 0) o->on_nonfinite = NONFINITE_SKIP;
+            else up_die_all("--on-nonfinite expects stop or skip, got '%s'", optarg);
+            break;
+        case OPT_MAX_SKIPS:
+            o->max_skips = (int)parse_long("--max-skips", optarg, 1, INT_MAX);
+            max_skips_set = 1;
+            break;
         case OPT_HELP: return 1;
         case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
         default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
@@ -256,6 +276,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
                    o->steps);
     if (o->ckpt_dir && strlen(o->ckpt_dir) > 3000)
         up_die_all("--ckpt-dir is %zu characters long: use a shorter path", strlen(o->ckpt_dir));
+    if (max_skips_set && o->on_nonfinite != NONFINITE_SKIP)
+        up_die_all("--max-skips needs --on-nonfinite skip (with stop, the first bad step stops)");
     o->mopt.docs = o->doc_sep >= 0;
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     return 0;

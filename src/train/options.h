@@ -28,7 +28,10 @@ typedef struct {
     int resume;           /* continue from the newest checkpoint in ckpt_dir (if any) */
     long stop_at;         /* stop after this step as if preempted (0: run to --steps) */
     double watchdog;      /* seconds without progress before a stalled job stops (0: off) */
+    int on_nonfinite;     /* a step whose loss or gradient norm is not finite: NONFINITE_* */
+    int max_skips;        /* NONFINITE_SKIP: stop when this many steps in a row were skipped */
 } train_options;
+enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
 
 /* Parses argv (argv[0] == "train") into o (overwritten, defaults filled in). Returns 1 for --help
  * (nothing printed), 0 on success; a bad flag stops every rank with a message (up_die_all), so

@@ -48,8 +48,9 @@ typedef struct {
     char resumed_from[4096]; /* the checkpoint resumed, "" for a fresh start */
     double t_start;
     /* the closing line compares the first loss with the mean of the last tail_n steps */
-    long tail_n;
+    long tail_n, tail_skipped; /* tail steps, and those skipped (not in tail_sum) */
     double first_loss, tail_sum;
+    long skips_in_row, skips_total; /* --on-nonfinite skip */
 } train_run;
 
 /* What one step measured: loss and norm agree on every rank, the timings are this rank's. */
@@ -62,6 +63,7 @@ typedef struct {
     double docs;               /* documents in the step's windows, all replicas (--doc-sep) */
     double attn_s;             /* this rank's seconds in the attention kernels */
     long long targets;         /* targets counted in the loss, all ranks */
+    int skipped;               /* --on-nonfinite skip: non-finite loss or norm, no update */
 } train_step_stats;
 
 /* The first SIGTERM or SIGINT asks for a checkpoint and a clean exit after the current step; a
@@ -76,6 +78,19 @@ static void on_signal(int sig) {
         return;
     }
     g_signal = sig;
+}
+
+/* A mapped file truncated under the job: reading its lost pages raises SIGBUS. shard_check
+ * catches a change of size before each step; this catches one in the middle of a step. One
+ * line, async-signal-safe (write, _exit). */
+static void on_sigbus(int sig) {
+    (void)sig;
+    static const char msg[] =
+        "upipe: error: SIGBUS: a mapped input file (the --data token shard or the --loss-mask) "
+        "was truncated while the job runs; restore it and restart the job\n";
+    ssize_t rc = write(2, msg, sizeof msg - 1);
+    (void)rc;
+    _exit(1);
 }
 
 /* ---- helpers -------------------------------------------------------------------------------- */
@@ -120,17 +135,38 @@ static void read_tokens(const train_run *r, unsigned long long seq, model *m) {
         if (m->targets[i] == (int32_t)r->o.doc_sep) m->targets[i] = -1;
 }
 
-/* Threads per rank: --threads, else OMP_NUM_THREADS, else this node's cores over its ranks. */
-static int default_threads(int requested) {
-    if (requested > 0) return requested;
-    if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
+/* Ranks on this rank's node. Collective. */
+static int node_ranks(void) {
     MPI_Comm node;
     int local = 1;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &local);
     MPI_Comm_free(&node);
+    return local;
+}
+
+/* Threads per rank: --threads, else OMP_NUM_THREADS, else this node's cores over its ranks. */
+static int default_threads(int requested, int local) {
+    if (requested > 0) return requested;
+    if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
     int t = omp_get_num_procs() / local;
     return t > 0 ? t : 1;
+}
+
+/* More threads on this node than cores (--threads or OMP_NUM_THREADS too high for the ranks
+ * launched here): the threads take turns and every step slows down. A warning with the better
+ * setting; the run goes on. One thread per rank is never flagged: there is nothing better. */
+static void warn_oversubscribed(int threads, int local, int from_flag) {
+    int procs = omp_get_num_procs();
+    if (threads <= 1 || (long)threads * local <= procs) return;
+    int better = procs / local > 0 ? procs / local : 1;
+    const char *src = from_flag ? "--threads" : "OMP_NUM_THREADS=";
+    fprintf(
+        stderr,
+        "upipe: warning: %s%s%d x %d rank%s on this node = %d threads on %d cores: use %s%s%d\n",
+        src, from_flag ? " " : "", threads, local, local > 1 ? "s" : "", threads * local, procs,
+        src, from_flag ? " " : "", better);
+    fflush(stderr);
 }
 
 /* 0 when path can be created or replaced: its folder exists and is writable, and path itself is
@@ -201,7 +237,9 @@ static void check_outputs(train_run *r) {
  * communicator. */
 static void run_setup(train_run *r) {
     train_options *o = &r->o;
-    r->threads = default_threads(o->threads);
+    int local = node_ranks();
+    r->threads = default_threads(o->threads, local);
+    if (r->rank == 0) warn_oversubscribed(r->threads, local, o->threads > 0);
     omp_set_num_threads(r->threads);
     blas_set_threads(r->threads);
 
@@ -217,6 +255,11 @@ static void run_setup(train_run *r) {
                    "below %d, or a config whose vocab_size holds it (at least %ld)", o->doc_sep,
                    r->cfg.V, r->cfg.V, o->doc_sep + 1);
     if (shard_open(&r->shard, o->data, r->cfg.V, err, sizeof err) != 0) up_die_all("%s", err);
+    struct sigaction bus;
+    memset(&bus, 0, sizeof bus);
+    bus.sa_handler = on_sigbus;
+    sigemptyset(&bus.sa_mask);
+    sigaction(SIGBUS, &bus, NULL);
     size_t ntok = r->shard.ntok;
     if (ntok < (size_t)o->T + 1)
         up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
@@ -324,9 +367,34 @@ static void run_start(train_run *r) {
     r->tail_n = o->steps / 10 > 0 ? o->steps / 10 : 1;
     r->first_loss = 0;
     r->tail_sum = 0;
+    r->tail_skipped = 0;
 }
 
 /* ---- one step ------------------------------------------------------------------------------- */
+
+/* A step whose loss or gradient norm is NaN/Inf. Both are identical on every rank after the
+ * reductions, so every rank comes here together. stop: every rank stops, naming the step and the
+ * first tensor with a non-finite gradient (the smallest index over the ranks' owned parts). skip:
+ * the step is marked skipped (no update); K skips in a row (--max-skips) stop. Collective. */
+static void run_nonfinite(train_run *r, train_step_stats *s) {
+    const train_options *o = &r->o;
+    int t = model_first_nonfinite_grad(&r->m);
+    char where[160];
+    if (t >= 0)
+        snprintf(where, sizeof where, "first NaN/Inf gradient in %s", r->m.params.tensors[t].name);
+    else
+        snprintf(where, sizeof where, "every gradient finite");
+    if (o->on_nonfinite == NONFINITE_STOP)
+        up_die_all("step %ld: loss %g, gradient norm %g (%s): training diverged; lower --lr, "
+                   "check the data, or pass --on-nonfinite skip to skip such steps",
+                   s->step + 1, s->loss, s->norm, where);
+    s->skipped = 1;
+    r->skips_total++;
+    if (++r->skips_in_row >= o->max_skips)
+        up_die_all("step %ld: %ld steps in a row skipped (--max-skips %d), loss %g, gradient norm "
+                   "%g (%s): training diverged; lower --lr or check the data",
+                   s->step + 1, r->skips_in_row, o->max_skips, s->loss, s->norm, where);
+}
 
 /* Forward and backward of the accum micro-batches of this replica, the gradient reduction, the
  * clip and the AdamW update (skipped for --lr 0). Collective. */
@@ -337,6 +405,8 @@ static train_step_stats run_step(train_run *r, long step) {
     train_step_stats s = {.step = step};
     comm_reset_stats(comm);
     double t0 = now_s();
+    char err[1024];
+    if (shard_check(&r->shard, err, sizeof err) != 0) up_die("--data %s", err);
     /* targets of all micro-batches first: the loss is token-weighted over the global batch,
      * so the gradient scale 1/(valid targets, all ranks) is known before the forward */
     long long valid = 0;
@@ -369,14 +439,18 @@ static train_step_stats run_step(train_run *r, long step) {
     if (step == 0 && o->save_grads) model_save_grads(m, o->save_grads);
 
     s.norm = model_grad_norm(m);
+    if (!isfinite(s.loss) || !isfinite(s.norm))
+        run_nonfinite(r, &s);
+    else
+        r->skips_in_row = 0;
     float clip = clip_factor(s.norm, (float)o->grad_clip);
     s.lr = lr_schedule((int)step, (int)o->steps, (float)o->lr, (int)o->warmup,
                        (float)o->min_lr_frac);
-    if (o->lr > 0) {
+    if (o->lr > 0 && !s.skipped) {
         r->hp.lr = s.lr;
         model_optimizer_step(m, &r->hp, (int)step + 1, clip);
     } else {
-        s.lr = 0;
+        s.lr = 0; /* no update: --lr 0, or a skipped step */
     }
     s.dt = now_s() - t0;
     s.comm_s = comm_seconds(comm);
@@ -393,10 +467,10 @@ static void print_step_line(const train_run *r, const train_step_stats *s, doubl
                  elapsed / (double)(s->step + 1 - r->start_step) *
                      (double)(r->o.steps - s->step - 1));
     printf("step %4ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f GF/s | "
-           "%.2f s (comm %.0f%%) | peak %s | eta %s\n",
+           "%.2f s (comm %.0f%%) | peak %s | eta %s%s\n",
            s->step + 1, r->o.steps, s->loss, s->lr, s->norm, tps, r->flops / s->dt / 1e9, s->dt,
-           100.0 * s->comm_s / s->dt, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
-           eta);
+           100.0 * s->comm_s / s->dt, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()), eta,
+           s->skipped ? " | skipped: not finite, no update" : "");
     fflush(stdout);
 }
 
@@ -418,6 +492,10 @@ static void write_log_record(const train_run *r, const train_step_stats *s, doub
     json_object_set_new(rec, "loss", json_real_digits(s->loss, 9));
     json_object_set_new(rec, "lr", json_real_digits(s->lr, 9));
     json_object_set_new(rec, "grad_norm", json_real_digits(s->norm, 9));
+    if (s->skipped) { /* --on-nonfinite skip; absent on steps that updated */
+        json_object_set_new(rec, "skipped", json_integer(1));
+        json_object_set_new(rec, "skipped_total", json_integer((json_int_t)r->skips_total));
+    }
     json_object_set_new(rec, "targets", json_integer(s->targets));
     if (r->o.doc_sep >= 0) json_object_set_new(rec, "documents", json_integer((json_int_t)s->docs));
     json_object_set_new(rec, "tokens_per_s", json_real_digits(tps, 6));
@@ -458,8 +536,13 @@ static void write_log_record(const train_run *r, const train_step_stats *s, doub
  * terminal line and log record (rank 0). */
 static void run_record(train_run *r, const train_step_stats *s) {
     if (s->step == r->start_step) r->first_loss = s->loss;
-    if (s->step >= r->o.steps - r->tail_n) r->tail_sum += s->loss;
-    if (!isfinite(s->loss))
+    if (s->step >= r->o.steps - r->tail_n) {
+        if (s->skipped)
+            r->tail_skipped++;
+        else
+            r->tail_sum += s->loss;
+    }
+    if (!isfinite(s->loss) && !s->skipped) /* run_step stopped already; the last guard */
         up_die_all("loss is %f at step %ld: training diverged; lower --lr or check the data",
                    s->loss, s->step + 1);
     if (r->rank != 0) return;
@@ -537,10 +620,14 @@ static void run_finish(train_run *r) {
         char pk[32], rss[32];
         printf("done: loss %.4f (step %ld) -> %.4f (mean of the last %ld steps) in %.1f s, peak %s "
                "accounted, %s RSS\n",
-               r->first_loss, r->start_step + 1, r->tail_sum / (double)r->tail_n, r->tail_n,
-               now_s() - r->t_start,
-               up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
+               r->first_loss, r->start_step + 1,
+               r->tail_sum / (double)(r->tail_n - r->tail_skipped), r->tail_n - r->tail_skipped,
+               now_s() - r->t_start, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()),
                up_fmt_bytes(rss, sizeof rss, (double)mem_rss_peak()));
+        if (r->skips_total > 0)
+            printf("skipped %ld step(s) whose loss or gradient norm was not finite "
+                   "(--on-nonfinite skip)\n",
+                   r->skips_total);
     }
     mem_free(r->ckpt_stage);
     mem_free(r->mask_buf);

@@ -44,10 +44,89 @@ expect_error tiny_safetensors "safetensors" -- $TRAIN --config "$CFG" --data "$T
 expect_error malformed_header "safetensors" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/garbage.safetensors"
 sed 's/"hidden_size": 128/"hidden_size": 96/; s/"head_dim": 32/"head_dim": 24/' "$CFG" >"$TMP/other.json"
 expect_error wrong_shapes "shape" -- $TRAIN --config "$TMP/other.json" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/w.safetensors"
+# A NaN in the embedding row of token 200, which the recall data never uses (its tokens are
+# below 123), so only the load can see it: the F32 value of row 200, column 5 is patched in place.
+# Data offsets are relative to the data section, which starts after the 8-byte length and the
+# JSON header.
+hlen=$(od -An -t u8 -N 8 "$TMP/w.safetensors" | tr -d ' ')
+emb=$(head -c $((8 + hlen)) "$TMP/w.safetensors" | grep -o '"model.embed_tokens.weight":{[^}]*}' \
+  | sed -n 's/.*"data_offsets":\[\([0-9]*\),.*/\1/p')
+cp "$TMP/w.safetensors" "$TMP/nan.safetensors"
+printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan.safetensors" bs=1 seek=$((8 + hlen + emb + (200 * 128 + 5) * 4)) \
+  conv=notrunc status=none
+expect_error nan_weights "model.embed_tokens.weight at row 200, column 5 is nan: the file holds NaN/Inf" -- \
+  $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/nan.safetensors"
+# A 4-layer file for a 2-layer config: every tensor the config needs is there, the rest is not used.
+sed 's/"num_hidden_layers": 4/"num_hidden_layers": 2/' "$CFG" >"$TMP/l2.json"
+expect_error unexpected_tensor "tensor model.layers.2.input_layernorm.weight is not used by the config" -- \
+  $TRAIN --config "$TMP/l2.json" --data "$TMP/d.bin" --seq-len 64 --init "$TMP/w.safetensors"
+
+# Non-finite steps: every weight times 1e30 is finite in the file, but the first forward overflows
+# (q and k of order 1e58), so every step's loss and gradient norm are NaN/Inf.
+"$BUILD/tests/st_sum" "$TMP/huge.safetensors" 1e30 "$TMP/w.safetensors" || bad "st_sum"
+HUGE="--config $CFG --data $TMP/d.bin --seq-len 64 --init $TMP/huge.safetensors"
+expect_error nonfinite_stop "step 1: loss .*first NaN/Inf gradient in model.embed_tokens.weight" -- \
+  $TRAIN $HUGE --steps 8
+expect_error nonfinite_skip_max "step 5: 5 steps in a row skipped (--max-skips 5)" -- \
+  $TRAIN $HUGE --steps 8 --on-nonfinite skip --log "$TMP/skip.jsonl"
+n=$(grep -c '"skipped": 1' "$TMP/skip.jsonl")
+[ "$n" -eq 4 ] && ok "nonfinite_skip_max: 4 steps logged as skipped before the stop" || bad "skipped lines: $n"
+expect_error max_skips_without_skip "--max-skips needs --on-nonfinite skip" -- $TRAIN $HUGE --max-skips 3
+# skip: the run goes on (exit 0), each step logged as skipped and not applied: the saved weights
+# are the loaded ones, bit for bit.
+rc=0
+$TRAIN $HUGE --steps 3 --on-nonfinite skip --log "$TMP/skip3.jsonl" --save "$TMP/after.safetensors" \
+  >"$TMP/skip3.out" 2>&1 || rc=$?
+n=$(grep -c '"skipped": 1, "skipped_total": ' "$TMP/skip3.jsonl")
+if [ "$rc" -eq 0 ] && [ "$n" -eq 3 ] && cmp -s "$TMP/huge.safetensors" "$TMP/after.safetensors"; then
+  ok "nonfinite_skip: 3 steps skipped, exit 0, weights unchanged"
+else
+  bad "nonfinite_skip: rc $rc, $n skipped lines"; cat "$TMP/skip3.out"
+fi
+
+# More threads than cores: a warning with the better setting, and the run goes on (exit 0).
+cores=$(nproc)
+rc=0
+"$UPIPE" train --quiet --threads $((2 * cores)) --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 \
+  >"$TMP/threads.out" 2>&1 || rc=$?
+want="upipe: warning: --threads $((2 * cores)) x 1 rank on this node = $((2 * cores)) threads on $cores cores: use --threads $cores"
+if [ "$rc" -eq 0 ] && grep -qF -- "$want" "$TMP/threads.out"; then
+  ok "threads_oversubscribed: $(head -n1 "$TMP/threads.out")"
+else
+  bad "threads_oversubscribed: rc $rc, expected '$want'"; cat "$TMP/threads.out"
+fi
 
 # Token shard: truncated.
 head -c 2000 "$TMP/d.bin" >"$TMP/short.bin"
 expect_error truncated_shard "truncated" -- $TRAIN --config "$CFG" --data "$TMP/short.bin" --seq-len 64
+
+# Token shard changed underneath a running job: it stops (exit 1) with one line within seconds,
+# by the check before each step or, when the truncation lands in a step's reads, the SIGBUS
+# handler. A SIGBUS sent from outside shows the handler's own line.
+bg_train() { # name data -- starts a long run in the background; sets PID once it logs step 1
+  $TRAIN --config "$CFG" --data "$2" --seq-len 64 --steps 1000000 --lr 0 --log "$TMP/$1.jsonl" \
+    >"$TMP/$1.out" 2>&1 &
+  PID=$!
+  for _ in $(seq 100); do [ -s "$TMP/$1.jsonl" ] && return; sleep 0.1; done
+}
+wait_exit() { # name phrase -- waits up to 10 s for PID, then checks its status and message
+  local rc=0
+  for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$PID" 2>/dev/null; then kill "$PID"; wait "$PID"; bad "$1: still running"; return; fi
+  wait "$PID" || rc=$?
+  if [ "$rc" -eq 1 ] && grep -qE -- "$2" "$TMP/$1.out" && [ "$(wc -l <"$TMP/$1.out")" -eq 1 ]; then
+    ok "$1: $(cat "$TMP/$1.out")"
+  else
+    bad "$1: rc $rc, expected '$2'"; cat "$TMP/$1.out"
+  fi
+}
+cp "$TMP/d.bin" "$TMP/moving.bin"
+bg_train shard_truncated "$TMP/moving.bin"
+truncate -s 3000 "$TMP/moving.bin"
+wait_exit shard_truncated "--data $TMP/moving.bin changed size while the job runs \(was 7024 bytes, now 3000\)|SIGBUS: a mapped input file"
+bg_train sigbus "$TMP/d.bin"
+kill -BUS "$PID"
+wait_exit sigbus "upipe: error: SIGBUS: a mapped input file \(the --data token shard or the --loss-mask\) was truncated"
 
 # upipe data jsonl: a bad line is refused with its file and line number; nothing is written.
 # (A loss mask of the wrong length for `train --loss-mask` belongs here once that flag exists.)

@@ -136,7 +136,7 @@ static void test_config_bad(void) {
          " \"num_attention_heads\": 4, \"vocab_size\": 256,"
          " \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 0, \"low_freq_factor\": 1,"
          " \"high_freq_factor\": 4, \"original_max_position_embeddings\": 64}}",
-         "must be positive"},
+         "rope_scaling.factor is 0 but must be in (0, 1e+06]"},
         {"{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
          " \"num_attention_heads\": 4, \"vocab_size\": 256, \"rope_scaling\": {\"factor\": 2}}",
          "rope_type"},
@@ -160,6 +160,103 @@ static void test_config_bad(void) {
     int rc = config_load(&c, tmp_path("no_such_config.json"), err, sizeof err);
     CHECK(rc == -1 && strstr(err, "cannot open") != NULL && strstr(err, "no_such_config") != NULL,
           "missing config file: rc %d \"%s\"", rc, err);
+}
+
+/* Numbers out of range: each refused with a message naming the key, the value and the accepted
+ * range. 1e39 is finite in JSON (a double) but +inf as the float the model keeps. */
+static void test_config_ranges(void) {
+    const char *base = "{\"hidden_size\": 64, \"intermediate_size\": 128, "
+                       "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                       "\"vocab_size\": 256";
+    struct {
+        const char *extra; /* fields after base (each starts with ", ") */
+        const char *phrase;
+    } cases[] = {
+        {", \"rms_norm_eps\": 1e39", "rms_norm_eps is 1e+39 but must be in (0, 1)"},
+        {", \"rms_norm_eps\": 1", "rms_norm_eps is 1 but must be in (0, 1)"},
+        {", \"rms_norm_eps\": -1e-5", "rms_norm_eps is -1e-05 but must be in (0, 1)"},
+        {", \"rope_theta\": 1e39", "rope_theta is 1e+39 but must be in (0, 1e+12]"},
+        {", \"rope_theta\": 2e12", "rope_theta is 2e+12 but must be in (0, 1e+12]"},
+        {", \"rope_theta\": 0", "rope_theta is 0 but must be in (0, 1e+12]"},
+        {", \"initializer_range\": 1e39", "initializer_range is 1e+39 but must be in [0, 10]"},
+        {", \"initializer_range\": 11", "initializer_range is 11 but must be in [0, 10]"},
+        {", \"initializer_range\": -0.02", "initializer_range is -0.02 but must be in [0, 10]"},
+        {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 1e39, "
+         "\"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+         "\"original_max_position_embeddings\": 64}",
+         "rope_scaling.factor is 1e+39 but must be in (0, 1e+06]"},
+        {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 2e6, "
+         "\"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+         "\"original_max_position_embeddings\": 64}",
+         "rope_scaling.factor is 2e+06 but must be in (0, 1e+06]"},
+        {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, "
+         "\"low_freq_factor\": -1, \"high_freq_factor\": 4, "
+         "\"original_max_position_embeddings\": 64}",
+         "rope_scaling.low_freq_factor is -1 but must be in (0, 1e+06]"},
+        {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, "
+         "\"low_freq_factor\": 1, \"high_freq_factor\": 1e39, "
+         "\"original_max_position_embeddings\": 64}",
+         "rope_scaling.high_freq_factor is 1e+39 but must be in (0, 1e+06]"},
+        /* equal as float32 (the kernel divides by high - low in float) */
+        {", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, "
+         "\"low_freq_factor\": 1, \"high_freq_factor\": 1.00000001, "
+         "\"original_max_position_embeddings\": 64}",
+         "greater than low_freq_factor"},
+        {", \"head_dim\": 33554432", "\"head_dim\" is 33554432 but must be a positive integer in "
+                                     "[1, 16777216]"},
+        {", \"num_key_value_heads\": 0", "\"num_key_value_heads\" is 0 but must be a positive "
+                                         "integer in [1, 16777216]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[1024];
+        snprintf(json, sizeof json, "%s%s}", base, cases[i].extra);
+        model_config c;
+        char err[512] = "";
+        int rc = config_parse(&c, json, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, cases[i].phrase) != NULL && strchr(err, '\n') == NULL,
+              "range case %zu: rc %d, message \"%s\" lacks \"%s\"", i, rc, err, cases[i].phrase);
+    }
+    /* sizes: each field at the limit + 1 (the rest valid) */
+    struct {
+        const char *json, *phrase;
+    } sizes[] = {
+        {"{\"hidden_size\": 16777218, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+         " \"num_attention_heads\": 2, \"vocab_size\": 256}",
+         "\"hidden_size\" is 16777218 but must be a positive integer in [1, 16777216]"},
+        {"{\"hidden_size\": 64, \"intermediate_size\": 1e8, \"num_hidden_layers\": 2,"
+         " \"num_attention_heads\": 4, \"vocab_size\": 256}",
+         "\"intermediate_size\" is 100000000 but must be a positive integer in [1, 16777216]"},
+        {"{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 100001,"
+         " \"num_attention_heads\": 4, \"vocab_size\": 256}",
+         "\"num_hidden_layers\" is 100001 but must be a positive integer in [1, 100000]"},
+        {"{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+         " \"num_attention_heads\": 16777217, \"head_dim\": 2, \"vocab_size\": 256}",
+         "\"num_attention_heads\" is 16777217 but must be a positive integer in [1, 16777216]"},
+        {"{\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+         " \"num_attention_heads\": 4, \"vocab_size\": 9007199254740993}",
+         "\"vocab_size\" is 9007199254740992 but must be a positive integer in [1, 16777216]"},
+        /* every size within its limit, the product too large for a slab */
+        {"{\"hidden_size\": 16777216, \"intermediate_size\": 16777216, "
+         "\"num_hidden_layers\": 100000, \"num_attention_heads\": 8192, \"vocab_size\": 256}",
+         "more than upipe can hold"},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        model_config c;
+        char err[512] = "";
+        int rc = config_parse(&c, sizes[i].json, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, sizes[i].phrase) != NULL,
+              "size case %zu: rc %d, message \"%s\" lacks \"%s\"", i, rc, err, sizes[i].phrase);
+    }
+    /* the ends of the ranges that are accepted */
+    model_config c;
+    char err[512] = "";
+    char json[1024];
+    snprintf(json, sizeof json,
+             "%s, \"rope_theta\": 1e12, \"initializer_range\": 10, \"rms_norm_eps\": 0.999,"
+             " \"num_key_value_heads\": 4}",
+             base);
+    int rc = config_parse(&c, json, err, sizeof err);
+    CHECK(rc == 0 && c.rope_theta == 1e12f && c.init_std == 10.0f, "range ends refused: %s", err);
 }
 
 static void test_config_save(void) {
@@ -217,6 +314,7 @@ int main(void) {
     if (tmp_dir_make("test_config") != 0) return 1;
     test_config_good();
     test_config_bad();
+    test_config_ranges();
     test_config_save();
     cleanup_dir();
     return harness_finish("test_config");

@@ -85,7 +85,18 @@ static void test_shards(void) {
         for (size_t i = 0; i < 20; i++)
             ok = ok && out[i] == (int32_t)tok[(n - 3 + i) % n];
         CHECK(ok && out[15] == 70000, "u32 wrap-around read");
+        /* the file changes size under the mapping: shard_check says so (before a read of the lost
+         * pages would raise SIGBUS) */
+        CHECK(shard_check(&s, err, sizeof err) == 0, "shard_check of an intact shard: %s", err);
+        CHECK(truncate(p32, 2000) == 0, "truncate");
+        char want[512];
+        snprintf(want, sizeof want, "%s changed size while the job runs (was %zu bytes, now 2000)",
+                 p32, 1024 + 4 * n);
+        rc = shard_check(&s, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, want), "shard_check after truncate: \"%s\"", err);
         shard_close(&s);
+        rc = shard_write(p32, tok, n, err, sizeof err);
+        CHECK(rc == 0, "shard_write u32 again: %s", err);
     }
     rc = shard_open(&s, p32, 4096, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "token 70000 at position 12 is >= vocab_size 4096"),
