@@ -12,7 +12,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     docs_stats st;
     if (docs_summarize(&c, &st) == 0 && st.ntok != c.n) abort();
     size_t sum = 0;
-    for (size_t d = 0; d < c.ndoc; d++) sum += c.doc_len[d];
+    for (size_t d = 0; d < c.ndoc; d++)
+        sum += c.doc_len[d];
     if (sum != c.n) abort(); /* documents tile the stream */
     for (size_t t = 0; t < c.n; t++)
         if (c.mask[t] > 1 || c.tok[t] > 256) abort();
