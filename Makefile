@@ -1,9 +1,11 @@
 # Thin wrapper over CMake. `make` builds ./build/upipe; `make run` trains a small default model;
-# `make test` runs the CI test suite (labels unit, golden, train, mpi; not slow).
+# `make test` runs the CI test suite (labels unit, golden, train, mpi; not slow); `make sanitize`
+# the ASan+UBSan run of CI (build-asan/); `make fuzz` each libFuzzer harness for FUZZ_SECONDS
+# (default 60; clang, build-fuzz/).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps run test test-all bench clean format
+.PHONY: all deps run test test-all sanitize fuzz bench clean format
 
 all: $(BUILD)/upipe
 
@@ -26,6 +28,13 @@ test: $(BUILD)/upipe
 
 test-all: $(BUILD)/upipe
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+sanitize:
+	JOBS=$(JOBS) bash tools/ci-sanitize.sh
+
+FUZZ_SECONDS ?= 60
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) JOBS=$(JOBS) bash tools/fuzz.sh
 
 bench: $(BUILD)/upipe
 	bash bench/bench.sh $(BUILD)/upipe

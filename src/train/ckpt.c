@@ -431,18 +431,38 @@ static int diff_config(const model_config *a, const model_config *b, char *msg, 
     return 0;
 }
 
+/* The verdict on a parsed state.json o (NULL: it did not parse, jerr says why); takes o. */
+static int state_verdict(json_t *o, const json_error_t *jerr, const ckpt_state *run, long *step,
+                         char *msg, size_t len) {
+    if (!o || !json_is_integer(json_object_get(o, "step"))) {
+        fmt(msg, len, "%s", o ? "no \"step\"" : jerr->text);
+        json_decref(o);
+        return CKPT_STATE_UNREADABLE;
+    }
+    *step = (long)json_integer_value(json_object_get(o, "step"));
+    int differs = diff_state(o, run, msg, len);
+    json_decref(o);
+    return differs ? CKPT_STATE_DIFFERS : CKPT_STATE_OK;
+}
+
+int ckpt_state_parse(const char *text, size_t n, const ckpt_state *run, long *step, char *msg,
+                     size_t len) {
+    json_error_t jerr;
+    json_t *o = json_loadb(text, n, 0, &jerr);
+    return state_verdict(o, &jerr, run, step, msg, len);
+}
+
 long ckpt_check(const char *path, const ckpt_state *run, const model_config *cfg) {
     char p[CKPT_PATH_MAX], err[512], msg[512];
     fmt(p, sizeof p, "%s/state.json", path);
     json_error_t jerr;
     json_t *o = json_load_file(p, 0, &jerr);
-    if (!o || !json_is_integer(json_object_get(o, "step")))
+    long step = 0;
+    int verdict = state_verdict(o, &jerr, run, &step, msg, sizeof msg);
+    if (verdict == CKPT_STATE_UNREADABLE)
         up_die_all("--resume: %s is not a readable checkpoint state (%s): remove the folder to "
-                   "resume from the one before", p, o ? "no \"step\"" : jerr.text);
-    long step = (long)json_integer_value(json_object_get(o, "step"));
-    int differs = diff_state(o, run, msg, sizeof msg);
-    json_decref(o);
-    if (differs)
+                   "resume from the one before", p, msg);
+    if (verdict == CKPT_STATE_DIFFERS)
         up_die_all("--resume: %s cannot continue this run: %s; use the same value, or a new "
                    "--ckpt-dir", path, msg);
     model_config was;

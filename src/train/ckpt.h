@@ -55,6 +55,14 @@ size_t ckpt_stage_bytes(void);
  * completed steps. Every rank calls it (same files, same verdict). */
 long ckpt_check(const char *path, const ckpt_state *run, const model_config *cfg);
 
+/* The state.json half of ckpt_check, pure (no files, no MPI; for tests and fuzzing): parses the
+ * n bytes of text and compares them with run. CKPT_STATE_OK with *step = the checkpoint's
+ * completed steps; CKPT_STATE_UNREADABLE (invalid JSON or no integer "step") or
+ * CKPT_STATE_DIFFERS (a missing or different field) with one line in msg. */
+enum { CKPT_STATE_OK = 0, CKPT_STATE_UNREADABLE = 1, CKPT_STATE_DIFFERS = 2 };
+int ckpt_state_parse(const char *text, size_t n, const ckpt_state *run, long *step, char *msg,
+                     size_t len);
+
 /* Loads weights and both moments, this rank's owned ranges only. Returns bytes read by this
  * rank. A bad file stops the job with its message. */
 double ckpt_load(model *m, const char *path);
