@@ -1,0 +1,122 @@
+/* output.c — what `upipe train` shows: the run summary, the per-step terminal line and the JSON
+ * log record (through jansson; every line flushed and checked). */
+#include "train/run.h"
+
+#include "core/check.h"
+#include "core/mem.h"
+#include "parallel/cp_attention.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fmt_duration(char *buf, size_t len, double s) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+}
+
+void print_summary(const train_run *r) {
+    const train_options *o = &r->o;
+    const model *m = &r->m;
+    const model_config *c = &m->cfg;
+    char b1[32], b2[32];
+    printf("upipe train: %s\n", o->config);
+    printf("  model   C=%d L=%d NH=%d NKV=%d HS=%d F=%d V=%d%s rope_theta=%g%s, %.2fM params\n",
+           c->C, c->L, c->NH, c->NKV, c->HS, c->F, c->V, c->tied ? " tied" : "", c->rope_theta,
+           c->rope.type == ROPE_SCALING_LLAMA3 ? " llama3-scaling" : "",
+           (double)m->params.nparams / 1e6);
+    printf("  data    %s, T=%ld tokens per step, %ld steps\n", o->data, o->T, o->steps);
+    printf("  optim   AdamW lr=%g warmup=%ld cosine to %g x lr, wd=%g, betas=(%g, %g), clip=%g\n",
+           o->lr, o->warmup, o->min_lr_frac, o->weight_decay, o->beta1, o->beta2, o->grad_clip);
+    printf("  init    %s\n", r->resumed_from[0] ? r->resumed_from
+                          : o->init                ? o->init
+                                                   : "random (seed)");
+    printf("  machine %d threads, %s\n", r->threads, blas_describe());
+    printf("  memory  %s accounted after allocation (model state %s)\n",
+           up_fmt_bytes(b1, sizeof b1, (double)mem_live_total()),
+           up_fmt_bytes(b2, sizeof b2,
+                        (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) +
+                                 mem_live(MEM_OPTIMIZER))));
+    printf("  layout  %d ranks: %d replica(s) x context-parallel %d, T_loc=%d\n", r->world,
+           r->comm.D, r->P, r->T_loc);
+    fflush(stdout);
+}
+
+/* ---- per-step output ------------------------------------------------------------------------ */
+
+void print_step_line(const train_run *r, const train_step_stats *s, double tps) {
+    char pk[32], eta[32];
+    double elapsed = now_s() - r->t_start;
+    fmt_duration(eta, sizeof eta,
+                 elapsed / (double)(s->step + 1 - r->start_step) *
+                     (double)(r->o.steps - s->step - 1));
+    printf("step %4ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f GF/s | "
+           "%.2f s (comm %.0f%%) | peak %s | eta %s%s\n",
+           s->step + 1, r->o.steps, s->loss, s->lr, s->norm, tps, r->flops / s->dt / 1e9, s->dt,
+           100.0 * s->comm_s / s->dt, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()), eta,
+           s->skipped ? " | skipped: not finite, no update" : "");
+    fflush(stdout);
+}
+
+/* A JSON real rounded to `digits` significant digits (the log keeps the loss, lr and norm to 9
+ * digits, the timings and rates to 6); null when not finite (JSON has no inf or nan). */
+static json_t *json_real_digits(double x, int digits) {
+    if (!isfinite(x)) return json_null();
+    char buf[48];
+    snprintf(buf, sizeof buf, "%.*g", digits, x);
+    return json_real(strtod(buf, NULL));
+}
+
+/* One JSON object on one line of the --log file, keys in this order; flushed, so a crash
+ * loses no finished step. */
+void write_log_record(const train_run *r, const train_step_stats *s, double tps) {
+    const comm_stat *st = r->comm.stats;
+    json_t *rec = json_object();
+    json_object_set_new(rec, "step", json_integer((json_int_t)s->step + 1));
+    json_object_set_new(rec, "loss", json_real_digits(s->loss, 9));
+    json_object_set_new(rec, "lr", json_real_digits(s->lr, 9));
+    json_object_set_new(rec, "grad_norm", json_real_digits(s->norm, 9));
+    if (s->skipped) { /* --on-nonfinite skip; absent on steps that updated */
+        json_object_set_new(rec, "skipped", json_integer(1));
+        json_object_set_new(rec, "skipped_total", json_integer((json_int_t)r->skips_total));
+    }
+    json_object_set_new(rec, "targets", json_integer(s->targets));
+    if (r->o.doc_sep >= 0) json_object_set_new(rec, "documents", json_integer((json_int_t)s->docs));
+    json_object_set_new(rec, "tokens_per_s", json_real_digits(tps, 6));
+    json_object_set_new(rec, "step_s", json_real_digits(s->dt, 6));
+    json_object_set_new(rec, "compute_s", json_real_digits(s->dt - s->comm_s, 6));
+    json_object_set_new(rec, "comm_s", json_real_digits(s->comm_s, 6));
+    json_object_set_new(rec, "a2a_s",
+                        json_real_digits(st[COMM_SEQ_TO_HEAD].seconds +
+                                             st[COMM_HEAD_TO_SEQ].seconds, 6));
+    json_object_set_new(rec, "a2a_mpi_s",
+                        json_real_digits(st[COMM_SEQ_TO_HEAD].mpi_seconds +
+                                             st[COMM_HEAD_TO_SEQ].mpi_seconds, 6));
+    json_object_set_new(rec, "a2a_bytes",
+                        json_real_digits(st[COMM_SEQ_TO_HEAD].bytes + st[COMM_HEAD_TO_SEQ].bytes,
+                                         6));
+    json_object_set_new(rec, "attn_s", json_real_digits(s->attn_s, 6));
+    json_object_set_new(rec, "fsdp_s",
+                        json_real_digits(st[COMM_FSDP_GATHER].seconds +
+                                             st[COMM_FSDP_REDUCE].seconds, 6));
+    json_object_set_new(rec, "grad_reduce_s", json_real_digits(st[COMM_GRAD_REDUCE].seconds, 6));
+    json_object_set_new(rec, "flops_per_s", json_real_digits(r->flops / s->dt, 6));
+    json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)mem_peak_total()));
+    json_object_set_new(rec, "rss_bytes", json_integer((json_int_t)mem_rss_now()));
+    if (s->ckpt_bytes > 0) {
+        json_object_set_new(rec, "ckpt_s", json_real_digits(s->ckpt_s, 6));
+        json_object_set_new(rec, "ckpt_bytes", json_real_digits(s->ckpt_bytes, 12));
+    }
+    /* no JSON_INDENT, no JSON_COMPACT: one line of "key": value pairs */
+    char *line = json_dumps(rec, JSON_REAL_PRECISION(9));
+    json_decref(rec);
+    UP_CHECK(line, "json_dumps failed");
+    int failed = fprintf(r->logf, "%s\n", line) < 0 || fflush(r->logf) != 0;
+    free(line);
+    if (failed) up_die("--log %s: write failed (%s)", r->o.log, strerror(errno));
+}
+

@@ -1,0 +1,77 @@
+/* run.h — private to src/train: the state of one training job and of one step, shared by the
+ * loop (train.c), its setup (setup.c) and its terminal and log output (output.c). */
+#ifndef UP_TRAIN_RUN_H
+#define UP_TRAIN_RUN_H
+
+#include "comm/comm.h"
+#include "io/config.h"
+#include "io/mask.h"
+#include "io/shard.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "train/options.h"
+#include "train/report.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <time.h>
+
+/* One training job: what every rank holds from setup to the end. */
+typedef struct {
+    train_options o;
+    int rank, world, threads;
+    int P, T_loc; /* context-parallel degree, tokens of a sequence per rank (T / P) */
+    model_config cfg;
+    token_shard shard;
+    mask_shard mask;         /* --loss-mask */
+    uint8_t *mask_buf;       /* (T_loc) mask bytes of this rank's targets */
+    comm_ctx comm;
+    model m;
+    FILE *logf; /* --log, rank 0 only */
+    void *ckpt_stage; /* --ckpt-dir: the checkpoint writer's staging buffer */
+    adamw_params hp;
+    double flops, tokens; /* per step, over all replicas and micro-batches */
+    long start_step;       /* steps done before this run (a resumed checkpoint's) */
+    char resumed_from[4096]; /* the checkpoint resumed, "" for a fresh start */
+    double t_start;
+    /* the closing line compares the first loss with the mean of the last tail_n steps */
+    long tail_n, tail_skipped; /* tail steps, and those skipped (not in tail_sum) */
+    double first_loss, tail_sum;
+    long skips_in_row, skips_total; /* --on-nonfinite skip */
+} train_run;
+
+/* What one step measured: loss and norm agree on every rank, the timings are this rank's. */
+typedef struct {
+    long step; /* 0-based */
+    double loss, norm;
+    float lr; /* 0 when --lr 0 (no update) */
+    double dt, comm_s;
+    double ckpt_s, ckpt_bytes; /* a checkpoint written after this step (0: none) */
+    double docs;               /* documents in the step's windows, all replicas (--doc-sep) */
+    double attn_s;             /* this rank's seconds in the attention kernels */
+    long long targets;         /* targets counted in the loss, all ranks */
+    int skipped;               /* --on-nonfinite skip: non-finite loss or norm, no update */
+} train_step_stats;
+
+static inline double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- setup.c ---- */
+/* Threads, then every check before any large allocation (every rank, same verdict; outputs
+ * writable, --ckpt-dir usable, signal handlers), then the communicator. */
+void run_setup(train_run *r);
+/* The plan: the model's own sizing code under plan mode, before anything is allocated. */
+report_memory run_plan(train_run *r);
+/* The signal a graceful stop was asked with (SIGTERM, SIGINT), 0 for none. */
+int run_signal_pending(void);
+
+/* ---- output.c ---- */
+void print_summary(const train_run *r);
+/* The step's terminal line and JSON log record (rank 0). */
+void print_step_line(const train_run *r, const train_step_stats *s, double tps);
+void write_log_record(const train_run *r, const train_step_stats *s, double tps);
+
+#endif

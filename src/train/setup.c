@@ -1,0 +1,205 @@
+/* setup.c — before the first step of `upipe train`: threads (and a warning when there are more
+ * than cores), every check that can fail before anything large is allocated (flags against the
+ * config and layout, the data and mask, every output path, the checkpoint folder), the signal
+ * handlers, and the memory plan. */
+#include "train/run.h"
+
+#include "core/check.h"
+#include "core/fileio.h"
+#include "core/mem.h"
+#include "train/ckpt.h"
+
+#include <errno.h>
+#include <mpi.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The first SIGTERM or SIGINT asks for a checkpoint and a clean exit after the current step; a
+ * second one stops at once (default action). */
+static volatile sig_atomic_t g_signal;
+
+int run_signal_pending(void) { return (int)g_signal; }
+
+static void on_signal(int sig) {
+    if (g_signal) {
+        up_tmp_remove_all(); /* no temporary file survives */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_signal = sig;
+}
+
+/* A mapped file truncated under the job: reading its lost pages raises SIGBUS. shard_check
+ * catches a change of size before each step; this catches one in the middle of a step. One
+ * line, async-signal-safe (write, _exit). */
+static void on_sigbus(int sig) {
+    (void)sig;
+    static const char msg[] =
+        "upipe: error: SIGBUS: a mapped input file (the --data token shard or the --loss-mask) "
+        "was truncated while the job runs; restore it and restart the job\n";
+    ssize_t rc = write(2, msg, sizeof msg - 1);
+    (void)rc;
+    _exit(1);
+}
+
+static int node_ranks(void) {
+    MPI_Comm node;
+    int local = 1;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    return local;
+}
+
+/* Threads per rank: --threads, else OMP_NUM_THREADS, else this node's cores over its ranks. */
+static int default_threads(int requested, int local) {
+    if (requested > 0) return requested;
+    if (getenv("OMP_NUM_THREADS")) return omp_get_max_threads();
+    int t = omp_get_num_procs() / local;
+    return t > 0 ? t : 1;
+}
+
+/* More threads on this node than cores (--threads or OMP_NUM_THREADS too high for the ranks
+ * launched here): the threads take turns and every step slows down. A warning with the better
+ * setting; the run goes on. One thread per rank is never flagged: there is nothing better. */
+static void warn_oversubscribed(int threads, int local, int from_flag) {
+    int procs = omp_get_num_procs();
+    if (threads <= 1 || (long)threads * local <= procs) return;
+    int better = procs / local > 0 ? procs / local : 1;
+    const char *src = from_flag ? "--threads" : "OMP_NUM_THREADS=";
+    fprintf(
+        stderr,
+        "upipe: warning: %s%s%d x %d rank%s on this node = %d threads on %d cores: use %s%s%d\n",
+        src, from_flag ? " " : "", threads, local, local > 1 ? "s" : "", threads * local, procs,
+        src, from_flag ? " " : "", better);
+    fflush(stderr);
+}
+
+/* 0 when path can be created or replaced: its folder exists and is writable, and path itself is
+ * not a folder; else -1 with a message. */
+static int check_writable(const char *flag, const char *path, char *err, size_t len) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return up_errf(err, len, NULL, "%s %s is a folder: give a file name", flag, path);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return up_errf(err, len, NULL, "%s %s: the folder %s does not exist: create it first",
+                       flag, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return up_errf(err, len, NULL, "%s %s: the folder %s is not writable (%s)", flag, path,
+                       dir, strerror(errno));
+    return 0;
+}
+
+/* Every output is checked before anything is allocated or trained, so no run works for hours
+ * and then fails to save: rank 0's files on rank 0, the checkpoint folder on every rank (all of
+ * them write into it under FSDP). Collective; all ranks stop together. */
+static void check_outputs(train_run *r) {
+    const train_options *o = &r->o;
+    char err[1024] = "";
+    int bad = 0;
+    if (r->rank == 0) {
+        const char *flags[] = {"--save", "--save-grads", "--log", "--mem-report"};
+        const char *paths[] = {o->save, o->save_grads, o->log, o->mem_report};
+        for (int i = 0; i < 4 && !bad; i++)
+            if (paths[i]) bad = check_writable(flags[i], paths[i], err, sizeof err) != 0;
+    }
+    if (o->ckpt_dir && !bad && !o->dry_run) {
+        struct stat st;
+        if (mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
+            bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s: cannot create the folder (%s)",
+                          o->ckpt_dir, strerror(errno)) != 0;
+        else if (stat(o->ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s is not a folder", o->ckpt_dir);
+        else if (access(o->ckpt_dir, W_OK | X_OK) != 0)
+            bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s is not writable (%s)",
+                          o->ckpt_dir, strerror(errno)) != 0;
+    }
+    if (comm_any(&r->comm, bad)) up_die_agreed(bad ? err : NULL);
+    if (!o->ckpt_dir || o->dry_run) return;
+    char latest[4096];
+    long step = ckpt_find_latest(o->ckpt_dir, latest, sizeof latest);
+    if (step >= 0 && !o->resume)
+        up_die_all("--ckpt-dir %s already holds checkpoints (newest %s): add --resume to continue "
+                   "from it, or use an empty folder", o->ckpt_dir, latest);
+    /* a SIGXFSZ (file-size limit) becomes a write error with a message, not a kill */
+    signal(SIGXFSZ, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* ---- setup ---------------------------------------------------------------------------------- */
+
+/* Threads, then every check before any large allocation (every rank, same verdict), then the
+ * communicator. */
+void run_setup(train_run *r) {
+    train_options *o = &r->o;
+    int local = node_ranks();
+    r->threads = default_threads(o->threads, local);
+    if (r->rank == 0) warn_oversubscribed(r->threads, local, o->threads > 0);
+    omp_set_num_threads(r->threads);
+    blas_set_threads(r->threads);
+
+    char err[512];
+    int world = r->world, P = o->cp > 0 ? o->cp : world;
+    r->P = P;
+    if (world % P)
+        up_die_all("--cp %d does not divide the %d ranks: use a divisor of %d", P, world, world);
+    if (config_load(&r->cfg, o->config, err, sizeof err) != 0) up_die_all("%s", err);
+    if (model_check_layout(&r->cfg, o->T, P, world, err, sizeof err) != 0) up_die_all("%s", err);
+    if (o->doc_sep >= r->cfg.V)
+        up_die_all("--doc-sep %ld is outside the vocabulary (vocab_size %d): use a separator "
+                   "below %d, or a config whose vocab_size holds it (at least %ld)", o->doc_sep,
+                   r->cfg.V, r->cfg.V, o->doc_sep + 1);
+    if (shard_open(&r->shard, o->data, r->cfg.V, err, sizeof err) != 0) up_die_all("%s", err);
+    struct sigaction bus;
+    memset(&bus, 0, sizeof bus);
+    bus.sa_handler = on_sigbus;
+    sigemptyset(&bus.sa_mask);
+    sigaction(SIGBUS, &bus, NULL);
+    size_t ntok = r->shard.ntok;
+    if (ntok < (size_t)o->T + 1)
+        up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
+                   "or less, or a larger shard",
+                   o->T, o->T + 1, o->data, ntok, ntok - 1);
+    if (o->loss_mask && mask_open(&r->mask, o->loss_mask, ntok, err, sizeof err) != 0)
+        up_die_all("--loss-mask %s", err);
+    if (o->init && !up_file_readable(o->init))
+        up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
+
+    if (o->mopt.tile_mlp < 0) o->mopt.tile_mlp = r->cfg.C; /* flag without a size: ~C tokens */
+    if (o->mopt.tile_loss < 0) o->mopt.tile_loss = r->cfg.C;
+    if (model_check_options(&r->cfg, P, &o->mopt, err, sizeof err) != 0) up_die_all("%s", err);
+
+    comm_init(&r->comm, MPI_COMM_WORLD, P);
+    r->T_loc = (int)(o->T / P);
+    check_outputs(r);
+}
+
+/* The plan: the model's own sizing code under plan mode, before anything is allocated. */
+report_memory run_plan(train_run *r) {
+    mem_plan_begin();
+    model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &r->o.mopt);
+    model_free(&r->m);
+    if (r->o.ckpt_dir) mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes()); /* counted, not allocated */
+    if (r->o.loss_mask) mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
+    report_memory plan = report_capture();
+    mem_plan_end();
+    return plan;
+}
+
