@@ -37,7 +37,10 @@ static inline float attn_exp(float x) {
     p = fmaf(p, r, ATTN_EXP_P4);
     p = fmaf(p, r, ATTN_EXP_P5);
     p = fmaf(p, r * r, r) + 1.0f;
-    int32_t bits = ((int32_t)fn + 127) << 23; // 2^n, n in [-126, 127]
+    // 2^n, n in [-126, 127]; a NaN x gives a NaN fn: any n does then (p is NaN), so the cast
+    // and the shift see -127 instead of a NaN (undefined to convert)
+    const float fc = fn >= -127.0f ? fn : -127.0f;
+    uint32_t bits = (uint32_t)((int32_t)fc + 127) << 23;
     float two_n;
     memcpy(&two_n, &bits, sizeof two_n);
     float y = p * two_n;

@@ -85,7 +85,7 @@ else
 fi
 
 # More threads than cores: a warning with the better setting, and the run goes on (exit 0).
-cores=$(nproc)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) # nproc obeys OMP_NUM_THREADS
 rc=0
 "$UPIPE" train --quiet --threads $((2 * cores)) --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 \
   >"$TMP/threads.out" 2>&1 || rc=$?

@@ -33,5 +33,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     shard_close(&s);
+    free(t);
+    free(u);
     return 0;
 }

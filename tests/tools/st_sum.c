@@ -51,9 +51,13 @@ int main(int argc, char **argv) {
         e[t].ndim = a->ndim;
         for (int d = 0; d < a->ndim && d < 4; d++) e[t].shape[d] = a->shape[d];
     }
-    if (st_write_f32(argv[1], e, nt, err, sizeof err) != 0) {
-        fprintf(stderr, "st_sum: %s\n", err);
-        return 2;
-    }
-    return 0;
+    int rc = st_write_f32(argv[1], e, nt, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "st_sum: %s\n", err);
+    for (int t = 0; t < nt; t++) free(data[t]);
+    for (int i = 0; i < n; i++) st_close(&f[i]);
+    free(data);
+    free(e);
+    free(f);
+    free(w);
+    return rc ? 2 : 0;
 }
