@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,4 +118,31 @@ int up_write_line_atomic(const char *path, const char *text, char *err, size_t e
     int rc = up_write_file_atomic(path, line, n + 1, err, errlen);
     free(line);
     return rc;
+}
+
+int up_map_file(const char *path, size_t header, const char *kind, const char *format,
+                const char *make, const void **map, size_t *size, int *fd_out, char *err,
+                size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return up_errf(err, errlen, path, "cannot open (%s): check the path, or %s",
+                       strerror(errno), make);
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        rc = up_errf(err, errlen, path, "not a regular file");
+    else if ((size_t)sb.st_size < header)
+        rc = up_errf(err, errlen, path,
+                     "file is %zu bytes, smaller than the %zu-byte %s header: the file is "
+                     "truncated or not %s",
+                     (size_t)sb.st_size, header, kind, format);
+    void *p = rc == 0 ? mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    if (rc == 0 && p == MAP_FAILED)
+        rc = up_errf(err, errlen, path, "mmap failed (%s)", strerror(errno));
+    if (rc != 0 || !fd_out) close(fd);
+    if (rc != 0) return -1;
+    *map = p;
+    *size = (size_t)sb.st_size;
+    if (fd_out) *fd_out = fd;
+    return 0;
 }

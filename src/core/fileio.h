@@ -15,6 +15,14 @@ int up_write_all(int fd, const void *buf, size_t len);
 int up_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 /* up_write_file_atomic of text and a final newline (JSON documents). */
 int up_write_line_atomic(const char *path, const char *text, char *err, size_t errlen);
+/* A read-only mapping of a data file (token shard, loss mask): path must be a regular file of at
+ * least header bytes. kind names the header in messages ("shard", "mask"), format the file
+ * ("an llm.c token shard"), make how to make one ("make a shard with `upipe data`"). Returns 0
+ * with *map and *size, and the open descriptor in *fd (closed when fd is NULL; the mapping keeps
+ * the file), or -1 with err. */
+int up_map_file(const char *path, size_t header, const char *kind, const char *format,
+                const char *make, const void **map, size_t *size, int *fd, char *err,
+                size_t errlen);
 /* out = dir + "/" + name; a path longer than len stops with a message (up_die). */
 void up_path_join(char *out, size_t len, const char *dir, const char *name);
 /* Temporary files and folders of writes in progress, so that a signal that ends the process

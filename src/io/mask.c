@@ -66,28 +66,12 @@ static int mask_validate(mask_shard *m, const char *path, size_t expected_count,
 
 int mask_open(mask_shard *m, const char *path, size_t expected_count, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return up_errf(err, errlen, path,
-                       "cannot open (%s): check the path, or make a mask with `upipe data jsonl "
-                       "... --mask-output`",
-                       strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return up_errf(err, errlen, path, "not a regular file");
-    }
-    size_t size = (size_t)sb.st_size;
-    if (size < MASK_HEADER_BYTES) {
-        close(fd);
-        return up_errf(err, errlen, path,
-                       "file is %zu bytes, smaller than the %d-byte mask header: the file is "
-                       "truncated or not a loss mask",
-                       size, MASK_HEADER_BYTES);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED) return up_errf(err, errlen, path, "mmap failed (%s)", strerror(errno));
+    const void *map;
+    size_t size;
+    if (up_map_file(path, MASK_HEADER_BYTES, "mask", "a loss mask",
+                    "make a mask with `upipe data jsonl ... --mask-output`", &map, &size, NULL,
+                    err, errlen) != 0)
+        return -1;
     m->map = map;
     m->map_bytes = size;
     if (mask_validate(m, path, expected_count, err, errlen) != 0) {

@@ -47,30 +47,12 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
     memset(s, 0, sizeof *s);
     s->fd = -1;
     if (vocab <= 0) return up_errf(err, errlen, path, "vocab_size %d is not positive", vocab);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return up_errf(err, errlen, path,
-                       "cannot open (%s): check the path, or make a shard "
-                       "with `upipe data`",
-                       strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return up_errf(err, errlen, path, "not a regular file");
-    }
-    size_t size = (size_t)sb.st_size;
-    if (size < SHARD_HEADER_BYTES) {
-        close(fd);
-        return up_errf(err, errlen, path,
-                       "file is %zu bytes, smaller than the %d-byte shard header: the file is "
-                       "truncated or not an llm.c token shard",
-                       size, SHARD_HEADER_BYTES);
-    }
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-        close(fd);
-        return up_errf(err, errlen, path, "mmap failed (%s)", strerror(errno));
-    }
+    const void *map;
+    size_t size;
+    int fd;
+    if (up_map_file(path, SHARD_HEADER_BYTES, "shard", "an llm.c token shard",
+                    "make a shard with `upipe data`", &map, &size, &fd, err, errlen) != 0)
+        return -1;
     s->map = map;
     s->map_bytes = size;
     s->fd = fd; /* kept to notice a change of size (shard_check) */
