@@ -51,14 +51,17 @@ static void cleanup_and_reraise(int sig) {
     raise(sig);
 }
 
-void up_tmp_install_signal_cleanup(void) {
+void up_catch_signals(void (*handler)(int), const int *sigs, int n) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = cleanup_and_reraise;
+    sa.sa_handler = handler;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    for (int i = 0; i < n; i++) sigaction(sigs[i], &sa, NULL);
+}
+
+void up_tmp_install_signal_cleanup(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    up_catch_signals(cleanup_and_reraise, sigs, 3);
 }
 
 int up_write_file_atomic(const char *path, const void *data, size_t len, char *err,

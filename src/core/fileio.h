@@ -33,6 +33,8 @@ enum { UP_TMP_SLOTS = 8 };
 void up_tmp_push(const char *path, int is_dir);
 void up_tmp_pop(const char *path);
 void up_tmp_remove_all(void);
+/* Installs handler (sigaction, no flags) for the n signals in sigs. */
+void up_catch_signals(void (*handler)(int), const int *sigs, int n);
 /* Installs handlers for SIGINT, SIGTERM and SIGHUP that remove the temporary files and then end
  * the process as the signal would have. */
 void up_tmp_install_signal_cleanup(void);

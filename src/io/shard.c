@@ -63,24 +63,18 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
     }
     const int32_t *hdr = map;
     int rc = -1;
-    if (hdr[0] == SHARD_MAGIC_U16) {
-        if (hdr[1] != SHARD_VERSION_U16) {
-            up_errf(err, errlen, path,
-                    "magic %d with version %d (expected %d): unsupported shard version; "
-                    "regenerate it",
-                    hdr[0], hdr[1], SHARD_VERSION_U16);
-            goto done;
-        }
-        s->token_bytes = 2;
-    } else if (hdr[0] == SHARD_MAGIC_U32) {
-        if (hdr[1] != SHARD_VERSION_U32) {
-            up_errf(err, errlen, path,
-                    "magic %d with version %d (expected %d): unsupported shard version; "
-                    "regenerate it",
-                    hdr[0], hdr[1], SHARD_VERSION_U32);
-            goto done;
-        }
-        s->token_bytes = 4;
+    /* the two formats: (magic, version, bytes per token) */
+    static const int formats[2][3] = {{SHARD_MAGIC_U16, SHARD_VERSION_U16, 2},
+                                      {SHARD_MAGIC_U32, SHARD_VERSION_U32, 4}};
+    int f = hdr[0] == SHARD_MAGIC_U16 ? 0 : hdr[0] == SHARD_MAGIC_U32 ? 1 : -1;
+    if (f >= 0 && hdr[1] != formats[f][1]) {
+        up_errf(err, errlen, path,
+                "magic %d with version %d (expected %d): unsupported shard version; "
+                "regenerate it",
+                hdr[0], hdr[1], formats[f][1]);
+        goto done;
+    } else if (f >= 0) {
+        s->token_bytes = formats[f][2];
     } else {
         up_errf(err, errlen, path, "bad magic %d (expected %d or %d): not an llm.c token shard",
                 hdr[0], SHARD_MAGIC_U16, SHARD_MAGIC_U32);

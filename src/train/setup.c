@@ -135,12 +135,8 @@ static void check_outputs(train_run *r) {
                    "from it, or use an empty folder", o->ckpt_dir, latest);
     /* a SIGXFSZ (file-size limit) becomes a write error with a message, not a kill */
     signal(SIGXFSZ, SIG_IGN);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    static const int graceful[] = {SIGTERM, SIGINT};
+    up_catch_signals(on_signal, graceful, 2);
 }
 
 /* ---- setup ---------------------------------------------------------------------------------- */
@@ -167,11 +163,8 @@ void run_setup(train_run *r) {
                    "below %d, or a config whose vocab_size holds it (at least %ld)", o->doc_sep,
                    r->cfg.V, r->cfg.V, o->doc_sep + 1);
     if (shard_open(&r->shard, o->data, r->cfg.V, err, sizeof err) != 0) up_die_all("%s", err);
-    struct sigaction bus;
-    memset(&bus, 0, sizeof bus);
-    bus.sa_handler = on_sigbus;
-    sigemptyset(&bus.sa_mask);
-    sigaction(SIGBUS, &bus, NULL);
+    static const int bus[] = {SIGBUS};
+    up_catch_signals(on_sigbus, bus, 1);
     size_t ntok = r->shard.ntok;
     if (ntok < (size_t)o->T + 1)
         up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "

@@ -225,12 +225,9 @@ static int run_checkpoint(train_run *r, train_step_stats *s) {
     const train_options *o = &r->o;
     if (!o->ckpt_dir) return 0;
     long done = s->step + 1;
-    int sig = 0;
-    if (comm_any(&r->comm, run_signal_pending() != 0)) { /* the same verdict on every rank */
-        int mine = run_signal_pending();
-        MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_INT, MPI_MAX, r->comm.world);
-        sig = mine;
-    }
+    unsigned long long pending = (unsigned long long)run_signal_pending();
+    comm_max_u64(&r->comm, &pending, 1); /* the same verdict on every rank */
+    int sig = (int)pending;
     int stop = sig ? sig : done == o->stop_at ? -1 : 0;
     if (done == o->steps) stop = 0; /* the last step: finish normally (and --save) */
     if (!(stop || done == o->steps || (o->ckpt_every && done % o->ckpt_every == 0))) return 0;
