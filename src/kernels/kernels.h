@@ -107,6 +107,12 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
  *   logits[i] becomes grad_scale * (softmax(logits[i]) - onehot(targets[i])) for valid rows and
  *   0 for ignored rows (targets[i] < 0, e.g. -1). */
 double cross_entropy_fused(float *logits, const int32_t *targets, int N, int V, float grad_scale);
+/* Per-row statistics for evaluation, logits (N, V) unchanged: loss[i] = -log softmax(logits[i])
+ * [targets[i]] (the value cross_entropy_fused adds for that row; 0 for ignored rows) and pred[i]
+ * = the first index of the largest logit of row i (the top prediction, for every row). Either
+ * output may be NULL. */
+void cross_entropy_rows(const float *logits, const int32_t *targets, int N, int V, double *loss,
+                        int32_t *pred);
 
 /* ---- optimizer ------------------------------------------------------------------------------ */
 

@@ -163,6 +163,22 @@ double ref_cross_entropy_fused(float *logits, const int32_t *targets, int N, int
     return total;
 }
 
+void ref_cross_entropy_rows(const float *logits, const int32_t *targets, int N, int V,
+                            double *loss, int32_t *pred) {
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            if (x[v] > x[best]) best = v;
+        double sum = 0.0;
+        for (int v = 0; v < V; v++)
+            sum += exp((double)x[v] - (double)x[best]);
+        int32_t t = targets[n];
+        if (loss) loss[n] = t < 0 ? 0.0 : (double)x[best] + log(sum) - (double)x[t];
+        if (pred) pred[n] = best;
+    }
+}
+
 void ref_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                       const adamw_params *hp, int step, float grad_scale, int decay) {
     // the header's formula, literally, in double

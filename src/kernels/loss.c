@@ -76,3 +76,38 @@ double cross_entropy_fused(float *logits, const int32_t *targets, int N, int V, 
         total += part[t];
     return total;
 }
+
+/* The top prediction of one row: the first index of its largest value. */
+static int32_t row_argmax(const float *x, int V) {
+    int32_t best = 0;
+    for (int v = 1; v < V; v++)
+        if (x[v] > x[best]) best = v;
+    return best;
+}
+
+/* ce_row's loss without touching the row: the same operations in the same order. */
+static double row_loss(const float *x, int32_t target, int V) {
+    float mx = x[0];
+#pragma omp simd reduction(max : mx)
+    for (int v = 0; v < V; v++)
+        mx = x[v] > mx ? x[v] : mx;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int v = 0; v < V; v++)
+        sum += (double)expf(x[v] - mx);
+    return ((double)mx - (double)x[target]) + log(sum);
+}
+
+void cross_entropy_rows(const float *logits, const int32_t *targets, int N, int V, double *loss,
+                        int32_t *pred) {
+    UP_CHECK(N >= 0 && V > 0, "cross_entropy_rows: bad shape N=%d V=%d", N, V);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *x = logits + (size_t)i * V; // (V)
+        int32_t t = targets[i];
+        UP_CHECK(t < V, "cross_entropy_rows: target %d at row %d is outside the vocabulary (V=%d)",
+                 (int)t, i, V);
+        if (loss) loss[i] = t < 0 ? 0.0 : row_loss(x, t, V);
+        if (pred) pred[i] = row_argmax(x, V);
+    }
+}

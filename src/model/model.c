@@ -42,13 +42,13 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
     size_t T = (size_t)m->T, C = c->C, F = c->F, V = c->V, HS = c->HS;
     size_t qd = (size_t)c->NH * c->HS, tm = (size_t)m->tile_mlp, tl = (size_t)m->tile_loss;
     int tiled_mlp = m->tile_mlp < m->T, ckpt = m->opt.checkpoint;
-    int offload = m->opt.offload_dir != NULL;
+    int offload = m->opt.offload_dir != NULL, fwd = m->opt.forward_only;
     size_t att, lse, q, kv;
     cp_attention_saved_floats(as, &att, &lse, &q, &kv);
     for (int l = 0; l < c->L; l++) {
         layer_acts *a = &m->acts[l];
-        int own = !ckpt || l == 0; /* else the layer shares layer 0's set */
-        want(t, !offload, &a->x_in, MEM_CHECKPOINTS, T * C);
+        int own = (!ckpt && !fwd) || l == 0; /* else the layer shares layer 0's set */
+        want(t, !offload && !fwd, &a->x_in, MEM_CHECKPOINTS, T * C); /* fwd: dres, dh instead */
         want(t, own && q, &a->attn.q, MEM_ATTENTION, q);
         want(t, own && kv, &a->attn.k, MEM_ATTENTION, kv);
         want(t, own && kv, &a->attn.v, MEM_ATTENTION, kv);
@@ -69,14 +69,14 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
     want(t, tiled_mlp, &m->gate_t, MEM_WORKSPACE, up_mul(tm, F));
     want(t, tiled_mlp, &m->up_t, MEM_WORKSPACE, up_mul(tm, F));
     want(t, tiled_mlp, &m->act_t, MEM_WORKSPACE, up_mul(tm, F));
-    want(t, 1, &m->dact, MEM_WORKSPACE, up_mul(tm, F));
+    want(t, !fwd, &m->dact, MEM_WORKSPACE, up_mul(tm, F));
     want(t, 1, &m->xf, MEM_WORKSPACE, tl * C);
     want(t, 1, &m->rstdf, MEM_WORKSPACE, tl);
     want(t, 1, &m->logits, MEM_WORKSPACE, up_mul(tl, V));
-    want(t, 1, &m->dxf, MEM_WORKSPACE, tl * C);
+    want(t, !fwd, &m->dxf, MEM_WORKSPACE, tl * C);
     want(t, 1, &m->dres, MEM_WORKSPACE, T * C);
     want(t, 1, &m->dh, MEM_WORKSPACE, T * C);
-    want(t, 1, &m->datt, MEM_WORKSPACE, up_mul(T, qd)); /* like the saved o, not staged */
+    want(t, !fwd, &m->datt, MEM_WORKSPACE, up_mul(T, qd)); /* like the saved o, not staged */
 }
 
 static void *owned_buffer(model *m, mem_category cat, size_t bytes) {
@@ -97,6 +97,10 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->opt = *opt;
+    if (m->opt.forward_only) { /* nothing is kept for a backward: nothing to recompute */
+        m->opt.offload_dir = NULL;
+        m->opt.checkpoint = 0;
+    }
     if (m->opt.offload_dir) m->opt.checkpoint = 1;
     m->comm = comm;
     m->P = comm->P;
@@ -108,13 +112,13 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     /* model state: this rank's shards (all of it without --fsdp) */
     param_table_build(&m->params, c);
     fsdp_init(&m->fsdp, comm, m->params.unit_off, m->params.nunits, opt->fsdp ? comm->R : 1,
-              c->tied ? 0 : -1);
+              c->tied ? 0 : -1, !opt->forward_only);
 
     /* the activation table, walked once */
     m->acts = calloc((size_t)c->L, sizeof *m->acts);
     UP_CHECK(m->acts, "out of memory");
     cp_attention_shape as = {T, m->P, c->C, c->NH, c->NKV, c->HS, opt->U ? opt->U : c->NH,
-                             opt->U == 0, comm, NULL, NULL, NULL};
+                             opt->U == 0, comm, NULL, NULL, NULL, opt->forward_only};
     buf_table t = {0};
     activation_table(m, &t, &as);
     for (int i = 0; i < t.n; i++)
@@ -127,7 +131,8 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
         m->window = owned_buffer(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
         m->doc_start = owned_buffer(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
     }
-    for (int l = 1; m->opt.checkpoint && l < c->L; l++) { /* one shared set, own checkpoints */
+    int shared = m->opt.checkpoint || m->opt.forward_only;
+    for (int l = 1; shared && l < c->L; l++) { /* one shared set, own checkpoints */
         float *x_in = m->acts[l].x_in;
         m->acts[l] = m->acts[0];
         m->acts[l].x_in = x_in;
@@ -328,6 +333,47 @@ static double loss_forward_backward(model *m, float grad_scale) {
     }
     fsdp_reduce(&m->fsdp, head); /* a tied embedding's gradients are reduced after its own backward */
     return loss;
+}
+
+/* The loss tiles of a forward-only pass: final norm, LM head, then per row the loss and top
+ * prediction (when asked for) before cross_entropy_fused adds the tile's loss exactly as
+ * loss_forward_backward does (its gradient output is dropped). */
+static double loss_forward(model *m, double *loss, int32_t *pred) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
+    float *wn = fsdp_gather(&m->fsdp, head);
+    const float *wlm = c->tied ? fsdp_gather(&m->fsdp, 0) : wn + C;
+    double sum = 0;
+    for (int t0 = 0; t0 < T; t0 += N) {
+        int n = T - t0 < N ? T - t0 : N;
+        size_t r = (size_t)t0 * C;
+        rmsnorm_forward(m->xf, m->rstdf, m->x_final + r, wn, n, C, c->eps);   // (n, C)
+        matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
+        if (loss || pred)
+            cross_entropy_rows(m->logits, m->targets + t0, n, V, loss ? loss + t0 : NULL,
+                               pred ? pred + t0 : NULL);
+        sum += cross_entropy_fused(m->logits, m->targets + t0, n, V, 1.0f);
+    }
+    return sum;
+}
+
+double model_evaluate(model *m, double *loss, int32_t *pred) {
+    const model_config *c = &m->cfg;
+    int T = m->T, C = c->C, L = c->L;
+    fsdp_state *f = &m->fsdp;
+    float *x = m->dres, *y = m->dh; /* the residual stream: two (T, C) buffers in turn */
+    fsdp_begin_forward(f);
+    float *wte = fsdp_gather(f, 0);
+    fsdp_prefetch(f, 1);
+    embedding_forward(x, m->inputs, wte, T, C);                          // (T, C)
+    for (int l = 0; l < L; l++) {
+        fsdp_prefetch(f, l + 2);
+        float *x_out = l + 1 == L ? m->x_final : y;
+        layer_forward(m, l, x, x_out);
+        y = x;
+        x = x_out;
+    }
+    return loss_forward(m, loss, pred);
 }
 
 double model_forward(model *m, float grad_scale) {

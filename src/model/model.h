@@ -10,7 +10,9 @@
 
 #include "comm/comm.h"
 #include "io/config.h"
+#include "io/mask.h"
 #include "io/safetensors.h"
+#include "io/shard.h"
 #include "io/st_set.h"
 #include "kernels/kernels.h"
 #include "model/params.h"
@@ -31,6 +33,9 @@ typedef struct {
     int fsdp;                /* shard params, grads and optimizer state over all ranks */
     int docs;                /* packed documents: attention within a document, positions from
                                 its start (model_set_documents after each window) */
+    int forward_only;        /* evaluation: no gradients, optimizer state or tensors saved for a
+                                backward (checkpoint and offload do not apply); model_evaluate
+                                only */
 } model_options;
 
 /* Tensors the forward saves for the backward of one layer (T = T_loc rows on this rank). With
@@ -118,6 +123,23 @@ double model_forward(model *m, float grad_scale);
 /* Backward: grads += d loss / d params (accumulate: model_zero_grads before the first
  * micro-batch of a step). Requires model_forward just before. */
 void model_backward(model *m);
+/* Forward only (evaluation, validation): returns this rank's sum of token losses over targets
+ * >= 0, the same value model_forward returns for the same window. When loss / pred are given,
+ * also each position's loss (T_loc, 0 where the target does not count) and top prediction
+ * (T_loc, the argmax of its logits), computed per loss tile. Touches no gradient, saved layer
+ * input or offload store: the residual stream runs through dres and dh, so it may run on a
+ * training model between steps without changing what the next step computes. Collective. */
+double model_evaluate(model *m, double *loss, int32_t *pred);
+
+/* ---- data windows (window.c) ---------------------------------------------------------------- */
+
+/* Reads this rank's slice of the window of T = T_loc * P tokens that starts at token first of the
+ * shard (DESIGN.md §1: inputs at first + cp_rank * T_loc .., targets shifted by one before the
+ * split, wrapping around the shard's end). mask (NULL: none) clears targets whose mask byte is 0
+ * (mask_buf: T_loc bytes of scratch); with doc_sep >= 0 the whole window's inputs go to m->window
+ * and targets equal to the separator are cleared (DESIGN.md §1.1). */
+void model_read_window(model *m, const token_shard *shard, const mask_shard *mask,
+                       uint8_t *mask_buf, long doc_sep, size_t first);
 
 /* ---- weights (params.c) --------------------------------------------------------------------- */
 

@@ -91,14 +91,17 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
     a->model_order = s->U == s->NH;
     a->nblk = s->keep_qkv ? 1 : a->Kc;
     a->bw = s->keep_qkv ? s->NH * s->HS : a->mult * s->HS;
-    int P1 = s->P == 1, keep = s->keep_qkv;
+    int P1 = s->P == 1, keep = s->keep_qkv, bwd = !s->forward_only;
     size_t T = (size_t)s->T_loc, Tg = (size_t)a->Tg, HS = (size_t)s->HS;
     size_t qh = up_mul3(Tg, (size_t)a->U_loc, HS), kvh = up_mul3(Tg, (size_t)a->Kc_loc, HS);
     /* Which buffers exist. With P == 1 head layout is sequence layout, so the exchanged copies
-     * are the projections themselves; under keep_qkv they are the saved tensors. */
-    a->qs = stage_buffer(up_mul3(T, (size_t)s->U, HS));
-    a->ks = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
-    a->vs = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
+     * are the projections themselves; under keep_qkv they are the saved tensors (and qs, ks, vs
+     * serve the backward alone). */
+    if (bwd || !(P1 && keep)) {
+        a->qs = stage_buffer(up_mul3(T, (size_t)s->U, HS));
+        a->ks = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
+        a->vs = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
+    }
     if (!P1 && !keep) {
         a->qh = stage_buffer(qh);
         a->kh = stage_buffer(kvh);
@@ -106,14 +109,14 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
     }
     if (!(P1 && a->model_order)) { /* else o and do are read in place */
         a->oh = stage_buffer(qh);
-        a->doh = stage_buffer(qh);
+        if (bwd) a->doh = stage_buffer(qh);
     }
-    if (!(P1 && keep)) { /* else dq, dk, dv land in qs, ks, vs */
+    if (bwd && !(P1 && keep)) { /* else dq, dk, dv land in qs, ks, vs */
         a->dqh = stage_buffer(qh);
         a->dkh = stage_buffer(kvh);
         a->dvh = stage_buffer(kvh);
     }
-    if (a->stages_per_chunk > 1) {
+    if (bwd && a->stages_per_chunk > 1) {
         a->dkh_s = stage_buffer(kvh);
         a->dvh_s = stage_buffer(kvh);
     }

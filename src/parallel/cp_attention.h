@@ -32,6 +32,7 @@ typedef struct {
     const float *rope_cos;     /* (T_loc, HS/2) at this rank's global positions */
     const float *rope_sin;     /* (T_loc, HS/2) */
     const int32_t *doc_start;  /* (T) packed documents of the whole window, or NULL (one) */
+    int forward_only;          /* no backward: its buffers are not allocated */
 } cp_attention_shape;
 
 /* What the forward of one layer saves for its backward (buffers owned by the caller). */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits, int R,
-               int tied_unit) {
+               int tied_unit, int grads) {
     memset(f, 0, sizeof *f);
     UP_CHECK(R == 1 || R == comm->R, "fsdp: %d ranks, the world has %d", R, comm->R);
     f->comm = comm;
@@ -34,19 +34,23 @@ void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits
         f->req[k] = MPI_REQUEST_NULL;
     }
     f->params = mem_alloc_f32(MEM_PARAMS, f->nshard);
-    f->grads = mem_alloc_f32(MEM_GRADS, f->nshard);
-    f->m = mem_alloc_f32(MEM_OPTIMIZER, f->nshard);
-    f->v = mem_alloc_f32(MEM_OPTIMIZER, f->nshard);
+    if (grads) {
+        f->grads = mem_alloc_f32(MEM_GRADS, f->nshard);
+        f->m = mem_alloc_f32(MEM_OPTIMIZER, f->nshard);
+        f->v = mem_alloc_f32(MEM_OPTIMIZER, f->nshard);
+    }
     if (R == 1) return;
     size_t full = up_mul(maxs, (size_t)R);
     f->gbuf[0] = mem_alloc_f32(MEM_COMM, full);
     f->gbuf[1] = mem_alloc_f32(MEM_COMM, full);
-    f->gradbuf = mem_alloc_f32(MEM_COMM, full);
-    f->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
+    if (grads) {
+        f->gradbuf = mem_alloc_f32(MEM_COMM, full);
+        f->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
+    }
     if (tied_unit >= 0) {
         size_t e = up_mul(f->shard_n[tied_unit], (size_t)R);
         f->gbuf[2] = mem_alloc_f32(MEM_COMM, e);
-        f->tied_gradbuf = mem_alloc_f32(MEM_COMM, e);
+        if (grads) f->tied_gradbuf = mem_alloc_f32(MEM_COMM, e);
     }
 }
 

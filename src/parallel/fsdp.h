@@ -43,9 +43,11 @@ typedef struct {
 
 /* Builds the shard tables for units at unit_off (nunits + 1 offsets) over R ranks (R == 1 or
  * comm's world size) and allocates the slabs (params, grads, optimizer: zero) and, when R > 1,
- * the gather and gradient buffers (comm). Under mem plan mode nothing is allocated. */
+ * the gather and gradient buffers (comm). Without grads (evaluation) only the parameter slab and
+ * the gather slots exist: no gradients, moments or reduce buffers (fsdp_grads, fsdp_reduce and
+ * fsdp_gather_slab must not be called). Under mem plan mode nothing is allocated. */
 void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits, int R,
-               int tied_unit);
+               int tied_unit, int grads);
 void fsdp_free(fsdp_state *f);
 
 /* Global (full-layout) range [g0, g1) of unit u that this rank owns. */

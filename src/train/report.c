@@ -25,11 +25,10 @@ static const char *g_shrink[MEM_COUNT] = {
     "--checkpoint",                          "--upipe-heads U (smaller U) or more --cp ranks",
     "--tile-mlp / --tile-loss",              "fewer ranks per group"};
 
-void report_print_plan(const report_memory *p, const train_options *o, const model_config *c,
-                       int P, int T_loc) {
+void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc) {
     char b[32];
     printf("memory plan per rank: T=%ld (T_loc=%d, cp=%d), C=%d L=%d NH=%d NKV=%d F=%d V=%d\n",
-           o->T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V);
+           T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V);
     printf("  %-12s %12s\n", "category", "bytes");
     for (int k = 0; k < MEM_COUNT; k++)
         printf("  %-12s %12s\n", mem_category_name((mem_category)k),
@@ -39,8 +38,8 @@ void report_print_plan(const report_memory *p, const train_options *o, const mod
     fflush(stdout);
 }
 
-void report_check_mem_limit(const report_memory *p, const train_options *o) {
-    if (o->mem_limit == 0 || p->peak <= o->mem_limit) return;
+void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T) {
+    if (mem_limit == 0 || p->peak <= mem_limit) return;
     /* the two largest categories and what shrinks them */
     int a = 0, b = 1;
     for (int k = 0; k < MEM_COUNT; k++)
@@ -52,10 +51,10 @@ void report_check_mem_limit(const report_memory *p, const train_options *o) {
     up_die_all("the run needs %s per rank but --mem-limit is %s: largest are %s (%s: try %s) and "
                "%s (%s: try %s), or use a shorter --seq-len than %ld",
                up_fmt_bytes(s1, sizeof s1, (double)p->peak),
-               up_fmt_bytes(s2, sizeof s2, (double)o->mem_limit),
+               up_fmt_bytes(s2, sizeof s2, (double)mem_limit),
                mem_category_name((mem_category)a), up_fmt_bytes(s3, sizeof s3, (double)p->cat[a]),
                g_shrink[a], mem_category_name((mem_category)b),
-               up_fmt_bytes(s4, sizeof s4, (double)p->cat[b]), g_shrink[b], o->T);
+               up_fmt_bytes(s4, sizeof s4, (double)p->cat[b]), g_shrink[b], T);
 }
 
 void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p,

@@ -1,12 +1,11 @@
-/* report.h — the memory side of `upipe train`: the plan printed by --dry-run, the --mem-limit
- * refusal, and the JSON memory report (--mem-report, DESIGN.md §5). */
+/* report.h — the memory side of `upipe train` and `upipe eval`: the plan printed by --dry-run,
+ * the --mem-limit refusal, and the JSON memory report (--mem-report, DESIGN.md §5). */
 #ifndef UP_TRAIN_REPORT_H
 #define UP_TRAIN_REPORT_H
 
 #include "comm/comm.h"
 #include "core/mem.h"
 #include "io/config.h"
-#include "train/options.h"
 
 /* Per-category bytes of one rank: the plan (captured in mem plan mode) or the measured peaks. */
 typedef struct {
@@ -17,11 +16,11 @@ typedef struct {
 /* The counters' peaks now (per category, total, offloaded); rss left 0. */
 report_memory report_capture(void);
 /* Prints the plan per category on stdout (call on rank 0). T_loc = T / P. */
-void report_print_plan(const report_memory *p, const train_options *o, const model_config *c,
-                       int P, int T_loc);
-/* When --mem-limit is set and the plan's peak exceeds it, stops every rank (up_die_all) with the
- * two largest categories and the flags that shrink them. Call on every rank. */
-void report_check_mem_limit(const report_memory *p, const train_options *o);
+void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc);
+/* When mem_limit (bytes, --mem-limit) is set and the plan's peak exceeds it, stops every rank
+ * (up_die_all) with the two largest categories and the flags that shrink them. Call on every
+ * rank. */
+void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T);
 /* Writes the JSON memory report to path (atomically, from rank 0), each figure the max over
  * ranks; predicted: 1 for a plan (no RSS), 0 for measured peaks. Collective over comm. */
 void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p,

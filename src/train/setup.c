@@ -3,6 +3,7 @@
  * config and layout, the data and mask, every output path, the checkpoint folder), the signal
  * handlers, and the memory plan. */
 #include "train/run.h"
+#include "train/setup.h"
 
 #include "core/check.h"
 #include "core/fileio.h"
@@ -81,9 +82,16 @@ static void warn_oversubscribed(int threads, int local, int from_flag) {
     fflush(stderr);
 }
 
-/* 0 when path can be created or replaced: its folder exists and is writable, and path itself is
- * not a folder; else -1 with a message. */
-static int check_writable(const char *flag, const char *path, char *err, size_t len) {
+int setup_threads(int requested, int rank) {
+    int local = node_ranks();
+    int threads = default_threads(requested, local);
+    if (rank == 0) warn_oversubscribed(threads, local, requested > 0);
+    omp_set_num_threads(threads);
+    blas_set_threads(threads);
+    return threads;
+}
+
+int setup_check_writable(const char *flag, const char *path, char *err, size_t len) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return up_errf(err, len, NULL, "%s %s is a folder: give a file name", flag, path);
@@ -113,7 +121,7 @@ static void check_outputs(train_run *r) {
         const char *flags[] = {"--save", "--save-grads", "--log", "--mem-report"};
         const char *paths[] = {o->save, o->save_grads, o->log, o->mem_report};
         for (int i = 0; i < 4 && !bad; i++)
-            if (paths[i]) bad = check_writable(flags[i], paths[i], err, sizeof err) != 0;
+            if (paths[i]) bad = setup_check_writable(flags[i], paths[i], err, sizeof err) != 0;
     }
     if (o->ckpt_dir && !bad && !o->dry_run) {
         struct stat st;
@@ -141,30 +149,46 @@ static void check_outputs(train_run *r) {
 
 /* ---- setup ---------------------------------------------------------------------------------- */
 
+void setup_config(model_config *cfg, const char *path, long T, int P, int world, long doc_sep) {
+    char err[512];
+    if (world % P)
+        up_die_all("--cp %d does not divide the %d ranks: use a divisor of %d", P, world, world);
+    if (config_load(cfg, path, err, sizeof err) != 0) up_die_all("%s", err);
+    if (model_check_layout(cfg, T, P, world, err, sizeof err) != 0) up_die_all("%s", err);
+    if (doc_sep >= cfg->V)
+        up_die_all("--doc-sep %ld is outside the vocabulary (vocab_size %d): use a separator "
+                   "below %d, or a config whose vocab_size holds it (at least %ld)", doc_sep,
+                   cfg->V, cfg->V, doc_sep + 1);
+}
+
+void setup_shard(token_shard *s, const char *flag, const char *path, int V) {
+    char err[512];
+    if (shard_open(s, path, V, err, sizeof err) != 0) {
+        if (strcmp(flag, "--data") == 0) up_die_all("%s", err);
+        up_die_all("%s %s", flag, err);
+    }
+    static const int bus[] = {SIGBUS};
+    up_catch_signals(on_sigbus, bus, 1);
+}
+
+void setup_model_options(const model_config *cfg, int P, model_options *mopt) {
+    char err[512];
+    if (mopt->tile_mlp < 0) mopt->tile_mlp = cfg->C; /* flag without a size: ~C tokens */
+    if (mopt->tile_loss < 0) mopt->tile_loss = cfg->C;
+    if (model_check_options(cfg, P, mopt, err, sizeof err) != 0) up_die_all("%s", err);
+}
+
 /* Threads, then every check before any large allocation (every rank, same verdict), then the
  * communicator. */
 void run_setup(train_run *r) {
     train_options *o = &r->o;
-    int local = node_ranks();
-    r->threads = default_threads(o->threads, local);
-    if (r->rank == 0) warn_oversubscribed(r->threads, local, o->threads > 0);
-    omp_set_num_threads(r->threads);
-    blas_set_threads(r->threads);
+    r->threads = setup_threads(o->threads, r->rank);
 
     char err[512];
     int world = r->world, P = o->cp > 0 ? o->cp : world;
     r->P = P;
-    if (world % P)
-        up_die_all("--cp %d does not divide the %d ranks: use a divisor of %d", P, world, world);
-    if (config_load(&r->cfg, o->config, err, sizeof err) != 0) up_die_all("%s", err);
-    if (model_check_layout(&r->cfg, o->T, P, world, err, sizeof err) != 0) up_die_all("%s", err);
-    if (o->doc_sep >= r->cfg.V)
-        up_die_all("--doc-sep %ld is outside the vocabulary (vocab_size %d): use a separator "
-                   "below %d, or a config whose vocab_size holds it (at least %ld)", o->doc_sep,
-                   r->cfg.V, r->cfg.V, o->doc_sep + 1);
-    if (shard_open(&r->shard, o->data, r->cfg.V, err, sizeof err) != 0) up_die_all("%s", err);
-    static const int bus[] = {SIGBUS};
-    up_catch_signals(on_sigbus, bus, 1);
+    setup_config(&r->cfg, o->config, o->T, P, world, o->doc_sep);
+    setup_shard(&r->shard, "--data", o->data, r->cfg.V);
     size_t ntok = r->shard.ntok;
     if (ntok < (size_t)o->T + 1)
         up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
@@ -175,9 +199,7 @@ void run_setup(train_run *r) {
     if (o->init && !up_file_readable(o->init))
         up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
 
-    if (o->mopt.tile_mlp < 0) o->mopt.tile_mlp = r->cfg.C; /* flag without a size: ~C tokens */
-    if (o->mopt.tile_loss < 0) o->mopt.tile_loss = r->cfg.C;
-    if (model_check_options(&r->cfg, P, &o->mopt, err, sizeof err) != 0) up_die_all("%s", err);
+    setup_model_options(&r->cfg, P, &o->mopt);
 
     comm_init(&r->comm, MPI_COMM_WORLD, P);
     r->T_loc = (int)(o->T / P);

@@ -28,29 +28,13 @@ static unsigned long long step_seq(long step, const comm_ctx *comm, int accum, i
 }
 
 /* Reads this rank's slice of sequence seq: the sequence is the T+1 tokens at seq*T (wrapping
- * around the shard); CP rank r holds inputs r*T_loc.. and the targets shifted by one before the
- * split (DESIGN.md §1). */
+ * around the shard; DESIGN.md §1). */
 static void read_tokens(const train_run *r, unsigned long long seq, model *m) {
-    const token_shard *shard = &r->shard;
-    long T = r->o.T;
-    size_t first = (size_t)((seq * (unsigned long long)T) % shard->ntok);
-    size_t start = (first + (size_t)r->comm.cp_rank * r->T_loc) % shard->ntok;
-    shard_read(shard, start, (size_t)r->T_loc, m->inputs);
-    shard_read(shard, (start + 1) % shard->ntok, (size_t)r->T_loc, m->targets);
-    if (r->o.loss_mask) { /* byte t says whether target token t counts */
-        mask_read(&r->mask, (start + 1) % shard->ntok, (size_t)r->T_loc, r->mask_buf);
-        for (int i = 0; i < r->T_loc; i++)
-            if (!r->mask_buf[i]) m->targets[i] = -1;
-    }
-    if (r->o.doc_sep < 0) return;
-    /* packed documents: every rank needs the whole window's boundaries; nobody can predict
-     * where the next document starts, so a target equal to the separator does not count */
-    shard_read(shard, first, (size_t)T, m->window);
-    for (int i = 0; i < r->T_loc; i++)
-        if (m->targets[i] == (int32_t)r->o.doc_sep) m->targets[i] = -1;
+    size_t first = (size_t)((seq * (unsigned long long)r->o.T) % r->shard.ntok);
+    model_read_window(m, &r->shard, r->o.loss_mask ? &r->mask : NULL, r->mask_buf, r->o.doc_sep,
+                      first);
 }
 
-/* Ranks on this rank's node. Collective. */
 /* The mathematics of this run, for a checkpoint's state and the resume check. */
 static ckpt_state run_state(const train_run *r, long step) {
     const train_options *o = &r->o;
@@ -307,10 +291,10 @@ int train_main(int argc, char **argv) {
     run_setup(&r);
     report_memory plan = run_plan(&r);
     if (r.o.dry_run) {
-        if (r.rank == 0) report_print_plan(&plan, &r.o, &r.cfg, r.P, r.T_loc);
+        if (r.rank == 0) report_print_plan(&plan, r.o.T, &r.cfg, r.P, r.T_loc);
         if (r.o.mem_report) report_write_memory(r.o.mem_report, &r.comm, &plan, 1);
     } else {
-        report_check_mem_limit(&plan, &r.o);
+        report_check_mem_limit(&plan, r.o.mem_limit, r.o.T);
         watchdog_start(r.o.watchdog);
         run_start(&r);
         int stopped = 0;

@@ -394,6 +394,53 @@ static void test_cross_entropy(void) {
     free(c.x), free(x), free(grad);
 }
 
+/* Per-row losses and top predictions (evaluation): against the double twin, and the rows' sum
+ * against cross_entropy_fused on the same logits. */
+static void test_cross_entropy_rows(void) {
+    static const int shapes[][2] = {{1, 37}, {37, 1000}, {5, 4099}}; // (N, V)
+    char name[128];
+    for (int s = 0; s < 3; s++) {
+        int N = shapes[s][0], V = shapes[s][1];
+        size_t n = (size_t)N * V;
+        int32_t *t = xmalloc((size_t)N * sizeof(int32_t)), *p = xmalloc((size_t)N * 4);
+        int32_t *rp = xmalloc((size_t)N * 4);
+        double *l = xmalloc((size_t)N * sizeof(double)), *rl = xmalloc((size_t)N * sizeof(double));
+        for (int i = 0; i < N; i++) t[i] = (N > 1 && i % 4 == 1) ? -1 : rng_int(V);
+        float *x = rand_f(n, -8, 8);
+        for (int i = 0; i < N; i++)
+            for (int v = 0; v < V; v++)
+                x[(size_t)i * V + v] += (i % 3 == 0) ? 0 : (i % 3 == 1 ? 1000 : -1000);
+        float *keep = copy_f(x, n);
+        cross_entropy_rows(x, t, N, V, l, p);
+        ref_cross_entropy_rows(x, t, N, V, rl, rp);
+        CHECK(memcmp(x, keep, n * sizeof(float)) == 0, "cross_entropy_rows N=%d V=%d: logits unchanged", N, V);
+        double worst = 0, sum = 0;
+        int same = 1;
+        for (int i = 0; i < N; i++) {
+            double d = fabs(l[i] - rl[i]);
+            worst = d > worst ? d : worst;
+            same &= p[i] == rp[i];
+            sum += l[i];
+        }
+        // the bound of cross_entropy_fused's loss per row (see test_cross_entropy)
+        snprintf(name, sizeof name, "cross_entropy_rows N=%d V=%d loss vs ref", N, V);
+        CHECK(worst <= 2e-6, "%s: max |diff| %.3g", name, worst);
+        CHECK(same, "cross_entropy_rows N=%d V=%d: argmax = ref", N, V);
+        // the same per-row values as the fused kernel, summed in another order
+        double fused = cross_entropy_fused(keep, t, N, V, 1.0f);
+        CHECK(fabs(sum - fused) <= 1e-12 * fabs(fused),
+              "cross_entropy_rows N=%d V=%d: sum of rows %.17g = fused %.17g", N, V, sum, fused);
+        free(t), free(p), free(rp), free(l), free(rl), free(x), free(keep);
+    }
+    // ties: the first index of the largest value; ignored rows: loss 0, a prediction all the same
+    float x[8] = {1, 3, 3, 0, -1, -1, -1, -1};
+    int32_t t[2] = {2, -1}, p[2];
+    double l[2];
+    cross_entropy_rows(x, t, 2, 4, l, p);
+    CHECK(p[0] == 1 && p[1] == 0 && l[1] == 0.0, "cross_entropy_rows ties and ignored rows: %d %d %g",
+          (int)p[0], (int)p[1], l[1]);
+}
+
 /* ---- optimizer ------------------------------------------------------------------------------ */
 
 static void test_adamw(void) {
@@ -501,6 +548,7 @@ int main(void) {
     test_rmsnorm();
     test_swiglu();
     test_cross_entropy();
+    test_cross_entropy_rows();
     test_adamw();
     test_norm_and_schedule();
     return harness_finish("test_kernels");
