@@ -1,5 +1,7 @@
-/* upipe — long-sequence Llama training. `upipe train ...`, `upipe data ...`, `upipe export ...`. */
+/* upipe — long-sequence Llama training. `upipe train ...`, `upipe eval ...`, `upipe data ...`,
+ * `upipe export ...`. */
 #include "cmd/data_cmd.h"
+#include "cmd/eval_cmd.h"
 #include "cmd/export_cmd.h"
 #include "core/check.h"
 #include "core/fileio.h"
@@ -14,11 +16,12 @@ static void print_usage(void) {
     printf("upipe %s — train Llama-style transformers on very long sequences (CPU, fp32, MPI)\n\n"
            "usage:\n"
            "  upipe train --config config.json --data tokens.bin [flags]   train a model\n"
+           "  upipe eval --config C --init W|--ckpt DIR --data D [flags]   evaluate a model\n"
            "  upipe data text|recall [flags]                               make a token shard\n"
            "  upipe export --ckpt DIR --output OUT [flags]                 checkpoint -> HF folder\n"
            "  upipe --version\n\n"
            "Run `upipe <command> --help` for the flags of each command.\n"
-           "Several ranks: mpiexec -n R upipe train ...\n",
+           "Several ranks: mpiexec -n R upipe train|eval ...\n",
            UPIPE_VERSION);
 }
 
@@ -35,6 +38,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "data")) return data_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "train")) return train_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "eval")) return eval_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export")) return export_main(argc - 1, argv + 1);
-    up_die("unknown command '%s': use `upipe train`, `upipe data` or `upipe export` (see upipe --help)", argv[1]);
+    up_die("unknown command '%s': use `upipe train`, `upipe eval`, `upipe data` or "
+           "`upipe export` (see upipe --help)", argv[1]);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs upipe's build dependencies from Debian when any is missing (run as root, or with sudo).
 set -euo pipefail
-# Extra package names given as arguments are installed too (tools/install-fuzz-deps.sh).
-pkgs="build-essential cmake pkg-config libopenblas-openmp-dev mpich libmpich-dev libjansson-dev $*"
+# Extra package names given as arguments are installed too (tools/install-fuzz-deps.sh). python3
+# (its standard library only) checks the JSON reports and SVG pictures in the script tests.
+pkgs="build-essential cmake pkg-config libopenblas-openmp-dev mpich libmpich-dev libjansson-dev python3 $*"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

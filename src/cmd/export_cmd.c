@@ -67,19 +67,6 @@ static int next_chunk(void *ctx, const float **chunk, size_t *count) {
     return 0;
 }
 
-/* The step folder behind --ckpt: the folder itself when it holds a state, else the newest one. */
-static void resolve_ckpt(const char *ckpt, char *path, size_t len) {
-    char p[4096];
-    up_path_join(p, sizeof p, ckpt, "state.json");
-    if (up_file_readable(p)) {
-        snprintf(path, len, "%s", ckpt);
-        return;
-    }
-    if (ckpt_find_latest(ckpt, path, len) < 0)
-        up_die("--ckpt %s: neither a checkpoint (no state.json) nor a folder holding one "
-               "(no step-NNNNNNNN inside)", ckpt);
-}
-
 /* config.json of the checkpoint, with torch_dtype of the export. */
 static void write_config(const char *step, const char *out, int bf16) {
     char src[4096], dst[4096], err[512];
@@ -136,7 +123,7 @@ int export_main(int argc, char **argv) {
     if (!ckpt || !out) up_die("--ckpt and --output are required: see upipe export --help");
 
     char step[4096], p[4096], err[512];
-    resolve_ckpt(ckpt, step, sizeof step);
+    if (ckpt_resolve(ckpt, step, sizeof step, err, sizeof err) != 0) up_die("%s", err);
     up_path_join(p, sizeof p, step, "model.safetensors");
     st_file src;
     if (st_open(&src, p, err, sizeof err) != 0) up_die("%s", err);

@@ -209,6 +209,13 @@ void comm_sum_double(comm_ctx *c, double *v) {
     count(c, COMM_OTHER, t0, sizeof(double));
 }
 
+void comm_sum_doubles(comm_ctx *c, double *v, int n) {
+    if (c->R == 1) return;
+    double t0 = MPI_Wtime();
+    MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, c->world));
+    count(c, COMM_OTHER, t0, sizeof(double) * (double)n);
+}
+
 int comm_any(comm_ctx *c, int flag) {
     int v = flag != 0;
     if (c->R > 1) MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LOR, c->world));

@@ -80,6 +80,8 @@ void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind);
 void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n);
 /* Sum of one double over the world, in place (e.g. the squared gradient norm of shards). */
 void comm_sum_double(comm_ctx *c, double *v);
+/* Sum of n doubles over the world, in place (evaluation statistics: counts and loss sums). */
+void comm_sum_doubles(comm_ctx *c, double *v, int n);
 
 /* 1 when flag is non-zero on any rank of the world (a collective verdict). */
 int comm_any(comm_ctx *c, int flag);

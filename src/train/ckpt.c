@@ -70,6 +70,18 @@ long ckpt_find_latest(const char *dir, char *path, size_t len) {
     return best;
 }
 
+int ckpt_resolve(const char *ckpt, char *path, size_t len, char *err, size_t errlen) {
+    char p[4096];
+    up_path_join(p, sizeof p, ckpt, "state.json");
+    if (up_file_readable(p)) {
+        snprintf(path, len, "%s", ckpt);
+        return 0;
+    }
+    if (ckpt_find_latest(ckpt, path, len) >= 0) return 0;
+    return up_errf(err, errlen, NULL, "--ckpt %s: neither a checkpoint (no state.json) nor a "
+                   "folder holding one (no step-NNNNNNNN inside)", ckpt);
+}
+
 /* Removes a checkpoint folder (flat: files only). 0 or -1 with errno. */
 static int remove_tree(const char *path) {
     DIR *d = opendir(path);

@@ -39,6 +39,10 @@ typedef struct {
  * there is none (or dir does not exist). */
 long ckpt_find_latest(const char *dir, char *path, size_t len);
 
+/* The step folder behind a --ckpt flag: path itself when it holds a state.json, else the newest
+ * complete checkpoint in it. 0, or -1 with a message (neither). */
+int ckpt_resolve(const char *ckpt, char *path, size_t len, char *err, size_t errlen);
+
 /* Writes the checkpoint of st->step into dir, keeping the newest keep of them (stage: a buffer of
  * ckpt_stage_bytes()). Collective: every
  * rank writes its owned ranges when the model is sharded, else rank 0 writes. A failure on any

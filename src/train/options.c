@@ -99,7 +99,7 @@ void train_print_help(void) {
         "  --help                 this text\n");
 }
 
-static long parse_long(const char *flag, const char *s, long lo, long hi) {
+long opt_long(const char *flag, const char *s, long lo, long hi) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -108,7 +108,7 @@ static long parse_long(const char *flag, const char *s, long lo, long hi) {
     return v;
 }
 
-static double parse_double(const char *flag, const char *s, double lo, double hi) {
+double opt_double(const char *flag, const char *s, double lo, double hi) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -117,18 +117,17 @@ static double parse_double(const char *flag, const char *s, double lo, double hi
     return v;
 }
 
-static unsigned long long parse_size(const char *flag, const char *s) {
+unsigned long long opt_size(const char *flag, const char *s) {
     unsigned long long v;
     if (up_parse_bytes(s, &v) != 0)
         up_die_all("%s expects a size such as 6GiB, 512MiB or 1000000 (bytes), got '%s'", flag, s);
     return v;
 }
 
-/* Value of a flag whose size is optional: --flag=N, --flag N, or --flag alone (-1: default). */
-static int optional_count(const char *flag, int argc, char **argv) {
-    if (optarg) return (int)parse_long(flag, optarg, 1, 1 << 30);
+int opt_optional_count(const char *flag, int argc, char **argv) {
+    if (optarg) return (int)opt_long(flag, optarg, 1, 1 << 30);
     if (optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9')
-        return (int)parse_long(flag, argv[optind++], 1, 1 << 30);
+        return (int)opt_long(flag, argv[optind++], 1, 1 << 30);
     return -1;
 }
 
@@ -211,49 +210,49 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         switch (c) {
         case OPT_CONFIG: o->config = optarg; break;
         case OPT_DATA: o->data = optarg; break;
-        case OPT_SEQ: o->T = parse_long("--seq-len", optarg, 1, 1L << 30); break;
-        case OPT_STEPS: o->steps = parse_long("--steps", optarg, 1, INT_MAX); break;
-        case OPT_LR: o->lr = parse_double("--lr", optarg, 0, 10); break;
-        case OPT_WARMUP: o->warmup = parse_long("--warmup", optarg, 0, INT_MAX); break;
-        case OPT_MINLR: o->min_lr_frac = parse_double("--min-lr-frac", optarg, 0, 1); break;
-        case OPT_WD: o->weight_decay = parse_double("--weight-decay", optarg, 0, 10); break;
-        case OPT_B1: o->beta1 = parse_double("--beta1", optarg, 0, 0.999999); break;
-        case OPT_B2: o->beta2 = parse_double("--beta2", optarg, 0, 0.999999999); break;
-        case OPT_EPS: o->adam_eps = parse_double("--adam-eps", optarg, 0, 1); break;
-        case OPT_CLIP: o->grad_clip = parse_double("--grad-clip", optarg, 0, 1e30); break;
-        case OPT_SEED: o->seed = (uint64_t)parse_long("--seed", optarg, 0, 0x7fffffffffffffffL); break;
+        case OPT_SEQ: o->T = opt_long("--seq-len", optarg, 1, 1L << 30); break;
+        case OPT_STEPS: o->steps = opt_long("--steps", optarg, 1, INT_MAX); break;
+        case OPT_LR: o->lr = opt_double("--lr", optarg, 0, 10); break;
+        case OPT_WARMUP: o->warmup = opt_long("--warmup", optarg, 0, INT_MAX); break;
+        case OPT_MINLR: o->min_lr_frac = opt_double("--min-lr-frac", optarg, 0, 1); break;
+        case OPT_WD: o->weight_decay = opt_double("--weight-decay", optarg, 0, 10); break;
+        case OPT_B1: o->beta1 = opt_double("--beta1", optarg, 0, 0.999999); break;
+        case OPT_B2: o->beta2 = opt_double("--beta2", optarg, 0, 0.999999999); break;
+        case OPT_EPS: o->adam_eps = opt_double("--adam-eps", optarg, 0, 1); break;
+        case OPT_CLIP: o->grad_clip = opt_double("--grad-clip", optarg, 0, 1e30); break;
+        case OPT_SEED: o->seed = (uint64_t)opt_long("--seed", optarg, 0, 0x7fffffffffffffffL); break;
         case OPT_INIT: o->init = optarg; break;
         case OPT_SAVE: o->save = optarg; break;
         case OPT_SAVE_GRADS: o->save_grads = optarg; break;
         case OPT_LOG: o->log = optarg; break;
         case OPT_MEMREP: o->mem_report = optarg; break;
-        case OPT_THREADS: o->threads = (int)parse_long("--threads", optarg, 1, 1024); break;
+        case OPT_THREADS: o->threads = (int)opt_long("--threads", optarg, 1, 1024); break;
         case OPT_QUIET: o->quiet = 1; break;
-        case OPT_CP: o->cp = (int)parse_long("--cp", optarg, 1, 1 << 20); break;
-        case OPT_ACCUM: o->accum = (int)parse_long("--grad-accum", optarg, 1, 1 << 20); break;
+        case OPT_CP: o->cp = (int)opt_long("--cp", optarg, 1, 1 << 20); break;
+        case OPT_ACCUM: o->accum = (int)opt_long("--grad-accum", optarg, 1, 1 << 20); break;
         case OPT_CKPT: o->mopt.checkpoint = 1; break;
         case OPT_OFFLOAD: o->mopt.offload_dir = optarg; break;
-        case OPT_TILE_MLP: o->mopt.tile_mlp = optional_count("--tile-mlp", argc, argv); break;
-        case OPT_TILE_LOSS: o->mopt.tile_loss = optional_count("--tile-loss", argc, argv); break;
-        case OPT_UPIPE: o->mopt.U = (int)parse_long("--upipe-heads", optarg, 1, 1 << 20); break;
+        case OPT_TILE_MLP: o->mopt.tile_mlp = opt_optional_count("--tile-mlp", argc, argv); break;
+        case OPT_TILE_LOSS: o->mopt.tile_loss = opt_optional_count("--tile-loss", argc, argv); break;
+        case OPT_UPIPE: o->mopt.U = (int)opt_long("--upipe-heads", optarg, 1, 1 << 20); break;
         case OPT_DRY: o->dry_run = 1; break;
         case OPT_FSDP: o->mopt.fsdp = 1; break;
-        case OPT_MEMLIM: o->mem_limit = parse_size("--mem-limit", optarg); break;
-        case OPT_DOC_SEP: o->doc_sep = parse_long("--doc-sep", optarg, 0, INT32_MAX); break;
+        case OPT_MEMLIM: o->mem_limit = opt_size("--mem-limit", optarg); break;
+        case OPT_DOC_SEP: o->doc_sep = opt_long("--doc-sep", optarg, 0, INT32_MAX); break;
         case OPT_LOSS_MASK: o->loss_mask = optarg; break;
-        case OPT_WATCHDOG: o->watchdog = parse_double("--watchdog", optarg, 0, 1e9); break;
+        case OPT_WATCHDOG: o->watchdog = opt_double("--watchdog", optarg, 0, 1e9); break;
         case OPT_CKPT_DIR: o->ckpt_dir = optarg; break;
-        case OPT_CKPT_EVERY: o->ckpt_every = parse_long("--ckpt-every", optarg, 1, INT_MAX); break;
-        case OPT_CKPT_KEEP: o->ckpt_keep = (int)parse_long("--ckpt-keep", optarg, 1, 1000); break;
+        case OPT_CKPT_EVERY: o->ckpt_every = opt_long("--ckpt-every", optarg, 1, INT_MAX); break;
+        case OPT_CKPT_KEEP: o->ckpt_keep = (int)opt_long("--ckpt-keep", optarg, 1, 1000); break;
         case OPT_RESUME: o->resume = 1; break;
-        case OPT_STOP_AT: o->stop_at = parse_long("--stop-at", optarg, 1, INT_MAX); break;
+        case OPT_STOP_AT: o->stop_at = opt_long("--stop-at", optarg, 1, INT_MAX); break;
         case OPT_NONFINITE:
             if (strcmp(optarg, "stop") == 0) o->on_nonfinite = NONFINITE_STOP;
             else if (strcmp(optarg, "skip") == 0) o->on_nonfinite = NONFINITE_SKIP;
             else up_die_all("--on-nonfinite expects stop or skip, got '%s'", optarg);
             break;
         case OPT_MAX_SKIPS:
-            o->max_skips = (int)parse_long("--max-skips", optarg, 1, INT_MAX);
+            o->max_skips = (int)opt_long("--max-skips", optarg, 1, INT_MAX);
             max_skips_set = 1;
             break;
         case OPT_HELP: return 1;

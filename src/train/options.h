@@ -40,4 +40,13 @@ int train_parse_args(train_options *o, int argc, char **argv);
 /* Prints the --help text on stdout. */
 void train_print_help(void);
 
+/* Flag values for every front end's getopt loop: a bad value stops every rank with a message
+ * naming the flag and the range (up_die_all). */
+long opt_long(const char *flag, const char *s, long lo, long hi);
+double opt_double(const char *flag, const char *s, double lo, double hi);
+unsigned long long opt_size(const char *flag, const char *s); /* 6GiB, 512MiB, bytes */
+/* The value of a flag whose size is optional (getopt_long optional_argument): --flag=N,
+ * --flag N, or --flag alone (-1: the default). */
+int opt_optional_count(const char *flag, int argc, char **argv);
+
 #endif

@@ -1,0 +1,356 @@
+/* eval_cmd.c — `upipe eval`: flags and --help, the checks and the memory plan (shared with
+ * training: train/setup.h, train/report.h), the weights (--init or a checkpoint), the windows
+ * (eval/evaluate.h) and what is shown (eval/summary.h). Forward only: no gradients, optimizer
+ * state or saved activations, so the plan is smaller than training's for the same flags. */
+#include "cmd/eval_cmd.h"
+
+#include "core/check.h"
+#include "core/fileio.h"
+#include "core/mem.h"
+#include "eval/evaluate.h"
+#include "eval/summary.h"
+#include "train/ckpt.h"
+#include "train/options.h"
+#include "train/report.h"
+#include "train/setup.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EVAL_DEFAULT_WINDOWS 64 /* the cap of the default --windows */
+
+typedef struct {
+    const char *config, *init, *ckpt, *data, *loss_mask, *report, *svg, *recall_svg, *mem_report;
+    long T, windows, doc_sep;
+    int recall; /* 1: --recall (score even when the shard does not look like the corpus) */
+    int cp, threads, dry_run, quiet;
+    unsigned long long mem_limit;
+    model_options mopt;
+} eval_options;
+
+static void eval_print_help(void) {
+    printf(
+        "usage: upipe eval --config FILE (--init W | --ckpt DIR) --data FILE [flags]\n\n"
+        "Evaluates a model on windows of a token shard, forward only (no gradients, no optimizer\n"
+        "state): the mean loss and perplexity, the loss by position in the window (log-spaced\n"
+        "buckets [0,8), [8,16), [16,32) ... [2^k,T)) and, on a recall corpus (`upipe data\n"
+        "recall`), for every question \"key?V;\" whose fact \"key=V;\" lies inside the window,\n"
+        "whether the top prediction is V: accuracy overall and by distance to the fact (chance\n"
+        "is 1/16). Window w is the T+1 tokens at w*T, the sequence training's step w reads.\n\n"
+        "model and data\n"
+        "  --config FILE          HF LlamaForCausalLM config.json (default with --ckpt: the\n"
+        "                         checkpoint's config.json)\n"
+        "  --init W               weights: a .safetensors file, an index or an HF folder\n"
+        "  --ckpt DIR             weights of a checkpoint: DIR/step-NNNNNNNN, or a --ckpt-dir\n"
+        "                         (its newest complete checkpoint)\n"
+        "  --data FILE            llm.c token shard (required)\n"
+        "  --seq-len T            tokens per window (default 1024)\n"
+        "  --windows N            windows 0..N-1 (default: every whole window the shard holds,\n"
+        "                         at most %d); with R/P replicas each takes every (R/P)-th\n"
+        "  --doc-sep S            packed documents, as in training: attention and RoPE positions\n"
+        "                         within a document, targets equal to S not counted\n"
+        "  --loss-mask FILE       only targets whose mask byte is 1 count, as in training\n"
+        "  --recall               score recall questions even when the first tokens of the shard\n"
+        "                         do not look like a recall corpus (detected otherwise)\n\n"
+        "outputs (the tables always go to the terminal unless --quiet)\n"
+        "  --report FILE          JSON: {\"loss\", \"perplexity\", \"tokens\", \"windows\",\n"
+        "                         \"buckets\": [{\"start\", \"end\", \"loss\"}], \"recall\":\n"
+        "                         {\"questions\", \"accuracy\", \"by_distance\": [{\"lo\", \"hi\",\n"
+        "                         \"n\", \"accuracy\"}]}} (recall on a recall corpus only;\n"
+        "                         lo <= distance < hi)\n"
+        "  --svg FILE             the loss by position as an SVG line chart\n"
+        "  --recall-svg FILE      recall accuracy by distance and position as an SVG heat-map\n"
+        "                         (a recall corpus only)\n"
+        "  --mem-report FILE      JSON memory report, as training's\n"
+        "  --quiet                nothing on the terminal\n\n"
+        "parallelism and memory (as in training; the numbers do not change)\n"
+        "  --cp P                 context-parallel degree (Ulysses; default: all ranks)\n"
+        "  --upipe-heads U        attention in stages of U query heads (UPipe)\n"
+        "  --fsdp                 parameters sharded over all ranks, gathered layer by layer\n"
+        "  --tile-mlp [N]         the MLP over tiles of N tokens (default N: hidden_size)\n"
+        "  --tile-loss [N]        final norm, LM head, loss and top prediction over tiles of N\n"
+        "                         tokens: the (T, vocab) logits never exist (default N:\n"
+        "                         hidden_size)\n"
+        "  --checkpoint, --offload DIR\n"
+        "                         accepted so a training command line can be reused; nothing to\n"
+        "                         do without a backward\n"
+        "  --dry-run              print the memory plan per category and exit (with\n"
+        "                         --mem-report, write it as JSON)\n"
+        "  --mem-limit SIZE       refuse, before allocating, a plan above SIZE bytes per rank\n"
+        "  --threads N            OpenMP/OpenBLAS threads per rank (default as in training)\n"
+        "  --help                 this text\n",
+        EVAL_DEFAULT_WINDOWS);
+}
+
+enum {
+    OPT_CONFIG = 256, OPT_INIT, OPT_CKPT, OPT_DATA, OPT_SEQ, OPT_WINDOWS, OPT_DOC_SEP,
+    OPT_LOSS_MASK, OPT_RECALL, OPT_REPORT, OPT_SVG, OPT_RECALL_SVG, OPT_MEMREP, OPT_QUIET, OPT_CP,
+    OPT_UPIPE, OPT_FSDP, OPT_TILE_MLP, OPT_TILE_LOSS, OPT_CKPTING, OPT_OFFLOAD, OPT_DRY, OPT_MEMLIM,
+    OPT_THREADS, OPT_HELP
+};
+
+static const struct option g_longopts[] = {
+    {"config", required_argument, 0, OPT_CONFIG},
+    {"init", required_argument, 0, OPT_INIT},
+    {"ckpt", required_argument, 0, OPT_CKPT},
+    {"data", required_argument, 0, OPT_DATA},
+    {"seq-len", required_argument, 0, OPT_SEQ},
+    {"windows", required_argument, 0, OPT_WINDOWS},
+    {"doc-sep", required_argument, 0, OPT_DOC_SEP},
+    {"loss-mask", required_argument, 0, OPT_LOSS_MASK},
+    {"recall", no_argument, 0, OPT_RECALL},
+    {"report", required_argument, 0, OPT_REPORT},
+    {"svg", required_argument, 0, OPT_SVG},
+    {"recall-svg", required_argument, 0, OPT_RECALL_SVG},
+    {"mem-report", required_argument, 0, OPT_MEMREP},
+    {"quiet", no_argument, 0, OPT_QUIET},
+    {"cp", required_argument, 0, OPT_CP},
+    {"upipe-heads", required_argument, 0, OPT_UPIPE},
+    {"fsdp", no_argument, 0, OPT_FSDP},
+    {"tile-mlp", optional_argument, 0, OPT_TILE_MLP},
+    {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
+    {"checkpoint", no_argument, 0, OPT_CKPTING},
+    {"offload", required_argument, 0, OPT_OFFLOAD},
+    {"dry-run", no_argument, 0, OPT_DRY},
+    {"mem-limit", required_argument, 0, OPT_MEMLIM},
+    {"threads", required_argument, 0, OPT_THREADS},
+    {"help", no_argument, 0, OPT_HELP},
+    {0, 0, 0, 0}};
+
+/* One flag into o; 1 for --help. */
+static int eval_flag(eval_options *o, int c, int argc, char **argv) {
+    switch (c) {
+    case OPT_CONFIG: o->config = optarg; break;
+    case OPT_INIT: o->init = optarg; break;
+    case OPT_CKPT: o->ckpt = optarg; break;
+    case OPT_DATA: o->data = optarg; break;
+    case OPT_SEQ: o->T = opt_long("--seq-len", optarg, 1, 1L << 30); break;
+    case OPT_WINDOWS: o->windows = opt_long("--windows", optarg, 1, INT_MAX); break;
+    case OPT_DOC_SEP: o->doc_sep = opt_long("--doc-sep", optarg, 0, INT32_MAX); break;
+    case OPT_LOSS_MASK: o->loss_mask = optarg; break;
+    case OPT_RECALL: o->recall = 1; break;
+    case OPT_REPORT: o->report = optarg; break;
+    case OPT_SVG: o->svg = optarg; break;
+    case OPT_RECALL_SVG: o->recall_svg = optarg; break;
+    case OPT_MEMREP: o->mem_report = optarg; break;
+    case OPT_QUIET: o->quiet = 1; break;
+    case OPT_CP: o->cp = (int)opt_long("--cp", optarg, 1, 1 << 20); break;
+    case OPT_UPIPE: o->mopt.U = (int)opt_long("--upipe-heads", optarg, 1, 1 << 20); break;
+    case OPT_FSDP: o->mopt.fsdp = 1; break;
+    case OPT_TILE_MLP: o->mopt.tile_mlp = opt_optional_count("--tile-mlp", argc, argv); break;
+    case OPT_TILE_LOSS: o->mopt.tile_loss = opt_optional_count("--tile-loss", argc, argv); break;
+    case OPT_CKPTING: break; /* nothing to recompute without a backward */
+    case OPT_OFFLOAD: break;
+    case OPT_DRY: o->dry_run = 1; break;
+    case OPT_MEMLIM: o->mem_limit = opt_size("--mem-limit", optarg); break;
+    case OPT_THREADS: o->threads = (int)opt_long("--threads", optarg, 1, 1024); break;
+    case OPT_HELP: return 1;
+    case ':': up_die_all("%s needs a value: see upipe eval --help", argv[optind - 1]);
+    default: up_die_all("unknown flag '%s': see upipe eval --help", argv[optind - 1]);
+    }
+    return 0;
+}
+
+/* Parses argv (argv[0] == "eval"); 1 for --help. Every rank (a bad flag stops them all). */
+static int eval_parse_args(eval_options *o, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    o->T = 1024;
+    o->doc_sep = -1;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", g_longopts, NULL)) != -1)
+        if (eval_flag(o, c, argc, argv)) return 1;
+    if (optind < argc)
+        up_die_all("unexpected argument '%s': flags are --name value (see upipe eval --help)",
+                   argv[optind]);
+    if (!o->init == !o->ckpt)
+        up_die_all("%s: see upipe eval --help",
+                   o->init ? "give --init or --ckpt, not both"
+                           : "the weights are missing: give --init FILE (safetensors) or --ckpt "
+                             "DIR (a checkpoint)");
+    if (!o->data)
+        up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "
+                   "--output data.bin`)");
+    if (!o->config && !o->ckpt)
+        up_die_all("--config FILE is required with --init (an HF config.json)");
+    o->mopt.docs = o->doc_sep >= 0;
+    o->mopt.forward_only = 1;
+    return 0;
+}
+
+/* ---- the job ------------------------------------------------------------------------------- */
+
+typedef struct {
+    eval_options o;
+    int rank, world, threads, P, T_loc;
+    char weights[4096], config[4096]; /* resolved paths */
+    model_config cfg;
+    token_shard shard;
+    mask_shard mask;
+    comm_ctx comm;
+    model m;
+    eval_source src;
+    long windows;
+} eval_job;
+
+/* --ckpt: the step folder's weights, and its config.json unless --config names one. */
+static void resolve_weights(eval_job *j) {
+    const eval_options *o = &j->o;
+    if (o->init) {
+        snprintf(j->weights, sizeof j->weights, "%s", o->init);
+        snprintf(j->config, sizeof j->config, "%s", o->config);
+        if (!up_file_readable(o->init))
+            up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
+        return;
+    }
+    char step[4096], err[512];
+    if (ckpt_resolve(o->ckpt, step, sizeof step, err, sizeof err) != 0) up_die_all("%s", err);
+    up_path_join(j->weights, sizeof j->weights, step, "model.safetensors");
+    if (o->config) snprintf(j->config, sizeof j->config, "%s", o->config);
+    else up_path_join(j->config, sizeof j->config, step, "config.json");
+}
+
+/* The windows: --windows, else every whole window up to the cap; the shard must hold them. */
+static long choose_windows(const eval_job *j) {
+    const eval_options *o = &j->o;
+    long avail = eval_windows_available(&j->shard, o->T);
+    if (avail < 1)
+        up_die_all("--seq-len %ld needs %ld tokens per window but %s holds %zu: use --seq-len "
+                   "%zu or less, or a larger shard", o->T, o->T + 1, o->data, j->shard.ntok,
+                   j->shard.ntok > 1 ? j->shard.ntok - 1 : 1);
+    if (o->windows > avail)
+        up_die_all("--windows %ld needs %ld tokens (%ld windows of %ld and one more) but %s "
+                   "holds %zu: use --windows %ld or less", o->windows, o->windows * o->T + 1,
+                   o->windows, o->T, o->data, j->shard.ntok, avail);
+    if (o->windows > 0) return o->windows;
+    return avail < EVAL_DEFAULT_WINDOWS ? avail : EVAL_DEFAULT_WINDOWS;
+}
+
+/* Every output is writable (rank 0), before anything is allocated. Collective. */
+static void check_outputs(eval_job *j) {
+    const eval_options *o = &j->o;
+    if (o->recall_svg && !j->src.recall)
+        up_die_all("--recall-svg %s: %s is not a recall corpus (`upipe data recall`); add "
+                   "--recall to score it anyway", o->recall_svg, o->data);
+    char err[1024] = "";
+    int bad = 0;
+    if (j->rank == 0) {
+        const char *flags[] = {"--report", "--svg", "--recall-svg", "--mem-report"};
+        const char *paths[] = {o->report, o->svg, o->recall_svg, o->mem_report};
+        for (int i = 0; i < 4 && !bad; i++)
+            if (paths[i]) bad = setup_check_writable(flags[i], paths[i], err, sizeof err) != 0;
+    }
+    if (comm_any(&j->comm, bad)) up_die_agreed(bad ? err : NULL);
+}
+
+/* Threads, weights, config, layout, data, options and outputs: all before anything large. */
+static void eval_setup(eval_job *j) {
+    eval_options *o = &j->o;
+    j->threads = setup_threads(o->threads, j->rank);
+    j->P = o->cp > 0 ? o->cp : j->world;
+    resolve_weights(j);
+    setup_config(&j->cfg, j->config, o->T, j->P, j->world, o->doc_sep);
+    setup_shard(&j->shard, "--data", o->data, j->cfg.V);
+    j->windows = choose_windows(j);
+    char err[512];
+    if (o->loss_mask && mask_open(&j->mask, o->loss_mask, j->shard.ntok, err, sizeof err) != 0)
+        up_die_all("--loss-mask %s", err);
+    setup_model_options(&j->cfg, j->P, &o->mopt);
+    comm_init(&j->comm, MPI_COMM_WORLD, j->P);
+    j->T_loc = (int)(o->T / j->P);
+    j->src = (eval_source){.m = &j->m, .shard = &j->shard,
+                           .mask = o->loss_mask ? &j->mask : NULL, .doc_sep = o->doc_sep,
+                           .recall = o->recall || eval_detect_recall(&j->shard)};
+    check_outputs(j);
+}
+
+/* The forward-only model and the evaluation scratch, allocated (or only counted under plan). */
+static void eval_alloc_all(eval_job *j) {
+    model_init(&j->m, &j->cfg, j->T_loc, &j->comm, &j->o.mopt);
+    eval_alloc(&j->src);
+}
+
+static void eval_free_all(eval_job *j) {
+    eval_free(&j->src);
+    model_free(&j->m);
+}
+
+static report_memory eval_plan(eval_job *j) {
+    mem_plan_begin();
+    eval_alloc_all(j);
+    eval_free_all(j);
+    report_memory plan = report_capture();
+    mem_plan_end();
+    return plan;
+}
+
+/* Terminal, JSON and pictures (rank 0). */
+static void eval_outputs(const eval_job *j, const eval_stats *s) {
+    const eval_options *o = &j->o;
+    if (j->rank != 0) return;
+    if (!o->quiet) {
+        printf("upipe eval: %s on %s (%ld window%s of T=%ld, %d rank%s: cp=%d, %d threads)\n",
+               j->weights, o->data, j->windows, j->windows == 1 ? "" : "s", o->T, j->world,
+               j->world == 1 ? "" : "s", j->P, j->threads);
+        eval_print(s);
+    }
+    char err[1024];
+    if (o->report && eval_write_json(s, o->report, err, sizeof err) != 0) up_die("%s", err);
+    if (o->svg && eval_write_loss_svg(s, o->svg, err, sizeof err) != 0) up_die("%s", err);
+    if (o->recall_svg && eval_write_recall_svg(s, o->recall_svg, err, sizeof err) != 0)
+        up_die("%s", err);
+}
+
+static void eval_run_job(eval_job *j) {
+    eval_alloc_all(j);
+    model_load(&j->m, j->weights);
+    eval_stats s;
+    eval_run(&j->src, j->windows, &s);
+    eval_outputs(j, &s);
+    if (j->o.mem_report) {
+        report_memory measured = report_capture();
+        measured.rss = mem_rss_peak();
+        report_write_memory(j->o.mem_report, &j->comm, &measured, 0);
+    }
+    eval_free_all(j);
+}
+
+int eval_main(int argc, char **argv) {
+    int provided;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    eval_job *j = calloc(1, sizeof *j);
+    UP_CHECK(j, "out of memory");
+    MPI_Comm_rank(MPI_COMM_WORLD, &j->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &j->world);
+    up_set_rank(j->rank, j->world);
+    if (eval_parse_args(&j->o, argc, argv) == 1) {
+        if (j->rank == 0) eval_print_help();
+        free(j);
+        MPI_Finalize();
+        return 0;
+    }
+    eval_setup(j);
+    report_memory plan = eval_plan(j);
+    if (j->o.dry_run) {
+        if (j->rank == 0) {
+            report_print_plan(&plan, j->o.T, &j->cfg, j->P, j->T_loc);
+            printf("forward only: no gradients or optimizer state, one layer's activations at a time\n");
+        }
+        if (j->o.mem_report) report_write_memory(j->o.mem_report, &j->comm, &plan, 1);
+    } else {
+        report_check_mem_limit(&plan, j->o.mem_limit, j->o.T);
+        eval_run_job(j);
+    }
+    comm_free(&j->comm);
+    shard_close(&j->shard);
+    mask_close(&j->mask);
+    free(j);
+    MPI_Finalize();
+    return 0;
+}

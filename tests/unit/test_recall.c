@@ -1,0 +1,113 @@
+/* test_recall.c — the recall scorer on hand-made windows whose answers are known, and on the
+ * generated corpus with an oracle and a constant predictor. */
+#include "eval/recall.h"
+#include "io/corpus.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+/* tok (T + 1) from a string of T + 1 characters. */
+static int32_t *tokens(const char *s, long *T) {
+    long n = (long)strlen(s);
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    for (long i = 0; i < n; i++) t[i] = (unsigned char)s[i];
+    *T = n - 1;
+    return t;
+}
+
+static long score(const int32_t *tok, long T, const int32_t *doc, const int32_t *pred, long p0,
+                  long n, recall_question *out) {
+    void *scratch = malloc(recall_scratch_bytes(T));
+    long nq = recall_score(tok, T, doc, pred, p0, n, scratch, out);
+    free(scratch);
+    return nq;
+}
+
+static void test_hand_made(void) {
+    /*            0         1         2         3         4
+     *            0123456789012345678901234567890123456789012 */
+    const char *s = "x=1;ab=3;cd=7;ab?3;cd?7;zz?1;ab=9;x?1;ab?9;";
+    long T;
+    int32_t *tok = tokens(s, &T);
+    int32_t *pred = malloc((size_t)T * sizeof *pred);
+    for (long i = 0; i < T; i++) pred[i] = 'F';
+    pred[16] = '3'; /* ab?3: right */
+    pred[21] = '5'; /* cd?7: wrong */
+    pred[40] = '9'; /* ab?9 after ab=9 restated it: right */
+    recall_question q[16];
+    long nq = score(tok, T, NULL, pred, 0, T, q);
+    /* x=1 has no ';' before it in the window (its key may be cut): no fact, so x?1 is not asked;
+     * zz?1 has no fact */
+    CHECK(nq == 3, "hand-made window: %ld questions (want 3)", nq);
+    if (nq == 3) {
+        CHECK(q[0].pos == 16 && q[0].dist == 10 && q[0].correct, "ab?3: pos %ld dist %ld ok %d",
+              q[0].pos, q[0].dist, q[0].correct);
+        CHECK(q[1].pos == 21 && q[1].dist == 10 && !q[1].correct, "cd?7: pos %ld dist %ld ok %d",
+              q[1].pos, q[1].dist, q[1].correct);
+        CHECK(q[2].pos == 40 && q[2].dist == 9 && q[2].correct,
+              "ab?9 takes the latest fact: pos %ld dist %ld ok %d", q[2].pos, q[2].dist,
+              q[2].correct);
+    }
+    /* split over two "ranks": each scores the questions answered in its half */
+    recall_question a[16], b[16];
+    long na = score(tok, T, NULL, pred, 0, 20, a);
+    long nb = score(tok, T, NULL, pred + 20, 20, T - 20, b);
+    CHECK(na == 1 && nb == 2 && a[0].pos == 16 && b[0].pos == 21 && b[1].pos == 40 && !b[0].correct,
+          "split at 20: %ld + %ld questions", na, nb);
+    /* documents: one opens at 19, so cd?7 (21) loses its fact (11); ab?3 (16) keeps its own
+     * (6, same document) and ab?9 (40) its fact at 31 */
+    int32_t *doc = calloc((size_t)T, sizeof *doc);
+    for (long i = 19; i < T; i++) doc[i] = 19;
+    nq = score(tok, T, doc, pred, 0, T, q);
+    CHECK(nq == 2 && q[0].pos == 16 && q[1].pos == 40,
+          "a document from 19 drops cd?7 only: %ld questions", nq);
+    /* the last input position answers from the window's last target */
+    long T2;
+    int32_t *tok2 = tokens(";k=A;k?A", &T2), pred2[8] = {0, 0, 0, 0, 0, 0, 'A', 0};
+    nq = score(tok2, T2, NULL, pred2, 0, T2, q);
+    CHECK(nq == 1 && q[0].pos == 6 && q[0].correct, "question at the window's last position");
+    CHECK(recall_detect(tok, T + 1), "detect: a recall window");
+    int32_t text[5] = {'h', 'e', 'l', 'l', 'o'};
+    CHECK(!recall_detect(text, 5), "detect: text is not recall (no '=' or '?')");
+    tok2[2] = ' ';
+    CHECK(!recall_detect(tok2, T2 + 1), "detect: a space is not in the recall alphabet");
+    free(tok), free(pred), free(doc), free(tok2);
+}
+
+/* The generated corpus: an oracle (the next token) answers every question; a constant guess is
+ * right about 1/16 of the time; distances sit around the corpus's. */
+static void test_corpus(void) {
+    long T = 4096, D = 300;
+    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 7);
+    int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
+    for (long i = 0; i <= T; i++) tok[i] = (int32_t)c[i];
+    for (long i = 0; i < T; i++) pred[i] = tok[i + 1];
+    recall_question *q = malloc((size_t)recall_max_questions(T) * sizeof *q);
+    long nq = score(tok, T, NULL, pred, 0, T, q), ok = 0, near = 0;
+    for (long i = 0; i < nq; i++) {
+        ok += q[i].correct;
+        near += q[i].dist >= D / 2 && q[i].dist <= 2 * D;
+    }
+    CHECK(nq > 100 && ok == nq, "oracle: %ld of %ld questions right", ok, nq);
+    CHECK(near == nq, "distances: %ld of %ld within [D/2, 2D]", near, nq);
+    CHECK(recall_detect(tok, T + 1), "detect: the generated corpus");
+    for (long i = 0; i < T; i++) pred[i] = '0';
+    nq = score(tok, T, NULL, pred, 0, T, q);
+    ok = 0;
+    for (long i = 0; i < nq; i++) ok += q[i].correct;
+    double acc = (double)ok / (double)nq;
+    CHECK(acc > 0.01 && acc < 0.15, "constant guess: accuracy %.3f near chance %.4f", acc,
+          RECALL_CHANCE);
+    free(c), free(tok), free(pred), free(q);
+}
+
+int main(void) {
+    harness.verbose = 1;
+    test_hand_made();
+    test_corpus();
+    return harness_finish("test_recall");
+}
