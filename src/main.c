@@ -1,8 +1,9 @@
-/* upipe — long-sequence Llama training. `upipe train ...`, `upipe eval ...`, `upipe data ...`,
- * `upipe export ...`. */
+/* upipe — long-sequence Llama training. `upipe train ...`, `upipe eval ...`, `upipe plot ...`,
+ * `upipe data ...`, `upipe export ...`. */
 #include "cmd/data_cmd.h"
 #include "cmd/eval_cmd.h"
 #include "cmd/export_cmd.h"
+#include "cmd/plot_cmd.h"
 #include "core/check.h"
 #include "core/fileio.h"
 #include "train/train.h"
@@ -17,6 +18,7 @@ static void print_usage(void) {
            "usage:\n"
            "  upipe train --config config.json --data tokens.bin [flags]   train a model\n"
            "  upipe eval --config C --init W|--ckpt DIR --data D [flags]   evaluate a model\n"
+           "  upipe plot --log train.jsonl --svg loss.svg                  loss curves as SVG\n"
            "  upipe data text|recall [flags]                               make a token shard\n"
            "  upipe export --ckpt DIR --output OUT [flags]                 checkpoint -> HF folder\n"
            "  upipe --version\n\n"
@@ -40,6 +42,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "train")) return train_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "eval")) return eval_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export")) return export_main(argc - 1, argv + 1);
-    up_die("unknown command '%s': use `upipe train`, `upipe eval`, `upipe data` or "
-           "`upipe export` (see upipe --help)", argv[1]);
+    if (!strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
+    up_die("unknown command '%s': use `upipe train`, `upipe eval`, `upipe plot`, `upipe data` "
+           "or `upipe export` (see upipe --help)", argv[1]);
 }

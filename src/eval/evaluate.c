@@ -5,6 +5,7 @@
 #include "core/mem.h"
 
 #include <math.h>
+#include <mpi.h>
 #include <string.h>
 
 long eval_windows_available(const token_shard *s, long T) {
@@ -100,6 +101,7 @@ void eval_run(eval_source *e, long windows, eval_stats *s) {
     UP_CHECK(windows >= 1 && windows <= eval_windows_available(e->shard, T),
              "eval_run: %ld windows of %ld tokens in a shard of %zu", windows, T, e->shard->ntok);
     stats_init(s, T, windows, e->recall);
+    double t0 = MPI_Wtime();
     long rounds = (windows + c->D - 1) / c->D;
     for (long k = 0; k < rounds; k++) {
         long w = k * c->D + c->dp_rank;
@@ -108,6 +110,7 @@ void eval_run(eval_source *e, long windows, eval_stats *s) {
     comm_reduce_loss(c, &s->loss_sum, &s->targets); /* as training's step loss */
     comm_sum_doubles(c, s->b_loss, s->nb);
     comm_sum_doubles(c, s->b_n, s->nb);
+    s->seconds = MPI_Wtime() - t0;
     if (!e->recall) return;
     comm_sum_doubles(c, &s->q_n[0][0], EVAL_MAX_BUCKETS * EVAL_MAX_BUCKETS);
     comm_sum_doubles(c, &s->q_ok[0][0], EVAL_MAX_BUCKETS * EVAL_MAX_BUCKETS);

@@ -18,6 +18,7 @@
 /* What an evaluation measured; the same on every rank after eval_run. */
 typedef struct {
     long T, windows;
+    double seconds;    /* eval_run's, on rank 0 */
     double loss_sum;   /* sum of token losses, all windows */
     long long targets; /* targets counted in it */
     int nb;            /* buckets of positions (and of distances): [edge[k], edge[k+1]) */

@@ -28,8 +28,9 @@ void eval_print_recall(const eval_stats *s) {
 }
 
 void eval_print(const eval_stats *s) {
-    printf("eval: %ld window%s of T=%ld, %lld targets: loss %.4f, perplexity %.3f\n", s->windows,
-           s->windows == 1 ? "" : "s", s->T, s->targets, eval_loss(s), eval_perplexity(s));
+    printf("eval: %ld window%s of T=%ld, %lld targets: loss %.4f, perplexity %.3f (%.2f s, %.0f "
+           "tokens/s)\n", s->windows, s->windows == 1 ? "" : "s", s->T, s->targets, eval_loss(s),
+           eval_perplexity(s), s->seconds, (double)s->windows * (double)s->T / s->seconds);
     printf("  %-18s %10s %9s\n", "position", "targets", "loss");
     for (int k = 0; k < s->nb; k++) {
         char b[48];

@@ -45,6 +45,15 @@ void train_print_help(void) {
         "                         names the step and the first tensor with a bad gradient) or\n"
         "                         skip (no update for that step, logged as \"skipped\": 1)\n"
         "  --max-skips K          with skip: stop when K steps in a row were skipped (default 5)\n\n"
+        "validation (forward only, between steps; training's results do not change)\n"
+        "  --val-data FILE        a token shard to validate on: the mean loss (and, on a recall\n"
+        "                         corpus, the recall accuracy; see upipe eval --help) over its\n"
+        "                         first windows of --seq-len tokens, with --doc-sep as in\n"
+        "                         training (no --loss-mask: every target counts); on the terminal\n"
+        "                         and in the --log record of that step (val_loss, val_perplexity,\n"
+        "                         val_recall_accuracy, val_s); the closing line reports the last\n"
+        "  --val-every N          validate after every N steps (default 0: after the last step)\n"
+        "  --val-windows K        windows per validation (default: the shard's, at most %d)\n\n"
         "outputs\n"
         "  --save FILE            write the final weights (safetensors, F32, HF names)\n"
         "  --save-grads FILE      write the raw gradients of the first step's loss (before\n"
@@ -96,7 +105,8 @@ void train_print_help(void) {
         "  --threads N            OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
         "                         else the cores divided by the ranks on this node); more\n"
         "                         threads on a node than cores gives a warning\n"
-        "  --help                 this text\n");
+        "  --help                 this text\n",
+        TRAIN_VAL_WINDOWS);
 }
 
 long opt_long(const char *flag, const char *s, long lo, long hi) {
@@ -137,7 +147,7 @@ enum {
     OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
     OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP, OPT_CKPT_DIR, OPT_CKPT_EVERY,
     OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP, OPT_LOSS_MASK, OPT_WATCHDOG,
-    OPT_NONFINITE, OPT_MAX_SKIPS
+    OPT_NONFINITE, OPT_MAX_SKIPS, OPT_VAL_DATA, OPT_VAL_EVERY, OPT_VAL_WINDOWS
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -201,6 +211,9 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"stop-at", required_argument, 0, OPT_STOP_AT},
         {"on-nonfinite", required_argument, 0, OPT_NONFINITE},
         {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
+        {"val-data", required_argument, 0, OPT_VAL_DATA},
+        {"val-every", required_argument, 0, OPT_VAL_EVERY},
+        {"val-windows", required_argument, 0, OPT_VAL_WINDOWS},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     optind = 1;
@@ -255,6 +268,9 @@ int train_parse_args(train_options *o, int argc, char **argv) {
             o->max_skips = (int)opt_long("--max-skips", optarg, 1, INT_MAX);
             max_skips_set = 1;
             break;
+        case OPT_VAL_DATA: o->val_data = optarg; break;
+        case OPT_VAL_EVERY: o->val_every = opt_long("--val-every", optarg, 1, INT_MAX); break;
+        case OPT_VAL_WINDOWS: o->val_windows = opt_long("--val-windows", optarg, 1, INT_MAX); break;
         case OPT_HELP: return 1;
         case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
         default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
@@ -275,6 +291,9 @@ int train_parse_args(train_options *o, int argc, char **argv) {
                    o->steps);
     if (o->ckpt_dir && strlen(o->ckpt_dir) > 3000)
         up_die_all("--ckpt-dir is %zu characters long: use a shorter path", strlen(o->ckpt_dir));
+    if ((o->val_every || o->val_windows) && !o->val_data)
+        up_die_all("%s needs --val-data FILE (the shard to validate on)",
+                   o->val_every ? "--val-every" : "--val-windows");
     if (max_skips_set && o->on_nonfinite != NONFINITE_SKIP)
         up_die_all("--max-skips needs --on-nonfinite skip (with stop, the first bad step stops)");
     o->mopt.docs = o->doc_sep >= 0;

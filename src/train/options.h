@@ -30,7 +30,11 @@ typedef struct {
     double watchdog;      /* seconds without progress before a stalled job stops (0: off) */
     int on_nonfinite;     /* a step whose loss or gradient norm is not finite: NONFINITE_* */
     int max_skips;        /* NONFINITE_SKIP: stop when this many steps in a row were skipped */
+    const char *val_data; /* --val-data: a shard to validate on; NULL: no validation */
+    long val_every;       /* validate after every N steps (0: after the last step only) */
+    long val_windows;     /* windows per validation (0: default) */
 } train_options;
+#define TRAIN_VAL_WINDOWS 4 /* the cap of the default --val-windows */
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
 
 /* Parses argv (argv[0] == "train") into o (overwritten, defaults filled in). Returns 1 for --help

@@ -62,6 +62,27 @@ void print_step_line(const train_run *r, const train_step_stats *s, double tps) 
     fflush(stdout);
 }
 
+/* "val" after the step's line: loss, perplexity and recall accuracy of the validation windows. */
+void print_val_line(const train_run *r, const train_step_stats *s) {
+    const eval_stats *v = s->val;
+    printf("val  %4ld/%ld | loss %.4f | ppl %.3f", s->step + 1, r->o.steps, eval_loss(v),
+           eval_perplexity(v));
+    if (v->recall)
+        printf(" | recall %.3f of %.0f questions", eval_accuracy(v, -1), eval_questions(v, -1));
+    printf(" | %ld windows, %lld tokens | %.2f s\n", v->windows, v->targets, s->val_s);
+    fflush(stdout);
+}
+
+void print_val_closing(const train_run *r) {
+    const eval_stats *v = &r->val_last;
+    printf("validation: loss %.4f (perplexity %.3f) after step %ld", eval_loss(v),
+           eval_perplexity(v), r->val_step);
+    if (v->recall)
+        printf(", recall accuracy %.3f of %.0f questions (chance %.3f)", eval_accuracy(v, -1),
+               eval_questions(v, -1), RECALL_CHANCE);
+    printf("\n");
+}
+
 /* A JSON real rounded to `digits` significant digits (the log keeps the loss, lr and norm to 9
  * digits, the timings and rates to 6); null when not finite (JSON has no inf or nan). */
 static json_t *json_real_digits(double x, int digits) {
@@ -107,6 +128,18 @@ void write_log_record(const train_run *r, const train_step_stats *s, double tps)
     json_object_set_new(rec, "flops_per_s", json_real_digits(r->flops / s->dt, 6));
     json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)mem_peak_total()));
     json_object_set_new(rec, "rss_bytes", json_integer((json_int_t)mem_rss_now()));
+    if (s->val) { /* --val-data, on the steps that validated */
+        json_object_set_new(rec, "val_loss", json_real_digits(eval_loss(s->val), 9));
+        json_object_set_new(rec, "val_perplexity", json_real_digits(eval_perplexity(s->val), 9));
+        json_object_set_new(rec, "val_tokens", json_integer(s->val->targets));
+        if (s->val->recall) {
+            json_object_set_new(rec, "val_recall_accuracy",
+                                json_real_digits(eval_accuracy(s->val, -1), 9));
+            json_object_set_new(rec, "val_recall_questions",
+                                json_integer((json_int_t)eval_questions(s->val, -1)));
+        }
+        json_object_set_new(rec, "val_s", json_real_digits(s->val_s, 6));
+    }
     if (s->ckpt_bytes > 0) {
         json_object_set_new(rec, "ckpt_s", json_real_digits(s->ckpt_s, 6));
         json_object_set_new(rec, "ckpt_bytes", json_real_digits(s->ckpt_bytes, 12));

@@ -9,6 +9,7 @@
 #include "io/shard.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "eval/evaluate.h"
 #include "train/options.h"
 #include "train/report.h"
 
@@ -38,6 +39,11 @@ typedef struct {
     long tail_n, tail_skipped; /* tail steps, and those skipped (not in tail_sum) */
     double first_loss, tail_sum;
     long skips_in_row, skips_total; /* --on-nonfinite skip */
+    token_shard val_shard;  /* --val-data */
+    eval_source val;        /* validation on the training model, its scratch */
+    long val_windows;
+    eval_stats val_last;    /* the last validation (val_step > 0) */
+    long val_step;
 } train_run;
 
 /* What one step measured: loss and norm agree on every rank, the timings are this rank's. */
@@ -51,6 +57,8 @@ typedef struct {
     double attn_s;             /* this rank's seconds in the attention kernels */
     long long targets;         /* targets counted in the loss, all ranks */
     int skipped;               /* --on-nonfinite skip: non-finite loss or norm, no update */
+    const eval_stats *val;     /* validation after this step, NULL: none */
+    double val_s;              /* its seconds */
 } train_step_stats;
 
 static inline double now_s(void) {
@@ -73,5 +81,8 @@ void print_summary(const train_run *r);
 /* The step's terminal line and JSON log record (rank 0). */
 void print_step_line(const train_run *r, const train_step_stats *s, double tps);
 void write_log_record(const train_run *r, const train_step_stats *s, double tps);
+/* The validation line after a step, and the closing line's (rank 0). */
+void print_val_line(const train_run *r, const train_step_stats *s);
+void print_val_closing(const train_run *r);
 
 #endif

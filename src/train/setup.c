@@ -178,6 +178,25 @@ void setup_model_options(const model_config *cfg, int P, model_options *mopt) {
     if (model_check_options(cfg, P, mopt, err, sizeof err) != 0) up_die_all("%s", err);
 }
 
+/* --val-data: the shard, its windows of --seq-len tokens, and whether it is a recall corpus. */
+static void setup_validation(train_run *r) {
+    const train_options *o = &r->o;
+    setup_shard(&r->val_shard, "--val-data", o->val_data, r->cfg.V);
+    long avail = eval_windows_available(&r->val_shard, o->T);
+    if (avail < 1)
+        up_die_all("--val-data %s holds %zu tokens, fewer than one window of --seq-len %ld needs "
+                   "(%ld): use a larger validation shard", o->val_data, r->val_shard.ntok, o->T,
+                   o->T + 1);
+    if (o->val_windows > avail)
+        up_die_all("--val-windows %ld: %s holds %ld window%s of %ld tokens: use --val-windows %ld "
+                   "or less", o->val_windows, o->val_data, avail, avail == 1 ? "" : "s", o->T,
+                   avail);
+    r->val_windows = o->val_windows ? o->val_windows
+                     : avail < TRAIN_VAL_WINDOWS ? avail : TRAIN_VAL_WINDOWS;
+    r->val = (eval_source){.m = &r->m, .shard = &r->val_shard, .doc_sep = o->doc_sep,
+                           .recall = eval_detect_recall(&r->val_shard)};
+}
+
 /* Threads, then every check before any large allocation (every rank, same verdict), then the
  * communicator. */
 void run_setup(train_run *r) {
@@ -198,6 +217,7 @@ void run_setup(train_run *r) {
         up_die_all("--loss-mask %s", err);
     if (o->init && !up_file_readable(o->init))
         up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
+    if (o->val_data) setup_validation(r);
 
     setup_model_options(&r->cfg, P, &o->mopt);
 
@@ -209,11 +229,14 @@ void run_setup(train_run *r) {
 /* The plan: the model's own sizing code under plan mode, before anything is allocated. */
 report_memory run_plan(train_run *r) {
     mem_plan_begin();
+    /* what run_start allocates, live together (counted, not allocated) */
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &r->o.mopt);
-    model_free(&r->m);
-    if (r->o.ckpt_dir) mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes()); /* counted, not allocated */
+    if (r->o.ckpt_dir) mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
     if (r->o.loss_mask) mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
+    if (r->o.val_data) eval_alloc(&r->val);
     report_memory plan = report_capture();
+    eval_free(&r->val);
+    model_free(&r->m);
     mem_plan_end();
     return plan;
 }

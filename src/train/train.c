@@ -50,6 +50,7 @@ static void run_start(train_run *r) {
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
     if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
     if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
+    if (o->val_data) eval_alloc(&r->val);
     double t0 = now_s(), read_bytes = 0;
     if (o->resume && ckpt_find_latest(o->ckpt_dir, r->resumed_from, sizeof r->resumed_from) >= 0) {
         ckpt_state run = run_state(r, 0);
@@ -175,6 +176,21 @@ static train_step_stats run_step(train_run *r, long step) {
     return s;
 }
 
+/* Validation after a step when one is due (every --val-every steps and after the last): forward
+ * only on the training model between steps, which changes nothing the next step computes
+ * (model_evaluate). Collective. */
+static void run_validate(train_run *r, train_step_stats *s) {
+    const train_options *o = &r->o;
+    long done = s->step + 1;
+    if (!o->val_data || !(done == o->steps || (o->val_every && done % o->val_every == 0))) return;
+    double t0 = now_s();
+    eval_run(&r->val, r->val_windows, &r->val_last);
+    cp_attention_seconds(r->m.attn, 1); /* the next step's attention time is its own */
+    r->val_step = done;
+    s->val = &r->val_last;
+    s->val_s = now_s() - t0;
+}
+
 /* Keeps the loss for the closing line, stops on divergence (every rank), and writes the step's
  * terminal line and log record (rank 0). */
 static void run_record(train_run *r, const train_step_stats *s) {
@@ -191,6 +207,7 @@ static void run_record(train_run *r, const train_step_stats *s) {
     if (r->rank != 0) return;
     double tps = r->tokens / s->dt;
     if (!r->o.quiet) print_step_line(r, s, tps);
+    if (!r->o.quiet && s->val) print_val_line(r, s);
     if (!r->o.quiet && s->ckpt_bytes > 0) {
         printf("checkpoint %s/step-%08ld: %.1f MiB in %.2f s (%.2f GB/s)\n", r->o.ckpt_dir,
                s->step + 1, s->ckpt_bytes / 1048576.0, s->ckpt_s,
@@ -235,6 +252,7 @@ static void run_stop(train_run *r, int why) {
                why > 0 ? (why == SIGTERM ? "on SIGTERM" : "on SIGINT") : "at --stop-at", ck);
         fflush(stdout);
     }
+    eval_free(&r->val);
     mem_free(r->ckpt_stage);
     mem_free(r->mask_buf);
     model_free(&r->m);
@@ -268,7 +286,9 @@ static void run_finish(train_run *r) {
             printf("skipped %ld step(s) whose loss or gradient norm was not finite "
                    "(--on-nonfinite skip)\n",
                    r->skips_total);
+        if (r->val_step > 0) print_val_closing(r);
     }
+    eval_free(&r->val);
     mem_free(r->ckpt_stage);
     mem_free(r->mask_buf);
     model_free(&r->m);
@@ -301,6 +321,8 @@ int train_main(int argc, char **argv) {
         for (long step = r.start_step; step < r.o.steps && !stopped; step++) {
             train_step_stats s = run_step(&r, step);
             watchdog_step(step, s.dt);
+            run_validate(&r, &s);
+            if (s.val) watchdog_step(step, s.val_s);
             stopped = run_checkpoint(&r, &s);
             run_record(&r, &s);
         }
@@ -310,6 +332,7 @@ int train_main(int argc, char **argv) {
     }
     comm_free(&r.comm);
     shard_close(&r.shard);
+    shard_close(&r.val_shard);
     mask_close(&r.mask);
     MPI_Finalize();
     return 0;
