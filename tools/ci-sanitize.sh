@@ -2,7 +2,7 @@
 # CI under AddressSanitizer + UndefinedBehaviorSanitizer: the Debug build (CMakeLists.txt:
 # -O0 -g -fsanitize=address,undefined) in build-asan/, the ctest labels unit, golden and errors,
 # and 2-rank MPI cases (test_comm_np2; `upipe train --cp 2 --fsdp` stopped at step 2 with a
-# checkpoint, then resumed from it to step 3). Every sanitizer report is written to build-asan/sanitizer-logs/ and any
+# checkpoint, then resumed from it to step 3; validation, `upipe eval` and `upipe plot`). Every sanitizer report is written to build-asan/sanitizer-logs/ and any
 # report fails the run, also where a test expects a non-zero exit (tests/scripts/bad_input.sh
 # accepts status 1, which is also ASan's). Third-party leaks: tests/sanitize/lsan.supp.
 set -euo pipefail
@@ -52,6 +52,22 @@ else
 fi
 t3=$(date +%s)
 echo "sanitize: 2-rank train $((t3 - t2)) s"
+
+# Evaluation: 2-rank validation during training, `upipe eval` with FSDP, UPipe and loss tiles
+# on a recall corpus (report and both pictures), and `upipe plot` of the log.
+"$BUILD/upipe" data recall --output "$TMP/r.bin" --tokens 3000 --distance 64 >/dev/null
+T1="--quiet --threads 1 --config configs/tiny.json --data $TMP/r.bin"
+if timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" train $T1 --seq-len 128 --steps 2 --fsdp \
+     --val-data "$TMP/r.bin" --val-every 1 --log "$TMP/v.jsonl" --save "$TMP/w.st" >>"$TMP/eval.out" 2>&1 &&
+   timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" eval $T1 --init "$TMP/w.st" --seq-len 256 --windows 3 \
+     --fsdp --upipe-heads 2 --tile-loss 64 --report "$TMP/r.json" --svg "$TMP/l.svg" \
+     --recall-svg "$TMP/h.svg" >>"$TMP/eval.out" 2>&1 &&
+   "$BUILD/upipe" plot --log "$TMP/v.jsonl" --svg "$TMP/p.svg" >>"$TMP/eval.out" 2>&1; then
+  echo "sanitize: 2-rank validation, eval and plot: ok"
+else
+  echo "SANITIZE FAIL: eval"; cat "$TMP/eval.out"; failed=1
+fi
+echo "sanitize: eval $(($(date +%s) - t3)) s"
 
 if [ -n "$(ls -A "$LOGS")" ]; then
   echo "SANITIZE FAIL: sanitizer reports in $LOGS:"
