@@ -93,12 +93,22 @@ int plot_main(int argc, char **argv) {
     int c;
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
         switch (c) {
-        case 'l': log = optarg; break;
-        case 's': svg = optarg; break;
-        case 't': title = optarg; break;
-        case 'h': print_help(); return 0;
-        case ':': up_die("%s needs a value: see upipe plot --help", argv[optind - 1]);
-        default: up_die("unknown flag '%s': see upipe plot --help", argv[optind - 1]);
+        case 'l':
+            log = optarg;
+            break;
+        case 's':
+            svg = optarg;
+            break;
+        case 't':
+            title = optarg;
+            break;
+        case 'h':
+            print_help();
+            return 0;
+        case ':':
+            up_die("%s needs a value: see upipe plot --help", argv[optind - 1]);
+        default:
+            up_die("unknown flag '%s': see upipe plot --help", argv[optind - 1]);
         }
     }
     if (optind < argc) up_die("unexpected argument '%s': see upipe plot --help", argv[optind]);
@@ -107,7 +117,8 @@ int plot_main(int argc, char **argv) {
     read_log(log, &train, &val);
     char dflt[512];
     snprintf(dflt, sizeof dflt, "Loss of %s", log);
-    svg_series s[2] = {{"training", train.x, train.y, train.n}, {"validation", val.x, val.y, val.n}};
+    svg_series s[2] = {{"training", train.x, train.y, train.n},
+                       {"validation", val.x, val.y, val.n}};
     svg_doc d = {0};
     svg_line_chart(&d, title ? title : dflt, "step", "loss (nats)", s, val.n ? 2 : 1, 0);
     char err[1024];

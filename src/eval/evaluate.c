@@ -28,12 +28,14 @@ void eval_alloc(eval_source *e) {
     if (!e->recall) return;
     e->tok = mem_alloc(MEM_WORKSPACE, up_mul((size_t)T + 1, sizeof(int32_t)));
     e->scratch = mem_alloc(MEM_WORKSPACE, recall_scratch_bytes(T));
-    e->q = mem_alloc(MEM_WORKSPACE, up_mul((size_t)recall_max_questions(T), sizeof(recall_question)));
+    e->q =
+        mem_alloc(MEM_WORKSPACE, up_mul((size_t)recall_max_questions(T), sizeof(recall_question)));
 }
 
 void eval_free(eval_source *e) {
     void *bufs[] = {e->mask_buf, e->loss, e->pred, e->tok, e->scratch, e->q};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        mem_free(bufs[i]);
     e->mask_buf = NULL, e->loss = NULL, e->pred = NULL, e->tok = NULL, e->scratch = NULL;
     e->q = NULL;
 }
@@ -55,7 +57,8 @@ static void stats_init(eval_stats *s, long T, long windows, int recall) {
 
 static int bucket_of(const eval_stats *s, long x) {
     int k = 0;
-    while (k + 1 < s->nb && x >= s->edge[k + 1]) k++;
+    while (k + 1 < s->nb && x >= s->edge[k + 1])
+        k++;
     return k;
 }
 
@@ -120,7 +123,9 @@ double eval_loss(const eval_stats *s) {
     return s->targets > 0 ? s->loss_sum / (double)s->targets : 0.0;
 }
 
-double eval_perplexity(const eval_stats *s) { return exp(eval_loss(s)); }
+double eval_perplexity(const eval_stats *s) {
+    return exp(eval_loss(s));
+}
 
 /* Sums of a grid over every position bucket, of distance bucket k (k < 0: all). */
 static double grid_sum(const eval_stats *s, const double g[][EVAL_MAX_BUCKETS], int k) {
@@ -131,7 +136,9 @@ static double grid_sum(const eval_stats *s, const double g[][EVAL_MAX_BUCKETS], 
     return n;
 }
 
-double eval_questions(const eval_stats *s, int k) { return grid_sum(s, s->q_n, k); }
+double eval_questions(const eval_stats *s, int k) {
+    return grid_sum(s, s->q_n, k);
+}
 
 double eval_accuracy(const eval_stats *s, int k) {
     double n = grid_sum(s, s->q_n, k);

@@ -24,7 +24,7 @@ typedef struct {
     int nb;            /* buckets of positions (and of distances): [edge[k], edge[k+1]) */
     long edge[EVAL_MAX_BUCKETS + 1];
     double b_loss[EVAL_MAX_BUCKETS], b_n[EVAL_MAX_BUCKETS]; /* loss sums and targets by position */
-    int recall;                                              /* questions scored */
+    int recall;                                             /* questions scored */
     double q_n[EVAL_MAX_BUCKETS][EVAL_MAX_BUCKETS];  /* questions by [distance][position] bucket */
     double q_ok[EVAL_MAX_BUCKETS][EVAL_MAX_BUCKETS]; /* right answers, the same */
 } eval_stats;
@@ -60,7 +60,7 @@ void eval_run(eval_source *e, long windows, eval_stats *s);
  * distance bucket k over every position), from reduced stats. */
 double eval_loss(const eval_stats *s);
 double eval_perplexity(const eval_stats *s);
-double eval_questions(const eval_stats *s, int k);  /* k < 0: all */
-double eval_accuracy(const eval_stats *s, int k);   /* k < 0: all; 0 without questions */
+double eval_questions(const eval_stats *s, int k); /* k < 0: all */
+double eval_accuracy(const eval_stats *s, int k);  /* k < 0: all; 0 without questions */
 
 #endif

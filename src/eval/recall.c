@@ -15,16 +15,25 @@ typedef struct {
 /* Table slots: a power of two at least twice the facts a window can hold. */
 static size_t table_slots(long T) {
     size_t need = 2 * (size_t)(T / 4 + 1), n = 16;
-    while (n < need) n *= 2;
+    while (n < need)
+        n *= 2;
     return n;
 }
 
-size_t recall_scratch_bytes(long T) { return table_slots(T) * sizeof(fact_slot); }
+size_t recall_scratch_bytes(long T) {
+    return table_slots(T) * sizeof(fact_slot);
+}
 
-long recall_max_questions(long T) { return T / 4 + 1; } /* "k?V;" takes at least 4 tokens */
+long recall_max_questions(long T) {
+    return T / 4 + 1; /* "k?V;" takes at least 4 tokens */
+}
 
-static int is_key(int32_t t) { return t >= 'a' && t <= 'z'; }
-static int is_value(int32_t t) { return (t >= '0' && t <= '9') || (t >= 'A' && t <= 'F'); }
+static int is_key(int32_t t) {
+    return t >= 'a' && t <= 'z';
+}
+static int is_value(int32_t t) {
+    return (t >= '0' && t <= '9') || (t >= 'A' && t <= 'F');
+}
 
 /* The code of the key tok[a .. b-1] (base 27, never 0), or 0 when it is not a whole key. */
 static uint64_t key_code(const int32_t *tok, long a, long b) {
@@ -39,7 +48,8 @@ static uint64_t key_code(const int32_t *tok, long a, long b) {
 
 static fact_slot *slot_of(fact_slot *tab, size_t nslots, uint64_t key) {
     size_t i = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 17) & (nslots - 1);
-    while (tab[i].key && tab[i].key != key) i = (i + 1) & (nslots - 1);
+    while (tab[i].key && tab[i].key != key)
+        i = (i + 1) & (nslots - 1);
     return &tab[i];
 }
 
@@ -61,7 +71,7 @@ long recall_score(const int32_t *tok, long T, const int32_t *doc_start, const in
             *f = (fact_slot){key, i, tok[i + 1]};
             continue;
         }
-        if (i < p0 || i >= p0 + n || !f->key) continue; /* not answered here, or no fact */
+        if (i < p0 || i >= p0 + n || !f->key) continue;   /* not answered here, or no fact */
         if (doc_start && f->pos < doc_start[i]) continue; /* the fact is in another document */
         out[nq++] = (recall_question){i, i - f->pos, pred[i - p0] == f->value};
     }

@@ -29,14 +29,17 @@ void eval_print_recall(const eval_stats *s) {
 
 void eval_print(const eval_stats *s) {
     printf("eval: %ld window%s of T=%ld, %lld targets: loss %.4f, perplexity %.3f (%.2f s, %.0f "
-           "tokens/s)\n", s->windows, s->windows == 1 ? "" : "s", s->T, s->targets, eval_loss(s),
+           "tokens/s)\n",
+           s->windows, s->windows == 1 ? "" : "s", s->T, s->targets, eval_loss(s),
            eval_perplexity(s), s->seconds, (double)s->windows * (double)s->T / s->seconds);
     printf("  %-18s %10s %9s\n", "position", "targets", "loss");
     for (int k = 0; k < s->nb; k++) {
         char b[48];
         bucket_label(s, k, b, sizeof b);
-        if (s->b_n[k] > 0) printf("  %-18s %10.0f %9.4f\n", b, s->b_n[k], s->b_loss[k] / s->b_n[k]);
-        else printf("  %-18s %10.0f %9s\n", b, 0.0, "-");
+        if (s->b_n[k] > 0)
+            printf("  %-18s %10.0f %9.4f\n", b, s->b_n[k], s->b_loss[k] / s->b_n[k]);
+        else
+            printf("  %-18s %10.0f %9s\n", b, 0.0, "-");
     }
     if (s->recall) eval_print_recall(s);
     fflush(stdout);
@@ -77,7 +80,8 @@ int eval_write_json(const eval_stats *s, const char *path, char *err, size_t err
         json_t *b = json_object();
         json_object_set_new(b, "start", json_integer(s->edge[k]));
         json_object_set_new(b, "end", json_integer(s->edge[k + 1]));
-        json_object_set_new(b, "loss", s->b_n[k] > 0 ? real9(s->b_loss[k] / s->b_n[k]) : json_null());
+        json_object_set_new(b, "loss",
+                            s->b_n[k] > 0 ? real9(s->b_loss[k] / s->b_n[k]) : json_null());
         json_array_append_new(buckets, b);
     }
     json_object_set_new(root, "buckets", buckets);

@@ -35,11 +35,20 @@ static void put(svg_doc *d, const char *fmt, ...) {
 static void put_text(svg_doc *d, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
-        case '&': put(d, "&amp;"); break;
-        case '<': put(d, "&lt;"); break;
-        case '>': put(d, "&gt;"); break;
-        case '"': put(d, "&quot;"); break;
-        default: put(d, "%c", *s);
+        case '&':
+            put(d, "&amp;");
+            break;
+        case '<':
+            put(d, "&lt;");
+            break;
+        case '>':
+            put(d, "&gt;");
+            break;
+        case '"':
+            put(d, "&quot;");
+            break;
+        default:
+            put(d, "%c", *s);
         }
     }
 }
@@ -54,10 +63,11 @@ static void text(svg_doc *d, double x, double y, const char *anchor, int size, c
 
 static void begin(svg_doc *d, const char *title) {
     d->len = 0;
-    put(d, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-           "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-           "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-           "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+    put(d,
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
         W, H, W, H);
     text(d, W / 2.0, 26, "middle", 16, "font-weight=\"bold\"", title);
 }
@@ -140,16 +150,17 @@ void svg_line_chart(svg_doc *d, const char *title, const char *xlabel, const cha
         const char *col = g_colors[k % 5];
         put(d, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
         for (int i = 0; i < s[k].n; i++)
-            if (usable(&s[k], i, logx))
-                put(d, "%.1f,%.1f ", px(&r, s[k].x[i]), py(&r, s[k].y[i]));
+            if (usable(&s[k], i, logx)) put(d, "%.1f,%.1f ", px(&r, s[k].x[i]), py(&r, s[k].y[i]));
         put(d, "\"/>\n");
         for (int i = 0; i < s[k].n && s[k].n <= 64; i++) /* points too, when few */
             if (usable(&s[k], i, logx))
-                put(d, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
-                    px(&r, s[k].x[i]), py(&r, s[k].y[i]), col);
+                put(d, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(&r, s[k].x[i]),
+                    py(&r, s[k].y[i]), col);
         double ly = MT + 14 + 20.0 * k;
-        put(d, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
-               "stroke-width=\"3\"/>\n", W - MR + 12, ly - 4, W - MR + 36, ly - 4, col);
+        put(d,
+            "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
+            "stroke-width=\"3\"/>\n",
+            W - MR + 12, ly - 4, W - MR + 36, ly - 4, col);
         text(d, W - MR + 42, ly, "start", 12, NULL, s[k].name);
     }
     axis_labels(d, xlabel, ylabel);
@@ -171,7 +182,8 @@ void svg_heatmap(svg_doc *d, const char *title, const char *note, const char *xl
                  int ny, const double *v) {
     begin(d, title);
     if (note) text(d, W / 2.0, 44, "middle", 12, NULL, note);
-    double cw = (double)(W - ML - MR) / (nx > 0 ? nx : 1), ch = (double)(H - MT - MB) / (ny > 0 ? ny : 1);
+    double cw = (double)(W - ML - MR) / (nx > 0 ? nx : 1),
+           ch = (double)(H - MT - MB) / (ny > 0 ? ny : 1);
     for (int r = 0; r < ny; r++) {
         double y = H - MB - (r + 1) * ch;
         text(d, ML - 6, y + ch / 2 + 4, "end", 11, NULL, ylab[r]);
@@ -179,8 +191,10 @@ void svg_heatmap(svg_doc *d, const char *title, const char *note, const char *xl
             double x = ML + c * cw, a = v[(size_t)r * nx + c];
             char col[16] = "#eeeeee";
             if (isfinite(a)) heat_color(a, col, sizeof col);
-            put(d, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
-                   "stroke=\"white\"/>\n", x, y, cw, ch, col);
+            put(d,
+                "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" "
+                "stroke=\"white\"/>\n",
+                x, y, cw, ch, col);
             if (!isfinite(a) || cw < 22 || ch < 12) continue;
             char b[16];
             snprintf(b, sizeof b, "%.2f", a);

@@ -14,7 +14,8 @@
 static int32_t *tokens(const char *s, long *T) {
     long n = (long)strlen(s);
     int32_t *t = malloc((size_t)n * sizeof *t);
-    for (long i = 0; i < n; i++) t[i] = (unsigned char)s[i];
+    for (long i = 0; i < n; i++)
+        t[i] = (unsigned char)s[i];
     *T = n - 1;
     return t;
 }
@@ -34,7 +35,8 @@ static void test_hand_made(void) {
     long T;
     int32_t *tok = tokens(s, &T);
     int32_t *pred = malloc((size_t)T * sizeof *pred);
-    for (long i = 0; i < T; i++) pred[i] = 'F';
+    for (long i = 0; i < T; i++)
+        pred[i] = 'F';
     pred[16] = '3'; /* ab?3: right */
     pred[21] = '5'; /* cd?7: wrong */
     pred[40] = '9'; /* ab?9 after ab=9 restated it: right */
@@ -61,7 +63,8 @@ static void test_hand_made(void) {
     /* documents: one opens at 19, so cd?7 (21) loses its fact (11); ab?3 (16) keeps its own
      * (6, same document) and ab?9 (40) its fact at 31 */
     int32_t *doc = calloc((size_t)T, sizeof *doc);
-    for (long i = 19; i < T; i++) doc[i] = 19;
+    for (long i = 19; i < T; i++)
+        doc[i] = 19;
     nq = score(tok, T, doc, pred, 0, T, q);
     CHECK(nq == 2 && q[0].pos == 16 && q[1].pos == 40,
           "a document from 19 drops cd?7 only: %ld questions", nq);
@@ -84,8 +87,10 @@ static void test_corpus(void) {
     long T = 4096, D = 300;
     uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 7);
     int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
-    for (long i = 0; i <= T; i++) tok[i] = (int32_t)c[i];
-    for (long i = 0; i < T; i++) pred[i] = tok[i + 1];
+    for (long i = 0; i <= T; i++)
+        tok[i] = (int32_t)c[i];
+    for (long i = 0; i < T; i++)
+        pred[i] = tok[i + 1];
     recall_question *q = malloc((size_t)recall_max_questions(T) * sizeof *q);
     long nq = score(tok, T, NULL, pred, 0, T, q), ok = 0, near = 0;
     for (long i = 0; i < nq; i++) {
@@ -95,10 +100,12 @@ static void test_corpus(void) {
     CHECK(nq > 100 && ok == nq, "oracle: %ld of %ld questions right", ok, nq);
     CHECK(near == nq, "distances: %ld of %ld within [D/2, 2D]", near, nq);
     CHECK(recall_detect(tok, T + 1), "detect: the generated corpus");
-    for (long i = 0; i < T; i++) pred[i] = '0';
+    for (long i = 0; i < T; i++)
+        pred[i] = '0';
     nq = score(tok, T, NULL, pred, 0, T, q);
     ok = 0;
-    for (long i = 0; i < nq; i++) ok += q[i].correct;
+    for (long i = 0; i < nq; i++)
+        ok += q[i].correct;
     double acc = (double)ok / (double)nq;
     CHECK(acc > 0.01 && acc < 0.15, "constant guess: accuracy %.3f near chance %.4f", acc,
           RECALL_CHANCE);
