@@ -190,6 +190,7 @@ static int eval_parse_args(eval_options *o, int argc, char **argv) {
 typedef struct {
     eval_options o;
     int rank, world, threads, P, T_loc;
+    size_t runtime; /* the process's own resident bytes (the `runtime` category) */
     char weights[4096], config[4096]; /* resolved paths */
     model_config cfg;
     token_shard shard;
@@ -283,7 +284,9 @@ static void eval_free_all(eval_job *j) {
 }
 
 static report_memory eval_plan(eval_job *j) {
+    j->runtime = setup_runtime(&j->cfg, j->T_loc);
     mem_plan_begin();
+    mem_count(MEM_RUNTIME, (long long)j->runtime);
     eval_alloc_all(j);
     eval_free_all(j);
     report_memory plan = report_capture();
@@ -309,6 +312,7 @@ static void eval_outputs(const eval_job *j, const eval_stats *s) {
 }
 
 static void eval_run_job(eval_job *j) {
+    mem_count(MEM_RUNTIME, (long long)j->runtime); /* as in the plan */
     eval_alloc_all(j);
     model_load(&j->m, j->weights);
     eval_stats s;

@@ -65,7 +65,10 @@ void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, in
 /* Floats of the pack scratch both exchanges need for these shapes. */
 size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS);
 
-/* Sum of g (n floats) over all ranks of the world, in place. */
+/* Sum of g (n floats) over all ranks of the world, in place, in pieces of at most
+ * COMM_REDUCE_CHUNK floats: MPI's all-reduce holds a temporary as large as its message, so the
+ * pieces bound it (each element's sum has the same order whatever the piece). */
+enum { COMM_REDUCE_CHUNK = 1 << 20 };
 void comm_reduce_grads(comm_ctx *c, float *g, size_t n);
 /* Sum of the loss sum and the valid-target count over all ranks, in place. */
 void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
@@ -78,6 +81,11 @@ void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind);
 /* Reduce-scatter: full (R * n) summed over ranks, this rank's block i = rank lands in shard (n).
  * overwrite shard. */
 void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n);
+/* Bytes MPI holds inside the collectives above for a gradient reduction of n floats (plain or
+ * data parallel), or for reduce-scatters whose largest shard is shard_n floats (FSDP): counted
+ * in the `comm` category so that the plan bounds the real RSS (DESIGN.md §5). 0 on one rank. */
+size_t comm_reduce_temp_bytes(const comm_ctx *c, size_t n);
+size_t comm_reduce_scatter_temp_bytes(const comm_ctx *c, size_t shard_n);
 /* Sum of one double over the world, in place (e.g. the squared gradient norm of shards). */
 void comm_sum_double(comm_ctx *c, double *v);
 /* Sum of n doubles over the world, in place (evaluation statistics: counts and loss sums). */

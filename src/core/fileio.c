@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,16 @@ int up_write_line_atomic(const char *path, const char *text, char *err, size_t e
     int rc = up_write_file_atomic(path, line, n + 1, err, errlen);
     free(line);
     return rc;
+}
+
+void up_map_drop(const void *map, size_t map_bytes, const void *p, size_t len) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t a = (size_t)((const char *)p - (const char *)map), b = a + len;
+    a -= a % page;
+    b = b > map_bytes ? map_bytes : b;
+    if (b <= a) return;
+    /* advice only: a failure leaves the pages resident, which is harmless */
+    (void)madvise((char *)(uintptr_t)map + a, b - a, MADV_DONTNEED);
 }
 
 int up_map_file(const char *path, size_t header, const char *kind, const char *format,

@@ -23,6 +23,12 @@ int up_write_line_atomic(const char *path, const char *text, char *err, size_t e
 int up_map_file(const char *path, size_t header, const char *kind, const char *format,
                 const char *make, const void **map, size_t *size, int *fd, char *err,
                 size_t errlen);
+/* Takes the pages of [p, p + len) of a mapping from up_map_file out of the process (they stay
+ * in the page cache; a later read maps them again), so that reading a data file does not grow
+ * the resident set by the file: the memory plan bounds RSS (DESIGN.md §5). Whole pages only. */
+void up_map_drop(const void *map, size_t map_bytes, const void *p, size_t len);
+/* Bytes a validation pass over a mapped file reads before it drops them (up_map_drop). */
+enum { MAP_SCAN_BYTES = 16 << 20 };
 /* out = dir + "/" + name; a path longer than len stops with a message (up_die). */
 void up_path_join(char *out, size_t len, const char *dir, const char *name);
 /* Temporary files and folders of writes in progress, so that a signal that ends the process

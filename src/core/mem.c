@@ -25,7 +25,8 @@ static long g_fail_after;
 static int g_planning;
 
 static const char *g_names[MEM_COUNT] = {"params",      "grads",      "optimizer", "checkpoints",
-                                         "activations", "attention", "workspace", "comm"};
+                                         "activations", "attention", "workspace", "comm",
+                                         "runtime"};
 
 const char *mem_category_name(mem_category cat) {
     return (cat >= 0 && cat < MEM_COUNT) ? g_names[cat] : "?";
@@ -89,6 +90,18 @@ float *mem_alloc_f32(mem_category cat, size_t n) {
     return mem_alloc(cat, up_mul(n, sizeof(float)));
 }
 
+void mem_count(mem_category cat, long long delta) {
+    UP_CHECK(cat >= 0 && cat < MEM_COUNT, "bad memory category %d", (int)cat);
+    if (delta >= 0) {
+        count_alloc(cat, (size_t)delta);
+        return;
+    }
+    UP_CHECK((size_t)-delta <= g_live[cat], "mem_count: giving back more %s than counted",
+             mem_category_name(cat));
+    g_live[cat] -= (size_t)-delta;
+    g_live_total -= (size_t)-delta;
+}
+
 void mem_free(void *p) {
     if (!p) return;
     mem_header *h = (mem_header *)((char *)p - MEM_HDR);
@@ -135,3 +148,10 @@ static size_t status_field(const char *key) {
 
 size_t mem_rss_peak(void) { return status_field("VmHWM:"); }
 size_t mem_rss_now(void) { return status_field("VmRSS:"); }
+
+int mem_rss_reset_peak(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return -1;
+    int ok = fputs("5", f) >= 0; /* 5: reset the peak RSS to the current RSS */
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}

@@ -18,6 +18,7 @@ typedef enum {
     MEM_ATTENTION,
     MEM_WORKSPACE,
     MEM_COMM,
+    MEM_RUNTIME, /* the process itself: code, libraries, MPI, thread stacks, BLAS buffers */
     MEM_COUNT
 } mem_category;
 
@@ -30,6 +31,10 @@ void *mem_try_alloc(mem_category cat, size_t bytes);
 /* mem_alloc(cat, n * sizeof(float)) with overflow check. */
 float *mem_alloc_f32(mem_category cat, size_t n);
 void mem_free(void *p); /* NULL is fine */
+/* Counts bytes that are resident but not ours to allocate (MPI's temporaries inside a
+ * collective, the process baseline): added to the live and peak figures exactly like an
+ * allocation, in plan mode too; a negative delta gives them back. */
+void mem_count(mem_category cat, long long delta);
 
 size_t mem_live(mem_category cat);
 size_t mem_live_total(void);
@@ -45,6 +50,9 @@ size_t mem_offloaded_peak(void);
 size_t mem_rss_peak(void);
 /* Current resident set size (VmRSS), in bytes. */
 size_t mem_rss_now(void);
+/* Starts the peak resident set size over from the current one (Linux: /proc/self/clear_refs);
+ * 0 on success, -1 where the kernel does not allow it. */
+int mem_rss_reset_peak(void);
 
 /* Plan mode (measure, then allocate): between mem_plan_begin and mem_plan_end, allocations are
  * counted exactly as real ones (live bytes, peaks, offloaded bytes) but not made: they return

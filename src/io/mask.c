@@ -50,8 +50,12 @@ static int mask_validate(mask_shard *m, const char *path, size_t expected_count,
     m->bytes = (const uint8_t *)m->map + MASK_HEADER_BYTES;
     /* OR everything first (a tight loop), locate the offender only when there is one. */
     uint8_t any = 0;
-    for (size_t i = 0; i < m->n; i++)
-        any |= m->bytes[i];
+    for (size_t i0 = 0; i0 < m->n; i0 += MAP_SCAN_BYTES) { /* page by page off the RSS */
+        size_t i1 = m->n - i0 < MAP_SCAN_BYTES ? m->n : i0 + MAP_SCAN_BYTES;
+        for (size_t i = i0; i < i1; i++)
+            any |= m->bytes[i];
+        up_map_drop(m->map, m->map_bytes, m->bytes + i0, i1 - i0);
+    }
     if (any > 1) {
         size_t i = 0;
         while (m->bytes[i] <= 1)
@@ -88,6 +92,7 @@ void mask_read(const mask_shard *m, size_t start, size_t count, uint8_t *dst) {
         size_t run = m->n - pos; /* contiguous bytes before the wrap */
         if (run > count - i) run = count - i;
         memcpy(dst + i, m->bytes + pos, run);
+        up_map_drop(m->map, m->map_bytes, m->bytes + pos, run);
         i += run;
         pos = 0;
     }

@@ -106,14 +106,20 @@ int shard_open(token_shard *s, const char *path, int vocab, char *err, size_t er
     s->tokens = (const uint8_t *)map + SHARD_HEADER_BYTES;
     /* Find the largest id first (a tight loop), locate the offender only when there is one. */
     uint32_t maxid = 0;
-    if (s->token_bytes == 2) {
-        const uint16_t *t = (const void *)s->tokens;
-        for (size_t i = 0; i < s->ntok; i++)
-            maxid = t[i] > maxid ? t[i] : maxid;
-    } else {
-        const uint32_t *t = (const void *)s->tokens;
-        for (size_t i = 0; i < s->ntok; i++)
-            maxid = t[i] > maxid ? t[i] : maxid;
+    const size_t chunk = MAP_SCAN_BYTES / (size_t)s->token_bytes;
+    for (size_t i0 = 0; i0 < s->ntok; i0 += chunk) { /* page by page off the RSS */
+        size_t i1 = s->ntok - i0 < chunk ? s->ntok : i0 + chunk;
+        if (s->token_bytes == 2) {
+            const uint16_t *t = (const void *)s->tokens;
+            for (size_t i = i0; i < i1; i++)
+                maxid = t[i] > maxid ? t[i] : maxid;
+        } else {
+            const uint32_t *t = (const void *)s->tokens;
+            for (size_t i = i0; i < i1; i++)
+                maxid = t[i] > maxid ? t[i] : maxid;
+        }
+        up_map_drop(s->map, s->map_bytes, s->tokens + i0 * (size_t)s->token_bytes,
+                    (i1 - i0) * (size_t)s->token_bytes);
     }
     if (maxid >= (uint32_t)vocab) {
         size_t i = 0;
@@ -146,6 +152,8 @@ void shard_read(const token_shard *s, size_t start, size_t n, int32_t *out) {
             for (size_t j = 0; j < run; j++)
                 out[i + j] = (int32_t)t[j];
         }
+        up_map_drop(s->map, s->map_bytes, s->tokens + pos * (size_t)s->token_bytes,
+                    run * (size_t)s->token_bytes);
         i += run;
         pos = 0;
     }

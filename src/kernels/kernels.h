@@ -38,6 +38,9 @@ void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float 
  * and a one-line description of the BLAS build, for the run summary. */
 void blas_set_threads(int n);
 const char *blas_describe(void);
+/* Makes OpenBLAS's per-thread packing buffers resident as a product n columns wide and k deep
+ * would (DESIGN.md §5: the `runtime` category measures them). 0, or -1 out of memory. */
+int blas_touch_buffers(int n, int k);
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 

@@ -3,7 +3,9 @@
 #include "kernels/kernels.h"
 
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "core/check.h"
 
@@ -48,6 +50,30 @@ void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      int N, int IC, int OC) {
     matmul_backward_ld(dinp, IC, dw, IC, dout, OC, inp, IC, w, IC, N, IC, OC);
+}
+
+/* One product (512, k) @ (k, n) whose operands are fresh anonymous mappings that are only read:
+ * their pages are the kernel's shared zero page, so nothing of them becomes resident, while
+ * OpenBLAS packs them through its per-thread buffers exactly as a real product of that width
+ * would. Only the buffers' pages and the (512, n) result are touched. 512 rows: OpenBLAS 0.3.21
+ * multiplies narrower products on one thread without its buffers (measured). */
+int blas_touch_buffers(int n, int k) {
+    const int m = 512;
+    size_t abytes = (size_t)m * (size_t)k * sizeof(float);
+    size_t bbytes = (size_t)k * (size_t)n * sizeof(float);
+    void *a = mmap(NULL, abytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *b = mmap(NULL, bbytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *c = malloc((size_t)m * (size_t)n * sizeof(float));
+    int rc = -1;
+    if (a != MAP_FAILED && b != MAP_FAILED && c) {
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, m, b, k, 0.0f,
+                    c, m);
+        rc = 0;
+    }
+    if (a != MAP_FAILED) munmap(a, abytes);
+    if (b != MAP_FAILED) munmap(b, bbytes);
+    free(c);
+    return rc;
 }
 
 void blas_set_threads(int n) { openblas_set_num_threads(n); }

@@ -38,6 +38,9 @@ void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits
         f->grads = mem_alloc_f32(MEM_GRADS, f->nshard);
         f->m = mem_alloc_f32(MEM_OPTIMIZER, f->nshard);
         f->v = mem_alloc_f32(MEM_OPTIMIZER, f->nshard);
+        f->mpi_temp = R == 1 ? comm_reduce_temp_bytes(comm, f->nshard)
+                             : comm_reduce_scatter_temp_bytes(comm, maxs);
+        mem_count(MEM_COMM, (long long)f->mpi_temp);
     }
     if (R == 1) return;
     size_t full = up_mul(maxs, (size_t)R);
@@ -58,6 +61,7 @@ void fsdp_free(fsdp_state *f) {
     float *bufs[] = {f->params, f->grads,   f->m,      f->v,           f->gbuf[0],
                      f->gbuf[1], f->gbuf[2], f->gradbuf, f->tied_gradbuf, f->rs_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    mem_count(MEM_COMM, -(long long)f->mpi_temp);
     free(f->unit_off);
     free(f->shard_n);
     free(f->shard_off);

@@ -39,6 +39,7 @@ typedef struct {
     float *gradbuf;      /* (R * max shard_n) full gradients of the unit in backward */
     float *tied_gradbuf; /* the tied unit's full gradients, accumulated over both its uses */
     float *rs_tmp;       /* (max shard_n) reduce-scatter result before it is added */
+    size_t mpi_temp; /* bytes MPI holds inside the gradient collective (counted in comm) */
 } fsdp_state;
 
 /* Builds the shard tables for units at unit_off (nunits + 1 offsets) over R ranks (R == 1 or

@@ -23,7 +23,8 @@ static const char *g_shrink[MEM_COUNT] = {
     "more ranks (FSDP shards model state)", "more ranks (FSDP shards model state)",
     "more ranks (FSDP shards model state)", "--offload DIR",
     "--checkpoint",                          "--upipe-heads U (smaller U) or more --cp ranks",
-    "--tile-mlp / --tile-loss",              "fewer ranks per group"};
+    "--tile-mlp / --tile-loss",              "fewer ranks per group",
+    "fewer --threads (each BLAS thread holds its packing buffers)"};
 
 void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc) {
     char b[32];

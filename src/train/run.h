@@ -22,6 +22,7 @@ typedef struct {
     train_options o;
     int rank, world, threads;
     int P, T_loc; /* context-parallel degree, tokens of a sequence per rank (T / P) */
+    size_t runtime; /* the process's own resident bytes (the `runtime` category) */
     model_config cfg;
     token_shard shard;
     mask_shard mask;         /* --loss-mask */

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
+#include "kernels/kernels.h"
 #include "train/ckpt.h"
 
 #include <errno.h>
@@ -226,9 +227,33 @@ void run_setup(train_run *r) {
     check_outputs(r);
 }
 
+/* The process's own resident memory, measured once before anything large is allocated: code,
+ * libraries, MPI's shared segments, the OpenMP threads and their stacks, and OpenBLAS's
+ * per-thread packing buffers, touched here as wide as the run's widest product will touch them:
+ * OpenBLAS packs a block of the right operand (its depth, at most 1024 here, times the product's
+ * width) into a 128 MiB buffer, which a width of 131072 fills (measured: 10 MiB at width 8192,
+ * 40 MiB at 32000, 128 MiB at 131072). It is the `runtime` category of the plan and of the
+ * report, so that they bound the process's real RSS (DESIGN.md §5). The peak RSS starts over
+ * afterwards, so the touch itself is not in it. */
+size_t setup_runtime(const model_config *c, int T_loc) {
+    int widest = T_loc;
+    const int dims[] = {c->C, c->F, c->V, c->NH * c->HS};
+    for (int i = 0; i < 4; i++) widest = dims[i] > widest ? dims[i] : widest;
+    widest = widest < 131072 ? widest : 131072;
+    int started = 0;
+#pragma omp parallel reduction(+ : started)
+    started += 1;
+    (void)started;
+    if (blas_touch_buffers(widest, 1024) != 0) up_die("out of memory before the run started");
+    mem_rss_reset_peak();
+    return mem_rss_now();
+}
+
 /* The plan: the model's own sizing code under plan mode, before anything is allocated. */
 report_memory run_plan(train_run *r) {
+    r->runtime = setup_runtime(&r->cfg, r->T_loc);
     mem_plan_begin();
+    mem_count(MEM_RUNTIME, (long long)r->runtime);
     /* what run_start allocates, live together (counted, not allocated) */
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &r->o.mopt);
     if (r->o.ckpt_dir) mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());

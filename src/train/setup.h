@@ -27,4 +27,10 @@ void setup_shard(token_shard *s, const char *flag, const char *path, int V);
  * and UPipe options against the config and P. */
 void setup_model_options(const model_config *cfg, int P, model_options *mopt);
 
+/* The process's own resident bytes before anything large is allocated (runtime, MPI, thread
+ * stacks, OpenBLAS's buffers made resident as the widest product of this model at T_loc tokens
+ * per rank will), for the `runtime` memory category; the peak RSS starts over from here.
+ * Call after the threads are set. */
+size_t setup_runtime(const model_config *cfg, int T_loc);
+
 #endif

@@ -47,6 +47,7 @@ static ckpt_state run_state(const train_run *r, long step) {
 /* The model (loaded or random), the summary, the log file and the per-step constants. */
 static void run_start(train_run *r) {
     const train_options *o = &r->o;
+    mem_count(MEM_RUNTIME, (long long)r->runtime); /* as in the plan */
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
     if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
     if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);

@@ -155,7 +155,7 @@ grep -q '"torch_dtype": "bfloat16"' "$TMP/hf16/config.json" && ok "bf16 config s
 # ---- the plan counts the checkpoint writer's staging buffer: plan = measured peak ----
 train plan_dry 2 $G --steps 2 --fsdp --ckpt-dir "$TMP/ck_plan" --dry-run --mem-report "$TMP/plan.json"
 train plan_run 2 $G --steps 2 --fsdp --ckpt-dir "$TMP/ck_plan" --mem-report "$TMP/meas.json"
-p=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$TMP/plan.json"); q=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$TMP/meas.json")
+p=$(buffer_peak "$TMP/plan.json"); q=$(buffer_peak "$TMP/meas.json")
 [ -n "$p" ] && [ "$p" = "$q" ] && ok "plan = measured peak with checkpoints: $p bytes" || bad "plan $p vs measured $q"
 
 # ---- refusals: one line, every rank stops ----

@@ -92,7 +92,7 @@ else bad "packed gradients vs documents one by one"; cat "$TMP/sum.cmp"; fi
 # ---- the plan still equals the measured peak ----
 mpirun_n 2 "$UPIPE" train --quiet --threads 1 $DOCS --steps 1 --dry-run --mem-report "$TMP/p.json" >/dev/null 2>&1
 mpirun_n 2 "$UPIPE" train --quiet --threads 1 $DOCS --steps 1 --mem-report "$TMP/m.json" >/dev/null 2>&1
-p=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$TMP/p.json"); q=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$TMP/m.json")
+p=$(buffer_peak "$TMP/p.json"); q=$(buffer_peak "$TMP/m.json")
 [ -n "$p" ] && [ "$p" = "$q" ] && ok "plan = measured peak with documents: $p" || bad "plan $p vs measured $q"
 
 # ---- bad input ----

@@ -95,7 +95,7 @@ eval_case from_save 1 $G --init "$TMP/ck.st"
   || bad "--ckpt: '$(report_loss from_ckpt)' vs '$(report_loss from_save)'"
 
 # ---- memory: the plan is the measured peak, and below training's ----
-peak() { sed -n 's/.*"peak_bytes": *\([0-9]*\).*/\1/p' "$1" | head -n1; }
+peak() { buffer_peak "$1"; }
 "$UPIPE" train --quiet --threads 1 --config "$TMP/v4k.json" --data "$TMP/r.bin" --seq-len 64 --steps 1 \
   --save "$TMP/v4k.st" >/dev/null 2>&1 || bad "train the vocabulary-4096 model"
 mem_case() { # name ranks args...

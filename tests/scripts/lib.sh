@@ -16,6 +16,13 @@ finish() {
 }
 # Value of a numeric field in a JSONL line (the log format is upipe's own: "key": value).
 json_field() { sed -n "s/.*\"$2\": *\([-+0-9.eE]*\).*/\1/p" <<<"$1"; }
+# The accounted peak of a memory report less its `runtime` category (the process's own resident
+# bytes, measured in each process): what a plan and the run it plans must agree on to the byte.
+buffer_peak() {
+  local j p r
+  j=$(tr -d '\n' <"$1"); p=$(json_field "$j" peak_bytes); r=$(json_field "$j" runtime)
+  is_num "$p" && is_num "$r" && echo $((p - r))
+}
 # mpiexec that runs as root and oversubscribed with MPICH (default) or Open MPI.
 MPIEXEC=${MPIEXEC:-mpiexec}
 if "$MPIEXEC" --version 2>/dev/null | grep -qi "open mpi"; then

@@ -28,7 +28,7 @@ if "$UPIPE" train --config "$TMP/deep.json" --data "$TMP/d.bin" --seq-len 32 --s
     --quiet --mem-report "$TMP/deep.json.mem" >"$TMP/deep.out" 2>&1 \
   && "$UPIPE" train --config "$TMP/deep.json" --data "$TMP/d.bin" --seq-len 32 --steps 1 --threads 2 \
     --quiet --dry-run --mem-report "$TMP/deep.plan" >/dev/null 2>&1; then
-  a=$(json_field "$(tr -d '\n' <"$TMP/deep.json.mem")" peak_bytes); b=$(json_field "$(tr -d '\n' <"$TMP/deep.plan")" peak_bytes)
+  a=$(buffer_peak "$TMP/deep.json.mem"); b=$(buffer_peak "$TMP/deep.plan")
   [ -n "$a" ] && [ "$a" = "$b" ] && ok "40-layer model: measured peak $a = plan" || bad "40-layer model: measured $a vs plan $b"
 else
   bad "40-layer model failed"; cat "$TMP/deep.out"

@@ -43,7 +43,7 @@ le=$(sed -n 's/^  "loss": *\([-+0-9.eE]*\).*/\1/p' "$TMP/e.json")
 # the plan counts the validation buffers: plan = measured peak
 mpirun_n 2 "$UPIPE" train $T --val-data "$TMP/val.bin" --dry-run --mem-report "$TMP/p.json" >/dev/null 2>&1
 mpirun_n 2 "$UPIPE" train $T --val-data "$TMP/val.bin" --mem-report "$TMP/m.json" >/dev/null 2>&1
-p=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$TMP/p.json"); m=$(sed -n 's/.*"peak_bytes": \([0-9]*\).*/\1/p' "$TMP/m.json")
+p=$(buffer_peak "$TMP/p.json"); m=$(buffer_peak "$TMP/m.json")
 [ -n "$p" ] && [ "$p" = "$m" ] && ok "plan = measured peak with validation: $p" || bad "plan '$p' vs measured '$m'"
 
 # ---- upipe plot ----
