@@ -1,6 +1,8 @@
 /* loss.c — fused cross-entropy forward + backward over rows of logits. */
 #include "kernels/kernels.h"
 
+#include "dispatch.h"
+
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -20,6 +22,7 @@ enum { CE_MAX_THREADS = 256 };
 
 /* One row x (V): returns -log softmax(x)[target] and leaves grad_scale * (softmax - onehot)
  * in x. Stable: exponents are taken of x - max(x) <= 0. */
+KERNEL_CLONES
 static double ce_row(float *x, int32_t target, int V, float grad_scale) {
     float mx = x[0];
 #pragma omp simd reduction(max : mx)

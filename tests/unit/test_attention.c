@@ -20,8 +20,14 @@
  *     differences of the masked backward (in 3.); large scores with documents (in 4.).
  *  8. a packed window equals its documents run one by one (doc_start NULL): out, lse, dq, dk, dv
  *     within fp32 rounding, bit-for-bit when every document starts on a 256 boundary.
+ *  9. path selection: an unknown name is refused with a message; portable runs everywhere.
+ * 10. avx2 and avx512 give the same bits where they share the schedule.
  * Every call gets a workspace and outputs filled with NaN first ("any content" / overwrite), and
  * guard floats after each of them that must survive (the workspace covers all scratch).
+ * All of it runs once per kernel path this CPU runs (avx512, avx2, portable: kernels.h), each
+ * against the same double reference and finite differences; a path the CPU lacks is reported
+ * as skipped. The paths are one algorithm on
+ * different blocks and vector widths: the same fp32 error sources, hence the same tolerances.
  * Last line: "N passed, M failed"; exit 1 on any failure. */
 #include "kernels/kernels.h"
 #include "kernels/kernels_ref.h"
@@ -37,6 +43,8 @@
 #include <string.h>
 
 enum { CANARY = 64 }; // guard floats after outputs and workspace
+
+static const char *g_path = ""; // the kernel path under test, for the messages
 
 static float *talloc(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof(float));
@@ -158,9 +166,9 @@ static void problem_fast(problem *p, int threads) {
         ok &= canary_ok(outs[i], ns[i]);
     char what[160];
     snprintf(what, sizeof what,
-             "T=%d NH=%d NKV=%d HS=%d threads=%d: write past an output or the "
+             "%s: T=%d NH=%d NKV=%d HS=%d threads=%d: write past an output or the "
              "workspace",
-             p->T, p->NH, p->NKV, p->HS, threads);
+             g_path, p->T, p->NH, p->NKV, p->HS, threads);
     CHECK(ok, "%s", what);
     free(ws);
 }
@@ -188,8 +196,8 @@ static void compare(problem *p, double tol_f, double tol_b, const char *tag, dou
     const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++) {
         double tol = i < 2 ? tol_f : tol_b;
-        snprintf(what, sizeof what, "%s T=%d NH=%d NKV=%d HS=%d: %s rel err %.3g > %.1g", tag, p->T,
-                 p->NH, p->NKV, p->HS, names[i], e[i], tol);
+        snprintf(what, sizeof what, "%s: %s T=%d NH=%d NKV=%d HS=%d: %s rel err %.3g > %.1g",
+                 g_path, tag, p->T, p->NH, p->NKV, p->HS, names[i], e[i], tol);
         CHECK(e[i] <= tol, "%s", what);
         if (worst && e[i] > worst[i]) worst[i] = e[i];
     }
@@ -517,7 +525,7 @@ static void diff_acc(const float *a, const float *b, size_t n, double *e, double
  * softmax and of the block sums: each is within ~1e-6 of the double ref (test 6), and we ask
  * 2e-6 of max |tensor| (measured worst 3.4e-7; a key leaked from a neighbouring document
  * moves the output by ~1e-2).
- * When every document starts on a multiple of 256 (both paths' block sizes) the blocking is the
+ * When every document starts on a multiple of 256 (of every path's blocks) the blocking is the
  * same, and with the owner backward scheme (NKV % threads == 0: no private dQ buffers) so are
  * the sums: bit-for-bit. */
 #define TOL_CONCAT 2e-6
@@ -582,8 +590,8 @@ static void test_concat(const doc_layout *L, int T, int NH, int NKV, int HS, int
     omp_set_num_threads(2);
 }
 
-int main(void) {
-    double t0 = omp_get_wtime();
+/* The whole suite on the current path. */
+static void test_path(void) {
     test_shapes();
     test_threads(NULL);
     test_threads(&layouts[5]); // one off the boundaries
@@ -602,6 +610,80 @@ int main(void) {
         test_concat(&aligned, 1100, 4, 2, 64, th, th != 3);
         test_concat(&aligned, 1100, 8, 1, 32, th, th == 1);
     }
+}
+
+/* 10. avx2 and avx512 run the same sums in the same order (attention_avx2.c): where they share
+ * the schedule, in the forward always and in the backward when each thread owns whole KV heads
+ * (NKV % threads == 0), their results are the same bits. T = 700 (several blocks of either
+ * size, a partial last one), GQA, HS 64 and 24 (masked column tails), with and without
+ * documents, 1 and 2 threads. A lane mask off by one changes bits at once. */
+static void test_paths_agree(void) {
+    if (!kernel_path_supported("avx512") || !kernel_path_supported("avx2")) {
+        printf("avx2 vs avx512: skipped (this CPU lacks one of them)\n");
+        return;
+    }
+    const int HSs[] = {64, 24};
+    for (int c = 0; c < 2; c++)
+        for (int d = 0; d < 2; d++)
+            for (int th = 1; th <= 2; th++) {
+                problem p;
+                problem_init(&p, 700, 8, 4, HSs[c], 1000 + (uint64_t)c, 1.0f);
+                int32_t *doc = d ? docs_make(&layouts[5], p.T) : NULL;
+                p.doc = doc;
+                const char *paths[2] = {"avx512", "avx2"};
+                float *res[2];
+                const size_t nl = (size_t)p.NH * p.T;
+                for (int i = 0; i < 2; i++) {
+                    char err[256];
+                    CHECK(kernel_path_set(paths[i], err, sizeof err) == 0, "%s", err);
+                    problem_fast(&p, th);
+                    res[i] = talloc(2 * p.nq + nl + 2 * p.nk);
+                    float *srcs[5] = {p.out, p.lse, p.dq, p.dk, p.dv};
+                    const size_t ns[5] = {p.nq, nl, p.nq, p.nk, p.nk};
+                    size_t off = 0;
+                    for (int t = 0; t < 5; off += ns[t], t++)
+                        memcpy(res[i] + off, srcs[t], ns[t] * sizeof(float));
+                }
+                CHECK(memcmp(res[0], res[1], (2 * p.nq + nl + 2 * p.nk) * sizeof(float)) == 0,
+                      "avx2 vs avx512 HS=%d docs=%s threads=%d: not bit-identical", p.HS,
+                      d ? layouts[5].name : "NULL", th);
+                free(res[0]);
+                free(res[1]);
+                problem_free(&p);
+                free(doc);
+            }
+    omp_set_num_threads(2);
+    printf("avx2 vs avx512: bit-identical where they share the schedule\n");
+}
+
+/* 9. path selection: unknown names are refused with a message; portable runs everywhere. */
+static void test_selection(void) {
+    char err[256] = "";
+    CHECK(kernel_path_set("avx9000", err, sizeof err) != 0 && strstr(err, "avx9000") &&
+              strstr(err, "portable"),
+          "an unknown path name is refused with a message naming it and the valid ones: '%s'", err);
+    CHECK(kernel_path_supported("portable"), "the portable path runs on every CPU");
+    CHECK(!kernel_path_supported(""), "the empty name is no path");
+}
+
+int main(void) {
+    double t0 = omp_get_wtime();
+    test_selection();
+    static const char *const paths[] = {"avx512", "avx2", "portable"};
+    for (int i = 0; i < 3; i++) {
+        if (!kernel_path_supported(paths[i])) {
+            printf("== path %s: skipped (this CPU or build lacks it)\n", paths[i]);
+            continue;
+        }
+        char err[256];
+        CHECK(kernel_path_set(paths[i], err, sizeof err) == 0, "%s", err);
+        g_path = paths[i];
+        printf("== path %s (%s)\n", paths[i], kernel_path_name());
+        double t1 = omp_get_wtime();
+        test_path();
+        printf("path %s: %.1f s\n", paths[i], omp_get_wtime() - t1);
+    }
+    test_paths_agree();
     printf("test_attention: %.1f s\n", omp_get_wtime() - t0);
     return harness_finish("test_attention");
 }
