@@ -39,24 +39,28 @@
  * finite. Without documents (NULL) the code and the order of every sum are those of the plain
  * causal kernel, so results are bit-identical to it.
  *
- * Two implementations of the per-block work, same algorithm and blocking:
- *   - AVX-512 (when the compiler targets it): our own register-blocked micro-kernels (attn_kq,
- *     attn_kh). The vectors run along the dimension a task keeps fixed: in the forward 16
- *     queries fill a vector (scores are kept transposed, S^T (keys, queries)), so the online
- *     softmax (max, exp, sums, rescale) needs no horizontal reductions and the causal mask is a
- *     lane mask; in the backward 16 keys do. The fixed operand is packed transposed once per
- *     task (scale * Q_i^T, or scale * K_j^T and V_j^T), the streamed ones are read in place.
- *     On Zen 4 these kernels run at ~105-110 GFLOP/s per core on L2-resident tiles, against
- *     ~95 for cblas_sgemm on the same tiles plus its packing copies (~15% of the time).
- *   - portable: cblas_sgemm on the (B, B) tiles (single-threaded inside our OpenMP region with
- *     Debian's OpenMP OpenBLAS) and plain loops that gcc vectorises. Build with -DATTN_FORCE_BLAS
- *     to use it on an AVX-512 machine (the unit test passes with both).
+ * Three implementations of the per-block work ("paths", one algorithm; DESIGN.md §8.1), reached
+ * through the attn_ops table of attention_tiles.h that dispatch.c chooses at run time:
+ *   - avx512: our own register-blocked micro-kernels (attn_kq, attn_kh). The vectors run along
+ *     the dimension a task keeps fixed: in the forward 16 queries fill a vector (scores are kept
+ *     transposed, S^T (keys, queries)), so the online softmax (max, exp, sums, rescale) needs no
+ *     horizontal reductions and the causal mask is a lane mask; in the backward 16 keys do. The
+ *     fixed operand is packed transposed once per task (scale * Q_i^T, or scale * K_j^T and
+ *     V_j^T), the streamed ones are read in place. On Zen 4 these kernels run at ~105-110
+ *     GFLOP/s per core on L2-resident tiles, against ~95 for cblas_sgemm on the same tiles plus
+ *     its packing copies (~15% of the time).
+ *   - avx2: the same on 8-wide vectors, with the same sums in the same order.
+ *   - portable: cblas_sgemm on (B, B) tiles (single-threaded inside our OpenMP region with
+ *     Debian's OpenMP OpenBLAS) and plain loops that gcc vectorises; any CPU.
+ * The schedule below reads a path's block sizes (fq queries per forward task, bkb keys per
+ * backward task) and scratch size from its table.
  *
- * Workspace (floats, attention_workspace_floats): per thread two (HS, 256) panels and two
- * (128, 256) tiles (0.4 MiB at HS = 64); D (NH, T); and, in the second backward scheme, (nt-1)
- * dQ buffers of T*NH*HS.
- * Nothing grows with T*T. It is sized with omp_get_max_threads() and the kernels use at most that
- * many threads: do not raise the thread count between attention_workspace_floats and the calls. */
+ * Workspace (floats, attention_workspace_floats): per thread the path's scratch (avx512: two
+ * (HS, 256) panels and two (128, 256) tiles, 0.4 MiB at HS = 64); D (NH, T); and, in the second
+ * backward scheme, (nt-1) dQ buffers of T*NH*HS. Nothing grows with T*T. It is sized with
+ * omp_get_max_threads() and the chosen path, and the kernels use at most that many threads: do
+ * not raise the thread count or change the path between attention_workspace_floats and the
+ * calls. */
 #include "kernels/kernels.h"
 
 #include "attention_tiles.h"
