@@ -7,10 +7,12 @@
  * registers. The micro-kernels keep two vectors (16 columns) per row and 6 rows (attn_kq) or 4
  * rows (attn_kh) in registers; lane masks are vectors with all-ones lanes made by integer
  * compares, applied with blend (max) and and (exp). An 8-wide fma does half the work of an
- * AVX-512 one per cache line it reads, so the blocks that the products walk many times are
- * first packed contiguous (attn_pack_rows). Every sum runs in the order of the AVX-512 path
- * (k ascending, one fma per term; masked terms add an exact 0): the forward, on the same
- * blocks, gives that path's bits; the backward differs by its blocks (below) within rounding. */
+ * AVX-512 one per cache line it reads, so the blocks that the backward's products walk many
+ * times are first packed contiguous (attn_pack_rows). Every sum runs in the order of the AVX-512
+ * path (k ascending, one fma per term; masked terms add an exact 0), so the results are that path's
+ * bits: in the forward (same blocks) always, in the backward wherever each thread owns whole KV
+ * heads (its key blocks are smaller, but every dQ, dK, dV element still adds the same terms in the
+ * same order); test_attention checks both. */
 #include "attention_tiles.h"
 
 #if defined(__x86_64__)
@@ -23,27 +25,27 @@
  * K_j, V_j block serves twice the work); the backward keeps square (128, 128) tiles: its task
  * holds four (HS, BKB) or (B, BKB) panels and tiles plus packed blocks, about 0.55 MiB at
  * HS = 64 with 256 keys against 0.3 MiB with 128, and the L2 of AVX2-only cores is 256-512 KiB
- * (on a 1 MiB L2 both measure the same). The forward's 0.35 MiB fits a 512 KiB L2. Scratch
+ * (on a 1 MiB L2 both measure the same). The forward's 0.3 MiB fits a 512 KiB L2. Scratch
  * tile rows are padded by 16 floats (rows 512 B or 1 KiB apart would share L1 sets). */
 enum { ATTN_FQ = 256, ATTN_BKB = 128, ATTN_PAD = 16 };
 enum { ATTN_LDF = ATTN_FQ + ATTN_PAD, ATTN_LDB = ATTN_BKB + ATTN_PAD };
 
 /* Per-thread scratch, the larger of the forward's and the backward's needs (exact, so that the
- * guard test can catch an overrun): forward two (HS, FQ) panels, a (B, FQ) tile, two (FQ)
- * vectors and two packed (B, HS) blocks; backward two (HS, BKB) panels, two (B, BKB) tiles, a
- * packed (BKB, HS) block and two packed (B, HS) blocks. */
+ * guard test can catch an overrun): forward two (HS, FQ) panels, a (B, FQ) tile and two (FQ)
+ * vectors; backward two (HS, BKB) panels, two (B, BKB) tiles, a packed (BKB, HS) block and two
+ * packed (B, HS) blocks. */
 static size_t attn_thread_floats(int HS) {
     size_t fwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDF), (size_t)ATTN_B * ATTN_LDF + 2 * ATTN_FQ);
-    fwd = up_add(fwd, up_mul3(2, ATTN_B, (size_t)HS));
     size_t bwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDB), 2 * (size_t)ATTN_B * ATTN_LDB);
     bwd = up_add(bwd, up_mul((size_t)ATTN_BKB + 2 * ATTN_B, (size_t)HS));
     return attn_round16(fwd > bwd ? fwd : bwd);
 }
 
 /* Rows 0 .. n-1 of src (HS floats each, strided by ld) packed contiguously into dst (n, HS).
- * The products walk a block's rows many times (once per register tile); in place their
- * stride of NH*HS or NKV*HS floats (1-2 KiB) maps them onto a few L1 sets, which evict each
- * other, and an 8-wide fma does too little work per line fetched to hide it. */
+ * The backward's head-vector products walk a block's rows once per register tile; in place,
+ * their stride of NH*HS or NKV*HS floats (1-2 KiB) maps them onto a few L1 sets, which evict
+ * each other, and an 8-wide fma does too little work per line fetched to hide it (packing Q_i,
+ * dO_i and K_j made the backward 1.19x faster here; the forward's K_j, V_j gained nothing). */
 static void attn_pack_rows(float *dst, const float *src, size_t ld, int n, int HS) {
     for (int r = 0; r < n; r++)
         memcpy(dst + (size_t)r * HS, src + (size_t)r * ld, (size_t)HS * sizeof(float));
@@ -304,8 +306,6 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
     float *st = ot + (size_t)HS * LD;  // (B, FQ)  S^T then P^T: (keys, queries)
     float *mrow = st + (size_t)B * LD; // (FQ) running max per query
     float *lrow = mrow + FQ;           // (FQ) running sum per query
-    float *kp = lrow + FQ;             // (B, HS) K_j packed
-    float *vp = kp + (size_t)B * HS;   // (B, HS) V_j packed
     attn_pack_t(qt, LD, q + (size_t)i0 * sh->ldq + (size_t)h * HS, sh->ldq, bq, HS, sh->scale);
     memset(ot, 0, (size_t)HS * LD * sizeof(float));
     for (int r = 0; r < FQ; r++) {
@@ -324,21 +324,19 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
             attn_prefetch_rows(kj + (size_t)B * sh->ldk, attn_min(B, T - j0 - B), HS, sh->ldk);
             attn_prefetch_rows(vj + (size_t)B * sh->ldk, attn_min(B, T - j0 - B), HS, sh->ldk);
         }
-        attn_pack_rows(kp, kj, sh->ldk, bk, HS);
-        attn_pack_rows(vp, vj, sh->ldk, bk, HS);
         for (int q0 = 0; q0 < bq; q0 += ATTN_QC) {
             // keys of this block seen by some query of the chunk: j0 + m <= i0 + q0 + 15
             const int mc = attn_min(bk, q0 + ATTN_QC - dk);
             // and at or after the first query's document start (0 without documents)
             const int ml = sh->doc ? attn_max(0, sh->doc[i0 + q0] - j0) : 0;
             if (mc <= ml) continue;
-            attn_kq(st + (size_t)ml * LD + q0, kp + (size_t)ml * HS, (size_t)HS, 1, qt + q0, LD,
+            attn_kq(st + (size_t)ml * LD + q0, kj + (size_t)ml * sh->ldk, sh->ldk, 1, qt + q0, LD,
                     mc - ml, HS, 0); // S^T (rows ml .. mc-1, 16)
             for (int qv = q0; qv < q0 + ATTN_QC; qv += 8)
                 attn_fwd_softmax8(st, ot, mrow, lrow, sh, i0, j0, bq, qv, ml, mc, masked);
-            // O^T (HS, 16) += V_j^T (HS, mc) P^T (mc, 16);  V^T(d, c) = V[c*HS + d]
-            attn_kq(ot + q0, vp + (size_t)ml * HS, 1, (size_t)HS, st + (size_t)ml * LD + q0, LD, HS,
-                    mc - ml, 1);
+            // O^T (HS, 16) += V_j^T (HS, mc) P^T (mc, 16);  V^T(d, c) = V[c*ldk + d]
+            attn_kq(ot + q0, vj + (size_t)ml * sh->ldk, 1, sh->ldk, st + (size_t)ml * LD + q0, LD,
+                    HS, mc - ml, 1);
         }
     }
     float *oi = out + (size_t)i0 * sh->ldq + (size_t)h * HS;
