@@ -3,7 +3,9 @@
 For each T: upipe's training step (median tokens/s over the steps after the first), model FLOP/s
 as a fraction of the machine's cblas_sgemm rate measured in the same run, accounted peak and peak
 RSS; and a PyTorch eager fp32 training step of the same model (bench/torch_step.py), 2 threads.
-Prints a table; --json writes the rows.
+--kernels avx512,avx2,portable runs upipe once per attention kernel path (UPIPE_KERNEL) at every
+T, the paths of one T back to back. Prints the CPU model, the paths and a table; --json writes
+the rows.
 """
 import argparse, json, os, subprocess, sys, tempfile, statistics
 
@@ -11,11 +13,36 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+def run(cmd, env=None, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
     if r.returncode != 0:
         sys.stderr.write(" ".join(cmd) + "\n" + r.stdout[-2000:] + r.stderr[-2000:])
     return r
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def kernel_env(path):
+    """The environment of a run on kernel path `path` (None: the binary's default choice)."""
+    env = dict(os.environ)
+    env.pop("UPIPE_KERNEL", None)
+    if path:
+        env["UPIPE_KERNEL"] = path
+    return env
+
+
+def kernel_label(upipe, path):
+    """What `upipe --version` names the path ("avx2+fma"; "-" for a binary from before the
+    dispatch); stops on a path this CPU lacks."""
+    out = run([upipe, "--version"], env=kernel_env(path), check=True).stdout
+    return next((l.split(":", 1)[1].strip() for l in out.splitlines()
+                 if l.startswith("kernels:")), "-")
 
 
 def steps_for(T):
@@ -30,6 +57,8 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--torch-max-T", type=int, default=8192,
                     help="largest T for the PyTorch step (its T*T scores do not fit beyond)")
+    ap.add_argument("--kernels", default="",
+                    help="comma-separated UPIPE_KERNEL paths to run (default: the binary's choice)")
     ap.add_argument("--json", default=None)
     ap.add_argument("T", nargs="*", type=int, default=[1024, 4096, 16384, 32768])
     a = ap.parse_args()
@@ -38,18 +67,21 @@ def main():
     data = os.path.join(tmp, "data.bin")
     run([a.upipe, "data", "recall", "--output", data, "--tokens", str(max(a.T) * 3 + 1),
          "--distance", "1024"], check=True)
+    paths = [p for p in a.kernels.split(",") if p] or [None]
+    labels = {p: kernel_label(a.upipe, p) for p in paths}
+    print(f"CPU: {cpu_model()}; kernel paths: {', '.join(labels.values())}")
     sgemm_cmd = [os.path.join(bdir, "bench_sgemm"), str(a.threads)]
     sg = json.loads(run(sgemm_cmd, check=True).stdout)
     sgemm = sg["gflops"]
     print(f"cblas_sgemm ({sg['M']}x{sg['K']}x{sg['N']}, {a.threads} threads): {sgemm:.1f} GFLOP/s")
     rows = []
-    for T in a.T:
-        log = os.path.join(tmp, f"log{T}.jsonl")
-        rep = os.path.join(tmp, f"mem{T}.json")
+    for T, path in ((T, p) for T in a.T for p in paths):
+        log = os.path.join(tmp, f"log{T}{path or ''}.jsonl")
+        rep = os.path.join(tmp, f"mem{T}{path or ''}.json")
         r = run([a.upipe, "train", "--config", a.config, "--data", data, "--seq-len", str(T),
                  "--steps", str(steps_for(T)), "--lr", "1e-4", "--threads", str(a.threads),
-                 "--quiet", "--log", log, "--mem-report", rep])
-        row = {"T": T}
+                 "--quiet", "--log", log, "--mem-report", rep], env=kernel_env(path))
+        row = {"T": T, "kernels": labels[path]}
         if r.returncode == 0:
             lines = [json.loads(l) for l in open(log)]
             later = lines[1:] if len(lines) > 1 else lines
@@ -58,7 +90,7 @@ def main():
             m = json.load(open(rep))
             row["peak"] = m["peak_bytes"]
             row["rss"] = m["rss_peak_bytes"]
-        if not a.no_torch and T <= a.torch_max_T:
+        if not a.no_torch and T <= a.torch_max_T and path == paths[0]:
             r = run(["/usr/bin/python3", os.path.join(HERE, "torch_step.py"), "--seq-len", str(T),
                      "--threads", str(a.threads), "--steps", str(steps_for(T)), "--warmup", "1"])
             if r.returncode == 0 and r.stdout.strip():
@@ -73,10 +105,12 @@ def main():
           f"{max(sgemm, sg2):.1f}:")
     for r in rows:
         if r.get("gflops"):
-            print(f"  T={r['T']}: {100 * r['gflops'] / max(sgemm, sg2):.1f}% of sgemm")
+            print(f"  T={r['T']} {r['kernels']}: {100 * r['gflops'] / max(sgemm, sg2):.1f}% of "
+                  f"sgemm")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"sgemm_gflops": sgemm, "rows": rows}, f, indent=2)
+            json.dump({"cpu": cpu_model(), "sgemm_gflops": sgemm, "sgemm_gflops_after": sg2,
+                       "rows": rows}, f, indent=2)
 
 
 def gib(x):
@@ -85,12 +119,13 @@ def gib(x):
 
 def print_row(r, sgemm, header):
     if header:
-        print(f"{'T':>6} | {'tok/s':>8} | {'GFLOP/s':>7} | {'of sgemm':>8} | {'peak GiB':>8} | "
+        print(f"{'T':>6} | {'kernels':>8} | {'tok/s':>8} | {'GFLOP/s':>7} | {'of sgemm':>8} | "
+              f"{'peak GiB':>8} | "
               f"{'RSS GiB':>7} | {'peak/RSS':>8} | {'torch tok/s':>11} | {'torch RSS':>9} | "
               f"{'speed-up':>8}")
     tps = r.get("tps")
     tt = r.get("torch_tps")
-    print(f"{r['T']:>6} | {tps or 0:>8.0f} | {r.get('gflops', 0):>7.1f} | "
+    print(f"{r['T']:>6} | {r['kernels']:>8} | {tps or 0:>8.0f} | {r.get('gflops', 0):>7.1f} | "
           f"{100 * r.get('gflops', 0) / sgemm:>7.1f}% | {gib(r.get('peak')):>8} | "
           f"{gib(r.get('rss')):>7} | {r.get('peak', 0) / max(1, r.get('rss', 1)):>8.3f} | "
           f"{(f'{tt:.0f}' if tt else '-'):>11} | {gib(r.get('torch_rss')):>9} | "

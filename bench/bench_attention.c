@@ -1,11 +1,7 @@
 /* bench_attention.c — micro-benchmark of the causal GQA attention kernels (kernels.h).
  *
- * Build by hand from the repository root (the lead wires it into CMake):
- *   gcc -std=c11 -O3 -march=native -fno-math-errno -D_GNU_SOURCE -fopenmp -Wall -Wextra -Isrc \
- *     -I/usr/include/x86_64-linux-gnu/openblas-openmp -I/usr/include/x86_64-linux-gnu/mpich \
- *     bench/bench_attention.c src/kernels/attention.c src/core/check.c src/core/mem.c \
- *     -o bench_attention -L/usr/lib/x86_64-linux-gnu/openblas-openmp \
- *     -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lmpich -lm
+ * Built with the project (build/bench_attention). UPIPE_KERNEL=avx512|avx2|portable runs one
+ * kernel path (default: the CPU's best); the first line names it.
  * Usage: bench_attention [T=4096] [NH=8] [NKV=4] [HS=64] [threads=omp default] [reps=3] [docs=1]
  *
  * docs > 1: the window packs `docs` equal documents (the last one takes the remainder), passed
@@ -107,8 +103,8 @@ int main(int argc, char **argv) {
     qsort(tf, (size_t)reps, sizeof(double), bench_cmp);
     qsort(tb, (size_t)reps, sizeof(double), bench_cmp);
     const double mf = tf[reps / 2], mb = tb[reps / 2];
-    printf("attention T=%d NH=%d NKV=%d HS=%d threads=%d docs=%d ws=%.1f MiB (median of %d)\n", T,
-           NH, NKV, HS, threads, docs, (double)nws * 4.0 / (1 << 20), reps);
+    printf("attention [%s] T=%d NH=%d NKV=%d HS=%d threads=%d docs=%d ws=%.1f MiB (median of %d)\n",
+           kernel_path_name(), T, NH, NKV, HS, threads, docs, (double)nws * 4.0 / (1 << 20), reps);
     printf("  forward : %9.4f s  %7.1f GFLOP/s  (%.1f per thread)\n", mf, 4.0 * pairs / mf / 1e9,
            4.0 * pairs / mf / 1e9 / threads);
     printf("  backward: %9.4f s  %7.1f GFLOP/s  (%.1f per thread)\n", mb, 10.0 * pairs / mb / 1e9,

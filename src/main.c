@@ -6,6 +6,7 @@
 #include "cmd/plot_cmd.h"
 #include "core/check.h"
 #include "core/fileio.h"
+#include "kernels/kernels.h"
 #include "train/train.h"
 
 #include <stdio.h>
@@ -35,7 +36,10 @@ int main(int argc, char **argv) {
         return argc < 2 ? 1 : 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("upipe %s\n", UPIPE_VERSION);
+        char err[256];
+        if (kernel_path_init(err, sizeof err) != 0) up_die("%s", err);
+        printf("upipe %s\nkernels: %s\nblas: %s\n", UPIPE_VERSION, kernel_path_name(),
+               blas_describe());
         return 0;
     }
     if (!strcmp(argv[1], "data")) return data_main(argc - 1, argv + 1);

@@ -39,27 +39,32 @@
  * finite. Without documents (NULL) the code and the order of every sum are those of the plain
  * causal kernel, so results are bit-identical to it.
  *
- * Two implementations of the per-block work, same algorithm and blocking:
- *   - AVX-512 (when the compiler targets it): our own register-blocked micro-kernels (attn_kq,
- *     attn_kh). The vectors run along the dimension a task keeps fixed: in the forward 16
- *     queries fill a vector (scores are kept transposed, S^T (keys, queries)), so the online
- *     softmax (max, exp, sums, rescale) needs no horizontal reductions and the causal mask is a
- *     lane mask; in the backward 16 keys do. The fixed operand is packed transposed once per
- *     task (scale * Q_i^T, or scale * K_j^T and V_j^T), the streamed ones are read in place.
- *     On Zen 4 these kernels run at ~105-110 GFLOP/s per core on L2-resident tiles, against
- *     ~95 for cblas_sgemm on the same tiles plus its packing copies (~15% of the time).
- *   - portable: cblas_sgemm on the (B, B) tiles (single-threaded inside our OpenMP region with
- *     Debian's OpenMP OpenBLAS) and plain loops that gcc vectorises. Build with -DATTN_FORCE_BLAS
- *     to use it on an AVX-512 machine (the unit test passes with both).
+ * Three implementations of the per-block work ("paths", one algorithm; DESIGN.md §8.1), reached
+ * through the attn_ops table of attention_tiles.h that dispatch.c chooses at run time:
+ *   - avx512: our own register-blocked micro-kernels (attn_kq, attn_kh). The vectors run along
+ *     the dimension a task keeps fixed: in the forward 16 queries fill a vector (scores are kept
+ *     transposed, S^T (keys, queries)), so the online softmax (max, exp, sums, rescale) needs no
+ *     horizontal reductions and the causal mask is a lane mask; in the backward 16 keys do. The
+ *     fixed operand is packed transposed once per task (scale * Q_i^T, or scale * K_j^T and
+ *     V_j^T), the streamed ones are read in place. On Zen 4 these kernels run at ~105-110
+ *     GFLOP/s per core on L2-resident tiles, against ~95 for cblas_sgemm on the same tiles plus
+ *     its packing copies (~15% of the time).
+ *   - avx2: the same on 8-wide vectors, with the same sums in the same order.
+ *   - portable: cblas_sgemm on (B, B) tiles (single-threaded inside our OpenMP region with
+ *     Debian's OpenMP OpenBLAS) and plain loops that gcc vectorises; any CPU.
+ * The schedule below reads a path's block sizes (fq queries per forward task, bkb keys per
+ * backward task) and scratch size from its table.
  *
- * Workspace (floats, attention_workspace_floats): per thread two (HS, 256) panels and two
- * (128, 256) tiles (0.4 MiB at HS = 64); D (NH, T); and, in the second backward scheme, (nt-1)
- * dQ buffers of T*NH*HS.
- * Nothing grows with T*T. It is sized with omp_get_max_threads() and the kernels use at most that
- * many threads: do not raise the thread count between attention_workspace_floats and the calls. */
+ * Workspace (floats, attention_workspace_floats): per thread the path's scratch (avx512: two
+ * (HS, 256) panels and two (128, 256) tiles, 0.4 MiB at HS = 64); D (NH, T); and, in the second
+ * backward scheme, (nt-1) dQ buffers of T*NH*HS. Nothing grows with T*T. It is sized with
+ * omp_get_max_threads() and the chosen path, and the kernels use at most that many threads: do
+ * not raise the thread count or change the path between attention_workspace_floats and the
+ * calls. */
 #include "kernels/kernels.h"
 
 #include "attention_tiles.h"
+#include "dispatch.h"
 
 #include <math.h>
 #include <omp.h>
@@ -75,7 +80,7 @@ size_t attention_workspace_floats(int T, int NH, int NKV, int HS) {
     UP_CHECK(T >= 1 && NH >= 1 && NKV >= 1 && HS >= 1,
              "attention: bad sizes T=%d NH=%d NKV=%d HS=%d", T, NH, NKV, HS);
     const int nt = omp_get_max_threads();
-    size_t n = up_mul((size_t)nt, attn_thread_floats(HS));
+    size_t n = up_mul((size_t)nt, attn_ops_current()->thread_floats(HS));
     n = up_add(n, attn_round16(up_mul((size_t)NH, (size_t)T))); // D (NH, T)
     if (attn_uses_dq_buffers(NKV, nt))
         n = up_add(n, up_mul3((size_t)(nt - 1), (size_t)T, up_mul((size_t)NH, (size_t)HS)));
@@ -93,6 +98,23 @@ static attn_shape attn_shape_of(int T, int NH, int NKV, int HS, const int32_t *d
                     .scale = 1.0f / sqrtf((float)HS),
                     .doc = doc_start};
     return s;
+}
+
+/* D[h, t] = dO[t, h, :] . O[t, h, :] for the NH heads of token t. A plain loop compiled per CPU
+ * (KERNEL_CLONES), as the other elementwise kernels; its lanes set the order of the fp32 sum. */
+KERNEL_CLONES
+static void attn_row_dots(float *D, const float *out, const float *dout, long ti, int T, int NH,
+                          int HS) {
+    const size_t row = (size_t)NH * HS;
+    for (int h = 0; h < NH; h++) {
+        const float *o = out + (size_t)ti * row + (size_t)h * HS;
+        const float *d = dout + (size_t)ti * row + (size_t)h * HS;
+        float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+        for (int e = 0; e < HS; e++)
+            acc += o[e] * d[e];
+        D[(size_t)h * T + ti] = acc;
+    }
 }
 
 /* ---- drivers --------------------------------------------------------------------------------- */
@@ -123,10 +145,11 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
     attn_check_args(out, lse, q, k, v, T, NH, NKV, HS, ws);
     attn_check_docs(doc_start, T);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
-    const int nb = (T + ATTN_FQ - 1) / ATTN_FQ; // query blocks
+    const attn_ops *ops = attn_ops_current();
+    const int nb = (T + ops->fq - 1) / ops->fq; // query blocks
     const long ntasks = (long)NH * nb;
     const int nt = omp_get_max_threads();
-    const size_t per_thread = attn_thread_floats(HS);
+    const size_t per_thread = ops->thread_floats(HS);
 #pragma omp parallel num_threads(nt)
     {
         float *tws = ws + (size_t)omp_get_thread_num() * per_thread;
@@ -134,7 +157,7 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
         // task writes its own rows of out and lse, so the schedule does not affect results.
 #pragma omp for schedule(dynamic, 1)
         for (long t = 0; t < ntasks; t++)
-            attn_fwd_block(out, lse, q, k, v, &sh, (int)(t % NH), nb - 1 - (int)(t / NH), tws);
+            ops->fwd_block(out, lse, q, k, v, &sh, (int)(t % NH), nb - 1 - (int)(t / NH), tws);
     }
 }
 
@@ -143,24 +166,25 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
  * the queries from its first key to the end of the document of its last key (T - jb*BKB without
  * documents). Every thread replays the same rule and runs its own tasks: a fixed,
  * timing-independent assignment, so the dQ sums are reproducible. */
-static void attn_bwd_greedy(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                            const float *k, const float *v, const float *lse, const float *D,
-                            const attn_shape *sh, float *tws, int tid, int nth) {
+static void attn_bwd_greedy(const attn_ops *ops, float *dqacc, float *dk, float *dv,
+                            const float *dout, const float *q, const float *k, const float *v,
+                            const float *lse, const float *D, const attn_shape *sh, float *tws,
+                            int tid, int nth) {
     enum { MAXT = 512 };
     UP_CHECK(nth <= MAXT, "attention: %d threads exceed %d", nth, MAXT);
     long load[MAXT];
     for (int t = 0; t < nth; t++)
         load[t] = 0;
-    const int nb = (sh->T + ATTN_BKB - 1) / ATTN_BKB;
+    const int nb = (sh->T + ops->bkb - 1) / ops->bkb;
     for (int jb = 0; jb < nb; jb++) {
-        const int j0 = jb * ATTN_BKB, j1 = attn_min(sh->T, j0 + ATTN_BKB);
+        const int j0 = jb * ops->bkb, j1 = attn_min(sh->T, j0 + ops->bkb);
         const long work = attn_doc_query_end(sh, j1) - j0;
         for (int kvh = 0; kvh < sh->NKV; kvh++) {
             int best = 0;
             for (int t = 1; t < nth; t++)
                 if (load[t] < load[best]) best = t;
             load[best] += work;
-            if (best == tid) attn_bwd_block(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
+            if (best == tid) ops->bwd_block(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
         }
     }
 }
@@ -172,32 +196,25 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
     UP_CHECK(k && v && out && lse, "attention: NULL buffer");
     attn_check_docs(doc_start, T);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
+    const attn_ops *ops = attn_ops_current();
     const int nt = omp_get_max_threads();
     const int buffered = attn_uses_dq_buffers(NKV, nt);
-    const size_t per_thread = attn_thread_floats(HS);
+    const size_t per_thread = ops->thread_floats(HS);
     const size_t row = (size_t)NH * HS; // floats per token of q, dq, dout, out
     const size_t nq = (size_t)T * row;
     float *D = ws + (size_t)nt * per_thread;         // (NH, T)
     float *dqbuf = D + attn_round16((size_t)NH * T); // (nt - 1) x (T, NH, HS), scheme 2 only
-    const int nb = (T + ATTN_BKB - 1) / ATTN_BKB;    // key blocks
+    const int nb = (T + ops->bkb - 1) / ops->bkb;    // key blocks
 #pragma omp parallel num_threads(nt)
     {
         const int tid = omp_get_thread_num();
         const int nth = omp_get_num_threads(); // <= nt; fewer if the runtime decides so
         float *tws = ws + (size_t)tid * per_thread;
-        // D[h, t] = dO[t, h, :] . O[t, h, :]  (FlashAttention-2's rowsum(dO * O)); dq and the
-        // private buffers start at 0 (the tasks accumulate into them).
+        // D (FlashAttention-2's rowsum(dO * O)); dq and the private buffers start at 0 (the
+        // tasks accumulate into them).
 #pragma omp for schedule(static)
         for (long ti = 0; ti < (long)T; ti++) {
-            for (int h = 0; h < NH; h++) {
-                const float *o = out + (size_t)ti * row + (size_t)h * HS;
-                const float *d = dout + (size_t)ti * row + (size_t)h * HS;
-                float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-                for (int e = 0; e < HS; e++)
-                    acc += o[e] * d[e];
-                D[(size_t)h * T + ti] = acc;
-            }
+            attn_row_dots(D, out, dout, ti, T, NH, HS);
             memset(dq + (size_t)ti * row, 0, row * sizeof(float));
             if (buffered)
                 for (int t = 1; t < nth; t++)
@@ -209,10 +226,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
             // query heads are written by this thread only.
             for (int kvh = tid; kvh < NKV; kvh += nth)
                 for (int jb = 0; jb < nb; jb++)
-                    attn_bwd_block(dq, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb, tws);
+                    ops->bwd_block(dq, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb, tws);
         } else {
             float *dqacc = tid == 0 ? dq : dqbuf + (size_t)(tid - 1) * nq;
-            attn_bwd_greedy(dqacc, dk, dv, dout, q, k, v, lse, D, &sh, tws, tid, nth);
+            attn_bwd_greedy(ops, dqacc, dk, dv, dout, q, k, v, lse, D, &sh, tws, tid, nth);
 #pragma omp barrier
             // dq += buffers of threads 1..nth-1, in thread order (reproducible sums)
 #pragma omp for schedule(static)

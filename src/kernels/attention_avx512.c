@@ -1,18 +1,27 @@
 /* attention_avx512.c — the attention blocks with our own AVX-512 micro-kernels (see attention.c
- * for the algorithm and attention_tiles.h for the contract of a block). */
+ * for the algorithm and attention_tiles.h for the contract of a block). Compiled with AVX-512
+ * F/BW/DQ/VL (CMakeLists.txt) and run only where the CPU has them (dispatch.c). */
 #include "attention_tiles.h"
 
-#if ATTN_AVX512
+#if defined(__x86_64__)
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+/* Blocks. The vector dimension is widened to 256: the forward takes 256-query blocks against
+ * 128-key blocks, the backward 256-key blocks against 128-query blocks, so each streamed block
+ * (K_j, V_j in the forward; Q_i, dO_i, dQ_i in the backward, from L3 or memory at long T) serves
+ * twice the work. A task's working set (at HS = 64 about 0.4 MiB) stays inside the 1 MiB L2 of
+ * a Zen 4 core. Scratch tile rows are padded by 16 floats so that rows 512 B or 1 KiB apart do
+ * not fall into the same few L1 sets. */
+enum { ATTN_FQ = 256, ATTN_BKB = 256, ATTN_PAD = 16 };
+enum { ATTN_LDF = ATTN_FQ + ATTN_PAD, ATTN_LDB = ATTN_BKB + ATTN_PAD };
+
 /* Per-thread scratch, the larger of the forward's and the backward's needs (exact, so that the
- * guard test can catch an overrun): AVX-512: forward two (HS, FQ) panels, a (B, FQ) tile and two
- * (FQ) vectors, backward two (HS, BKB) panels and two (B, BKB) tiles; portable: forward a (B, B)
- * tile and three (B) vectors, backward two (B, B) tiles. */
-size_t attn_thread_floats(int HS) {
+ * guard test can catch an overrun): forward two (HS, FQ) panels, a (B, FQ) tile and two (FQ)
+ * vectors, backward two (HS, BKB) panels and two (B, BKB) tiles. */
+static size_t attn_thread_floats(int HS) {
     size_t fwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDF), (size_t)ATTN_B * ATTN_LDF + 2 * ATTN_FQ);
     size_t bwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDB), 2 * (size_t)ATTN_B * ATTN_LDB);
     return attn_round16(fwd > bwd ? fwd : bwd);
@@ -165,27 +174,6 @@ static void attn_kh(float *C, size_t ldc, const float *A, size_t sam, size_t sak
 
 enum { ATTN_NOLIM = 1 << 29 }; // klo/khi of attn_kh that never limit
 
-/* Transposed panel dst (HS, width) = mul * src rows 0 .. n-1 (each HS floats, strided by ld),
- * zero in columns n .. width-1. Reads run down the columns of src (lines reused for 16 d's from
- * L1) so that the writes are contiguous vectors. */
-static void attn_pack_t(float *dst, int width, const float *src, size_t ld, int n, int HS,
-                        float mul) {
-    for (int d = 0; d < HS; d++) {
-        float *drow = dst + (size_t)d * width;
-        for (int r = 0; r < n; r++)
-            drow[r] = src[(size_t)r * ld + d] * mul;
-        for (int r = n; r < width; r++)
-            drow[r] = 0.0f;
-    }
-}
-
-/* Prefetch n rows of HS floats (strided by ld) into L2. */
-static void attn_prefetch_rows(const float *a, int n, int HS, size_t ld) {
-    for (int r = 0; r < n; r++)
-        for (int d = 0; d < HS; d += 16)
-            _mm_prefetch((const char *)(a + (size_t)r * ld + d), _MM_HINT_T1);
-}
-
 /* Lanes of the 16 queries i0+qv .. i0+qv+15 that see key j0+m, given dk = j0 - i0:
  * query >= key, i.e. lane >= dk + m - qv. */
 static inline __mmask16 attn_causal_mask(int dk, int m, int qv) {
@@ -204,8 +192,8 @@ static inline __mmask16 attn_doc_mask(__m512i dsv, int j) {
  * Documents: key blocks start at the one holding doc[i0]; in a chunk, keys before the doc start
  * of its first query are skipped, and where a document boundary cuts the 16 queries of a vector,
  * key j0+m is masked off the lanes with doc > j0+m. */
-void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                    const attn_shape *sh, int h, int ib, float *tws) {
+static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const attn_shape *sh, int h, int ib, float *tws) {
     const int B = ATTN_B, FQ = ATTN_FQ, LD = ATTN_LDF, HS = sh->HS, T = sh->T;
     const int i0 = ib * FQ;
     const int bq = attn_min(FQ, T - i0);
@@ -320,9 +308,9 @@ static inline __mmask16 attn_doc_mask_keys(int thr) {
  * from L3 or memory once per task. Documents: the query blocks stop at the end of the document
  * of the block's last key; in a query block that a document boundary cuts, query i0+r is masked
  * off the keys before its doc start (lanes below doc - j0 - cv). */
-void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                    const float *k, const float *v, const float *lse, const float *D,
-                    const attn_shape *sh, int kvh, int jb, float *tws) {
+static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *lse, const float *D,
+                           const attn_shape *sh, int kvh, int jb, float *tws) {
     const int B = ATTN_B, BK = ATTN_BKB, LD = ATTN_LDB, HS = sh->HS, T = sh->T;
     const int j0 = jb * BK;
     const int bk = attn_min(BK, T - j0);
@@ -406,5 +394,13 @@ void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const
         }
     }
 }
+
+const attn_ops attn_ops_avx512 = {.name = "avx512",
+                                  .label = "avx512",
+                                  .fq = ATTN_FQ,
+                                  .bkb = ATTN_BKB,
+                                  .thread_floats = attn_thread_floats,
+                                  .fwd_block = attn_fwd_block,
+                                  .bwd_block = attn_bwd_block};
 
 #endif

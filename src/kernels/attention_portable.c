@@ -2,18 +2,19 @@
  * loops that gcc vectorises (see attention.c for the algorithm, attention_tiles.h for the
  * contract of a block). */
 #include "attention_tiles.h"
+#include "dispatch.h"
 
-#if !ATTN_AVX512
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+/* Square (B, B) tiles: the block of every dimension is ATTN_B. */
+
 /* Per-thread scratch, the larger of the forward's and the backward's needs (exact, so that the
- * guard test can catch an overrun): AVX-512: forward two (HS, FQ) panels, a (B, FQ) tile and two
- * (FQ) vectors, backward two (HS, BKB) panels and two (B, BKB) tiles; portable: forward a (B, B)
- * tile and three (B) vectors, backward two (B, B) tiles. */
-size_t attn_thread_floats(int HS) {
+ * guard test can catch an overrun): forward a (B, B) tile and three (B) vectors, backward two
+ * (B, B) tiles. */
+static size_t attn_thread_floats(int HS) {
     (void)HS;
     size_t fwd = (size_t)ATTN_B * ATTN_B + 3 * ATTN_B;
     size_t bwd = 2 * (size_t)ATTN_B * ATTN_B;
@@ -53,8 +54,9 @@ static inline float attn_exp(float x) {
  * blocks start at the one holding doc[i0]; in a tile that a document boundary cuts, the scores
  * of keys before a query's doc start become -inf (exp gives 0, the row maximum ignores them),
  * and a row with no visible key keeps its softmax state (alpha 1, P row 0). */
-void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                    const attn_shape *sh, int h, int ib, float *tws) {
+KERNEL_CLONES
+static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const attn_shape *sh, int h, int ib, float *tws) {
     const int B = ATTN_B, HS = sh->HS, T = sh->T;
     const int ldq = (int)sh->ldq, ldk = (int)sh->ldk;
     const int i0 = ib * B;
@@ -135,9 +137,10 @@ void attn_fwd_block(float *out, float *lse, const float *q, const float *k, cons
  * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). Documents: query blocks
  * stop at the end of the document of the block's last key; in a tile that a document boundary
  * cuts, P is 0 for the keys before a query's doc start. */
-void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                    const float *k, const float *v, const float *lse, const float *D,
-                    const attn_shape *sh, int kvh, int jb, float *tws) {
+KERNEL_CLONES
+static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *lse, const float *D,
+                           const attn_shape *sh, int kvh, int jb, float *tws) {
     const int B = ATTN_B, HS = sh->HS, T = sh->T;
     const int ldq = (int)sh->ldq, ldk = (int)sh->ldk;
     const int j0 = jb * B;
@@ -204,4 +207,10 @@ void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const
     }
 }
 
-#endif
+const attn_ops attn_ops_portable = {.name = "portable",
+                                    .label = "portable",
+                                    .fq = ATTN_B,
+                                    .bkb = ATTN_B,
+                                    .thread_floats = attn_thread_floats,
+                                    .fwd_block = attn_fwd_block,
+                                    .bwd_block = attn_bwd_block};

@@ -1,7 +1,8 @@
-/* attention_tiles.h — private to the attention kernel: block sizes, the shape of a call, the
- * fp32 exp constants, and the per-block work that attention.c's drivers schedule. Exactly one
- * implementation of the blocks is compiled: attention_avx512.c when the compiler targets
- * AVX-512 (and ATTN_FORCE_BLAS is not defined), else attention_portable.c. */
+/* attention_tiles.h — private to the attention kernel: the shape of a call, the fp32 exp
+ * constants, helpers shared by the tile paths, and the table through which attention.c's drivers
+ * run one path's per-block work. Three paths implement the blocks, each in its own file compiled
+ * with its own instruction-set flags (CMakeLists.txt): attention_avx512.c, attention_avx2.c
+ * (x86-64 only) and attention_portable.c (any CPU). dispatch.c chooses one at run time. */
 #ifndef UP_ATTENTION_TILES_H
 #define UP_ATTENTION_TILES_H
 
@@ -10,26 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__AVX512F__) && !defined(ATTN_FORCE_BLAS)
-#define ATTN_AVX512 1
-#else
-#define ATTN_AVX512 0
-#endif
-
-/* Blocks. B = 128 queries or keys. The AVX-512 path widens the block of the vector dimension
- * to 256: the forward takes 256-query blocks against 128-key blocks, the backward 256-key blocks
- * against 128-query blocks, so each streamed block (K_j, V_j in the forward; Q_i, dO_i, dQ_i in
- * the backward, from L3 or memory at long T) serves twice the work. A task's working set (at
- * HS = 64 about 0.4 MiB) stays inside the 1 MiB L2 of a Zen 4 core. Scratch tile rows are padded
- * by 16 floats so that rows 512 B or 1 KiB apart do not fall into the same few L1 sets.
- * The portable path uses square B blocks. */
+/* B = 128 queries or keys: the tile edge of every path. A path may widen the block of the
+ * dimension its vectors run along (attn_ops.fq, attn_ops.bkb), see its file. */
 enum { ATTN_B = 128 };
-#if ATTN_AVX512
-enum { ATTN_FQ = 256, ATTN_BKB = 256, ATTN_PAD = 16 };
-#else
-enum { ATTN_FQ = ATTN_B, ATTN_BKB = ATTN_B, ATTN_PAD = 0 };
-#endif
-enum { ATTN_LDF = ATTN_FQ + ATTN_PAD, ATTN_LDB = ATTN_BKB + ATTN_PAD };
 
 static inline int attn_min(int a, int b) {
     return a < b ? a : b;
@@ -96,16 +80,56 @@ static inline int attn_doc_query_end(const attn_shape *sh, int j) {
 #define ATTN_EXP_P4 1.6666665459e-1f
 #define ATTN_EXP_P5 5.0000001201e-1f
 
-/* Floats of one thread's scratch (the larger of the forward's and the backward's needs). */
-size_t attn_thread_floats(int HS);
-/* Forward of one (query head h, query block ib): rows of out and lse. tws: this thread's
- * scratch. */
-void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                    const attn_shape *sh, int h, int ib, float *tws);
-/* Backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by the task), dQ
- * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). D (NH, T) = rowsum(dO*O). */
-void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                    const float *k, const float *v, const float *lse, const float *D,
-                    const attn_shape *sh, int kvh, int jb, float *tws);
+/* Transposed panel dst (HS, width) = mul * src rows 0 .. n-1 (each HS floats, strided by ld),
+ * zero in columns n .. width-1. Reads run down the columns of src (lines reused for 16 d's from
+ * L1) so that the writes are contiguous vectors. */
+static inline void attn_pack_t(float *dst, int width, const float *src, size_t ld, int n, int HS,
+                               float mul) {
+    for (int d = 0; d < HS; d++) {
+        float *drow = dst + (size_t)d * width;
+        for (int r = 0; r < n; r++)
+            drow[r] = src[(size_t)r * ld + d] * mul;
+        for (int r = n; r < width; r++)
+            drow[r] = 0.0f;
+    }
+}
+
+/* Prefetch n rows of HS floats (strided by ld) into L2 (prefetcht1 on x86). */
+static inline void attn_prefetch_rows(const float *a, int n, int HS, size_t ld) {
+    for (int r = 0; r < n; r++)
+        for (int d = 0; d < HS; d += 16)
+            __builtin_prefetch(a + (size_t)r * ld + d, 0, 2);
+}
+
+/* One path: its block sizes and its per-block work (same algorithm and results up to fp32
+ * rounding; attention.c schedules the blocks and sizes the workspace from these fields).
+ *   fq             queries per forward task (query block)
+ *   bkb            keys per backward task (key block); the other dimension of a tile is ATTN_B
+ *   thread_floats  floats of one thread's scratch (the larger of the forward's and the
+ *                  backward's needs; exact, so that the guard test can catch an overrun)
+ *   fwd_block      forward of one (query head h, query block ib): rows of out and lse.
+ *                  tws: this thread's scratch.
+ *   bwd_block      backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by
+ *                  the task), dQ accumulated into dqacc (dq itself or a private buffer,
+ *                  (T, NH, HS)). D (NH, T) = rowsum(dO * O). */
+typedef struct {
+    const char *name;  // the UPIPE_KERNEL value
+    const char *label; // what --version and the run summary print
+    int fq, bkb;
+    size_t (*thread_floats)(int HS);
+    void (*fwd_block)(float *out, float *lse, const float *q, const float *k, const float *v,
+                      const attn_shape *sh, int h, int ib, float *tws);
+    void (*bwd_block)(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
+                      const float *k, const float *v, const float *lse, const float *D,
+                      const attn_shape *sh, int kvh, int jb, float *tws);
+} attn_ops;
+
+extern const attn_ops attn_ops_portable;
+#if defined(__x86_64__)
+extern const attn_ops attn_ops_avx512, attn_ops_avx2;
+#endif
+
+/* The path in use (dispatch.c): chosen at the first call, see kernel_path_init in kernels.h. */
+const attn_ops *attn_ops_current(void);
 
 #endif

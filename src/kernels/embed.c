@@ -1,6 +1,8 @@
 /* embed.c — token embedding lookup and its gradient. */
 #include "kernels/kernels.h"
 
+#include "dispatch.h"
+
 #include <string.h>
 
 #include "core/check.h"
@@ -24,6 +26,7 @@ void embedding_forward(float *out, const int32_t *tokens, const float *wte, int 
     }
 }
 
+KERNEL_CLONES
 void embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int N, int C) {
     UP_CHECK(N >= 0 && C >= 0, "embedding_backward: negative shape N=%d C=%d", N, C);
     embed_check_tokens("embedding_backward", tokens, N);

@@ -82,6 +82,26 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, size_t n);
 
+/* ---- kernel path (run-time dispatch) -------------------------------------------------------- */
+/* The attention tile kernels come in paths, one binary holding all: "avx512" (AVX-512 F, BW, DQ,
+ * VL), "avx2" (AVX2 and FMA) and "portable" (cblas_sgemm on tiles; any CPU, the only path off
+ * x86-64). The first attention call (or kernel_path_init) chooses: the environment variable
+ * UPIPE_KERNEL if set, else the best path this CPU runs; a failed choice at first use stops the
+ * process with the message (front ends call kernel_path_init first to say it properly). The
+ * other kernels need no choice: their loops are compiled per CPU (src/kernels/dispatch.h).
+ * The path fixes the attention workspace size: never change it between
+ * attention_workspace_floats and the calls that use that workspace. Main thread only. */
+
+/* Chooses the path if none is chosen yet. 0, or -1 with "UPIPE_KERNEL: ..." in err (a name this
+ * binary lacks, or a path this CPU cannot run). */
+int kernel_path_init(char *err, size_t len);
+/* Chooses the named path now (tests, benchmarks); 0, or -1 with the message in err. */
+int kernel_path_set(const char *name, char *err, size_t len);
+/* 1 if this binary has the named path and this CPU runs it. */
+int kernel_path_supported(const char *name);
+/* The chosen path for messages ("avx512", "avx2+fma", "portable"); chooses first if needed. */
+const char *kernel_path_name(void);
+
 /* ---- causal GQA attention, FlashAttention-2 style -------------------------------------------- */
 
 /* Layouts: q (T, NH, HS), k and v (T, NKV, HS), out (T, NH, HS), all rows packed.

@@ -1,6 +1,8 @@
 /* loss.c — fused cross-entropy forward + backward over rows of logits. */
 #include "kernels/kernels.h"
 
+#include "dispatch.h"
+
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -20,6 +22,7 @@ enum { CE_MAX_THREADS = 256 };
 
 /* One row x (V): returns -log softmax(x)[target] and leaves grad_scale * (softmax - onehot)
  * in x. Stable: exponents are taken of x - max(x) <= 0. */
+KERNEL_CLONES
 static double ce_row(float *x, int32_t target, int V, float grad_scale) {
     float mx = x[0];
 #pragma omp simd reduction(max : mx)
@@ -85,7 +88,9 @@ static int32_t row_argmax(const float *x, int V) {
     return best;
 }
 
-/* ce_row's loss without touching the row: the same operations in the same order. */
+/* ce_row's loss without touching the row: the same operations in the same order, and the same
+ * per-CPU clones, so that evaluation's loss is training's to the bit. */
+KERNEL_CLONES
 static double row_loss(const float *x, int32_t target, int V) {
     float mx = x[0];
 #pragma omp simd reduction(max : mx)

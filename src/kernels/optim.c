@@ -1,6 +1,8 @@
 /* optim.c — AdamW, gradient norm helpers and the learning-rate schedule. */
 #include "kernels/kernels.h"
 
+#include "dispatch.h"
+
 #include <math.h>
 #include <omp.h>
 
@@ -11,6 +13,7 @@ enum { OPTIM_MAX_THREADS = 256 };
 /* Below this many elements one thread is faster than waking the team. */
 enum { OPTIM_PAR_MIN = 1 << 15 };
 
+KERNEL_CLONES
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                   const adamw_params *hp, int step, float grad_scale, int decay) {
     UP_CHECK(step >= 1, "adamw_update: step is 1-based (got %d)", step);
@@ -37,6 +40,7 @@ void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
     }
 }
 
+KERNEL_CLONES
 double sum_squares(const float *x, size_t n) {
     // Per-thread partials added in thread order: the same bits run after run for a fixed thread
     // count (the clip factor, hence every parameter, depends on this sum).

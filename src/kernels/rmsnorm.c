@@ -1,6 +1,8 @@
 /* rmsnorm.c — RMSNorm forward/backward (HF LlamaRMSNorm: w * (x * rsqrt(mean(x^2) + eps))). */
 #include "kernels/kernels.h"
 
+#include "dispatch.h"
+
 #include <math.h>
 
 #include "core/check.h"
@@ -9,6 +11,7 @@
  * double accumulator array that stays in registers / L1. */
 enum { RMSNORM_COL_CHUNK = 64 };
 
+KERNEL_CLONES
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                      float eps) {
     UP_CHECK(N >= 0 && C > 0, "rmsnorm_forward: bad shape N=%d C=%d", N, C);
@@ -29,6 +32,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, 
     }
 }
 
+KERNEL_CLONES
 void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                       const float *rstd, int N, int C) {
     UP_CHECK(N >= 0 && C > 0, "rmsnorm_backward: bad shape N=%d C=%d", N, C);

@@ -1,6 +1,8 @@
 /* rope.c — rotary position embedding, HF "rotate_half" layout, with the llama3 frequency rule. */
 #include "kernels/kernels.h"
 
+#include "dispatch.h"
+
 #include <math.h>
 
 #include "core/check.h"
@@ -64,6 +66,7 @@ void rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int64_t pos0
 
 /* Rotates every head of x (N, nh, HS) by table row i; sign = +1 forward, -1 backward
  * (the transpose of a rotation is the rotation by -angle). */
+KERNEL_CLONES
 static void rope_apply(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS,
                        float sign) {
     UP_CHECK(N >= 0 && nh >= 0 && HS > 0 && HS % 2 == 0, "rope: bad shape N=%d nh=%d HS=%d", N, nh,

@@ -1,6 +1,8 @@
 /* swiglu.c — SwiGLU gate: out = silu(gate) * up. */
 #include "kernels/kernels.h"
 
+#include "dispatch.h"
+
 #include <math.h>
 
 #include "core/check.h"
@@ -13,6 +15,7 @@
 extern float expf(float);
 #endif
 
+KERNEL_CLONES
 void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
@@ -21,6 +24,7 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
     }
 }
 
+KERNEL_CLONES
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, size_t n) {
     // dgate/dup may alias gate/up: each element is read before it is written, and `omp simd`

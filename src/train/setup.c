@@ -205,6 +205,9 @@ void run_setup(train_run *r) {
     r->threads = setup_threads(o->threads, r->rank);
 
     char err[512];
+    /* the attention kernels' path (UPIPE_KERNEL or the CPU's best): it sizes the workspace of
+     * the plan. A rank's own finding (its CPU), so a refusal aborts the job. */
+    if (kernel_path_init(err, sizeof err) != 0) up_die("%s", err);
     int world = r->world, P = o->cp > 0 ? o->cp : world;
     r->P = P;
     setup_config(&r->cfg, o->config, o->T, P, world, o->doc_sep);

@@ -26,6 +26,11 @@ expect_error no_config_flag "--config" -- $TRAIN --data "$TMP/d.bin"
 expect_error unknown_flag "unknown flag" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --frobnicate 3
 expect_error bad_number "--seq-len" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 12x
 expect_error seq_longer_than_data "--seq-len" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 5000
+# UPIPE_KERNEL names a kernel path; an unknown one is refused, by train and by --version.
+expect_error kernel_unknown "UPIPE_KERNEL: unknown kernel path 'avx9000': use " -- \
+  env UPIPE_KERNEL=avx9000 $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1
+expect_error kernel_unknown_version "UPIPE_KERNEL: unknown kernel path 'avx9000'" -- \
+  env UPIPE_KERNEL=avx9000 "$UPIPE" --version
 
 sed 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' "$CFG" >"$TMP/heads.json"
 expect_error heads_do_not_divide "num_key_value_heads" -- $TRAIN --config "$TMP/heads.json" --data "$TMP/d.bin"

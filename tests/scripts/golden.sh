@@ -19,7 +19,7 @@ check_case() { # name fixture-dir weights expected-json [compare-grads]
   T=$(json_field "$(cat "$dir/expected.json")" seq_len)
   loss_ref=$(json_field "$(cat "$expected")" loss)
   if ! "$UPIPE" train --config "$dir/config.json" --data "$dir/tokens.bin" --init "$weights" \
-      --seq-len "$T" --steps 1 --lr 0 --threads 2 --quiet \
+      --seq-len "$T" --steps 1 --lr 0 --threads 2 \
       --save-grads "$TMP/$name.grads.safetensors" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
     bad "$name: upipe failed"; cat "$TMP/$name.out"; return
   fi
@@ -40,7 +40,19 @@ check_case() { # name fixture-dir weights expected-json [compare-grads]
   fi
 }
 
+# The run summary names the kernel path that --version names (UPIPE_KERNEL, else the CPU's best).
+check_kernels() { # name
+  local want
+  want=$("$UPIPE" --version | sed -n 's/^kernels: //p')
+  if [ -n "$want" ] && grep -qF "kernels: $want," "$TMP/$1.out"; then
+    ok "$1: the run summary names the kernel path ($want)"
+  else
+    bad "$1: the run summary does not name the kernel path '$want'"; head -n 8 "$TMP/$1.out"
+  fi
+}
+
 check_case gqa "$FIX/golden_gqa" "$FIX/golden_gqa/weights.safetensors" "$FIX/golden_gqa/expected.json"
+check_kernels gqa
 check_case tied "$FIX/golden_tied" "$FIX/golden_tied/weights.safetensors" "$FIX/golden_tied/expected.json"
 # BF16 weights: the loss of the bf16-rounded weights (read and widened to fp32 exactly).
 check_case gqa_bf16 "$FIX/golden_gqa" "$FIX/golden_gqa/weights_bf16.safetensors" \

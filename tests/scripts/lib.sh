@@ -8,6 +8,16 @@ TMP=$(mktemp -d /tmp/upipe-test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 PASS=0
 FAIL=0
+# UPIPE_KERNEL forces a kernel path (kernels.h): a path this CPU cannot run skips the script
+# (ctest SKIP_RETURN_CODE 77); any other refusal (a misspelt name) fails it.
+if [ -n "${UPIPE_KERNEL:-}" ]; then
+  if ! "$UPIPE" --version >"$TMP/version" 2>&1; then
+    cat "$TMP/version"
+    grep -q "cannot run" "$TMP/version" && exit 77
+    exit 1
+  fi
+  echo "UPIPE_KERNEL=$UPIPE_KERNEL: $(grep '^kernels:' "$TMP/version")"
+fi
 ok() { PASS=$((PASS + 1)); echo "ok: $*"; }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*"; }
 finish() {

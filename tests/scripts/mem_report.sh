@@ -33,4 +33,21 @@ if "$UPIPE" train --config "$TMP/deep.json" --data "$TMP/d.bin" --seq-len 32 --s
 else
   bad "40-layer model failed"; cat "$TMP/deep.out"
 fi
+# The plan sizes the attention workspace of the kernel path that runs (the paths' scratch
+# differs): plan = measured on every path this CPU runs.
+for path in avx512 avx2 portable; do
+  if ! UPIPE_KERNEL=$path "$UPIPE" --version >/dev/null 2>&1; then
+    ok "kernel path $path: this CPU cannot run it (skipped)"; continue
+  fi
+  if UPIPE_KERNEL=$path "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" \
+      --seq-len 1024 --steps 1 --threads 2 --quiet --mem-report "$TMP/$path.mem" >"$TMP/$path.out" 2>&1 \
+    && UPIPE_KERNEL=$path "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" \
+      --seq-len 1024 --steps 1 --threads 2 --quiet --dry-run --mem-report "$TMP/$path.plan" >/dev/null 2>&1; then
+    a=$(buffer_peak "$TMP/$path.mem"); b=$(buffer_peak "$TMP/$path.plan")
+    [ -n "$a" ] && [ "$a" = "$b" ] && ok "kernel path $path: measured peak $a = plan" \
+      || bad "kernel path $path: measured $a vs plan $b"
+  else
+    bad "kernel path $path: run failed"; cat "$TMP/$path.out"
+  fi
+done
 finish

@@ -1,5 +1,11 @@
 upipe_script_test(golden golden)
 upipe_script_test(train_learns train)
+# The whole model once more on each kernel path that is not the default here (the default is the
+# CPU's best, avx512 on an AVX-512 machine); the unit test covers every path's kernels in depth.
+foreach(path avx2 portable)
+  upipe_script_test_kernel(golden golden ${path})
+  upipe_script_test_kernel(train_learns train ${path})
+endforeach()
 upipe_script_test(bad_input errors)
 upipe_script_test(mem_report train)
 upipe_script_test(mem_rss mpi)

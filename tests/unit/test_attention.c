@@ -20,8 +20,14 @@
  *     differences of the masked backward (in 3.); large scores with documents (in 4.).
  *  8. a packed window equals its documents run one by one (doc_start NULL): out, lse, dq, dk, dv
  *     within fp32 rounding, bit-for-bit when every document starts on a 256 boundary.
+ *  9. path selection: an unknown name is refused with a message; portable runs everywhere.
+ * 10. avx2 and avx512 give the same bits where they share the schedule.
  * Every call gets a workspace and outputs filled with NaN first ("any content" / overwrite), and
  * guard floats after each of them that must survive (the workspace covers all scratch).
+ * Every check runs on each kernel path this CPU runs (avx512, avx2, portable: kernels.h), each
+ * against the same double reference (computed once per problem) and finite differences; a path
+ * the CPU lacks is reported as skipped. The paths are one algorithm on
+ * different blocks and vector widths: the same fp32 error sources, hence the same tolerances.
  * Last line: "N passed, M failed"; exit 1 on any failure. */
 #include "kernels/kernels.h"
 #include "kernels/kernels_ref.h"
@@ -37,6 +43,27 @@
 #include <string.h>
 
 enum { CANARY = 64 }; // guard floats after outputs and workspace
+
+/* The kernel paths (kernels.h). Every check runs on each path this CPU runs, against one
+ * reference computed once per problem. */
+enum { NPATHS = 3 };
+static const char *const path_names[NPATHS] = {"avx512", "avx2", "portable"};
+static const char *g_path = ""; // the path under test, for the messages
+static int g_pi;                // and its index
+
+/* Chooses the next path this CPU runs from index *i on; 0 when none is left. */
+static int path_next(int *i) {
+    for (; *i < NPATHS; (*i)++)
+        if (kernel_path_supported(path_names[*i])) {
+            char err[256];
+            CHECK(kernel_path_set(path_names[*i], err, sizeof err) == 0, "%s", err);
+            g_pi = *i;
+            g_path = path_names[(*i)++];
+            return 1;
+        }
+    return 0;
+}
+#define FOR_EACH_PATH for (int path_i_ = 0; path_next(&path_i_);)
 
 static float *talloc(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof(float));
@@ -158,9 +185,9 @@ static void problem_fast(problem *p, int threads) {
         ok &= canary_ok(outs[i], ns[i]);
     char what[160];
     snprintf(what, sizeof what,
-             "T=%d NH=%d NKV=%d HS=%d threads=%d: write past an output or the "
+             "%s: T=%d NH=%d NKV=%d HS=%d threads=%d: write past an output or the "
              "workspace",
-             p->T, p->NH, p->NKV, p->HS, threads);
+             g_path, p->T, p->NH, p->NKV, p->HS, threads);
     CHECK(ok, "%s", what);
     free(ws);
 }
@@ -188,11 +215,19 @@ static void compare(problem *p, double tol_f, double tol_b, const char *tag, dou
     const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
     for (int i = 0; i < 5; i++) {
         double tol = i < 2 ? tol_f : tol_b;
-        snprintf(what, sizeof what, "%s T=%d NH=%d NKV=%d HS=%d: %s rel err %.3g > %.1g", tag, p->T,
-                 p->NH, p->NKV, p->HS, names[i], e[i], tol);
+        snprintf(what, sizeof what, "%s: %s T=%d NH=%d NKV=%d HS=%d: %s rel err %.3g > %.1g",
+                 g_path, tag, p->T, p->NH, p->NKV, p->HS, names[i], e[i], tol);
         CHECK(e[i] <= tol, "%s", what);
         if (worst && e[i] > worst[i]) worst[i] = e[i];
     }
+}
+
+/* One line per path that ran: the worst errors of a group of problems. */
+static void print_worst(const char *what, double worst[NPATHS][5]) {
+    for (int i = 0; i < NPATHS; i++)
+        if (kernel_path_supported(path_names[i]))
+            printf("%s [%s]: worst rel err out %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n", what,
+                   path_names[i], worst[i][0], worst[i][1], worst[i][2], worst[i][3], worst[i][4]);
 }
 
 /* ---- documents ------------------------------------------------------------------------------ */
@@ -241,7 +276,7 @@ static void test_shapes(void) {
     const int Ts[] = {1, 7, 129, 300};
     const int heads[][2] = {{4, 4}, {4, 2}, {8, 1}};
     const int HSs[] = {16, 24, 64, 128};
-    double worst[5] = {0};
+    double worst[NPATHS][5] = {{0}};
     uint64_t seed = 1;
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 3; b++)
@@ -249,12 +284,13 @@ static void test_shapes(void) {
                 problem p;
                 problem_init(&p, Ts[a], heads[b][0], heads[b][1], HSs[c], seed++, 1.0f);
                 problem_ref(&p);
-                problem_fast(&p, 2);
-                compare(&p, TOL_FWD, TOL_BWD, "shapes", worst);
+                FOR_EACH_PATH {
+                    problem_fast(&p, 2);
+                    compare(&p, TOL_FWD, TOL_BWD, "shapes", worst[g_pi]);
+                }
                 problem_free(&p);
             }
-    printf("shapes: worst rel err out %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n", worst[0], worst[1],
-           worst[2], worst[3], worst[4]);
+    print_worst("shapes", worst);
 }
 
 /* 2. thread counts and reproducibility. 3 threads with NKV = 4 or 2 takes the private-dQ-buffer
@@ -268,6 +304,7 @@ static void test_threads(const doc_layout *L) {
         int32_t *doc = L ? docs_make(L, p.T) : NULL;
         p.doc = doc;
         problem_ref(&p);
+        FOR_EACH_PATH
         for (int th = 1; th <= 3; th++) {
             char tag[128];
             snprintf(tag, sizeof tag, "threads=%d docs=%s", th, L ? L->name : "NULL");
@@ -335,7 +372,6 @@ static void test_finite_differences(int T, const int32_t *doc) {
     problem_init(&p, T, NH, NKV, HS, 7, 1.5f);
     p.doc = doc;
     problem_ref(&p);
-    problem_fast(&p, 2);
     double *dq = malloc(p.nq * sizeof(double)), *dk = malloc(p.nk * sizeof(double));
     double *dv = malloc(p.nk * sizeof(double)), *g = malloc(p.nq * sizeof(double));
     double *fq = malloc(p.nq * sizeof(double)), *fk = malloc(p.nk * sizeof(double));
@@ -371,24 +407,28 @@ static void test_finite_differences(int T, const int32_t *doc) {
     // entry covers both with margin; a sign or factor error (e.g. a missing scale) is O(1).
     const float *refs[3] = {p.r_dq, p.r_dk, p.r_dv}, *fasts[3] = {p.dq, p.dk, p.dv};
     const char *names[3] = {"dq", "dk", "dv"};
+    const char *tag = doc ? "documents" : "causal";
+    double m[3] = {0};
     for (int t = 0; t < 3; t++) {
-        double m = 0.0, er = 0.0, ef = 0.0;
+        double er = 0.0;
         for (size_t i = 0; i < ns[t]; i++)
-            m = fmax(m, fabs(fd[t][i]));
-        for (size_t i = 0; i < ns[t]; i++) {
-            er = fmax(er, fabs(refs[t][i] - fd[t][i]) / m);
-            ef = fmax(ef, isfinite(fasts[t][i]) ? fabs(fasts[t][i] - fd[t][i]) / m : INFINITY);
+            m[t] = fmax(m[t], fabs(fd[t][i]));
+        for (size_t i = 0; i < ns[t]; i++)
+            er = fmax(er, fabs(refs[t][i] - fd[t][i]) / m[t]);
+        CHECK(er <= 2e-6, "fd %s: ref %s vs finite differences rel err %.3g", tag, names[t], er);
+        printf("fd %s %s: ref err %.2g (max |grad| %.3g)\n", tag, names[t], er, m[t]);
+    }
+    FOR_EACH_PATH {
+        problem_fast(&p, 2);
+        for (int t = 0; t < 3; t++) {
+            double ef = 0.0;
+            for (size_t i = 0; i < ns[t]; i++)
+                ef = fmax(ef,
+                          isfinite(fasts[t][i]) ? fabs(fasts[t][i] - fd[t][i]) / m[t] : INFINITY);
+            CHECK(ef <= 2e-6, "%s: fd %s: fast %s vs finite differences rel err %.3g", g_path, tag,
+                  names[t], ef);
+            printf("fd %s %s [%s]: fast err %.2g\n", tag, names[t], g_path, ef);
         }
-        char what[128];
-        const char *tag = doc ? "documents" : "causal";
-        snprintf(what, sizeof what, "fd %s: ref %s vs finite differences rel err %.3g", tag,
-                 names[t], er);
-        CHECK(er <= 2e-6, "%s", what);
-        snprintf(what, sizeof what, "fd %s: fast %s vs finite differences rel err %.3g", tag,
-                 names[t], ef);
-        CHECK(ef <= 2e-6, "%s", what);
-        printf("fd %s %s: ref err %.2g fast err %.2g (max |grad| %.3g)\n", tag, names[t], er, ef,
-               m);
     }
     free(dq), free(dk), free(dv), free(g), free(fq), free(fk), free(fv);
     problem_free(&p);
@@ -410,21 +450,23 @@ static void test_large_scores(const doc_layout *L) {
     int32_t *doc = L ? docs_make(L, p.T) : NULL;
     p.doc = doc;
     problem_ref(&p);
-    problem_fast(&p, 2);
     const double scale = 1.0 / sqrt(64.0);
     double delta = 4.0 * 64 * FLT_EPSILON * scale * max_abs(p.q, p.nq) * max_abs(p.k, p.nk);
-    int finite = 1;
-    for (size_t i = 0; i < p.nq; i++)
-        finite &= isfinite(p.out[i]) && isfinite(p.dq[i]);
-    for (size_t i = 0; i < (size_t)p.NH * p.T; i++)
-        finite &= isfinite(p.lse[i]);
-    CHECK(finite, "large scores: non-finite output");
-    double worst[5] = {0};
-    compare(&p, delta, delta, "large scores", worst);
-    printf("large scores (docs %s): max|lse| %.0f, tolerance %.2g, worst rel err out %.2g lse %.2g "
-           "dq %.2g dk %.2g dv %.2g\n",
-           L ? L->name : "NULL", max_abs(p.r_lse, (size_t)p.NH * p.T), delta, worst[0], worst[1],
-           worst[2], worst[3], worst[4]);
+    double worst[NPATHS][5] = {{0}};
+    FOR_EACH_PATH {
+        problem_fast(&p, 2);
+        int finite = 1;
+        for (size_t i = 0; i < p.nq; i++)
+            finite &= isfinite(p.out[i]) && isfinite(p.dq[i]);
+        for (size_t i = 0; i < (size_t)p.NH * p.T; i++)
+            finite &= isfinite(p.lse[i]);
+        CHECK(finite, "%s: large scores: non-finite output", g_path);
+        compare(&p, delta, delta, "large scores", worst[g_pi]);
+    }
+    char what[128];
+    snprintf(what, sizeof what, "large scores (docs %s, max|lse| %.0f, tolerance %.2g)",
+             L ? L->name : "NULL", max_abs(p.r_lse, (size_t)p.NH * p.T), delta);
+    print_worst(what, worst);
     problem_free(&p);
     free(doc);
 }
@@ -432,6 +474,7 @@ static void test_large_scores(const doc_layout *L) {
 /* 5. workspace linear in T: with T a multiple of the tile, the increments from T to 2T and from
  * 2T to 4T must be in ratio 2 (quadratic growth would give 4). Small slack for rounding. */
 static void test_workspace(void) {
+    FOR_EACH_PATH
     for (int th = 1; th <= 3; th++) {
         omp_set_num_threads(th);
         const int heads[][2] = {{8, 4}, {8, 1}};
@@ -450,6 +493,29 @@ static void test_workspace(void) {
     omp_set_num_threads(2);
 }
 
+/* doc_start all 0 gives bit for bit the result of NULL: after a run with p->doc all 0, the
+ * same run with NULL. */
+static void check_zero_docs_same(problem *p) {
+    const size_t nl = (size_t)p->NH * p->T;
+    float *keep = talloc(2 * p->nq + nl + 2 * p->nk);
+    float *srcs[5] = {p->out, p->lse, p->dq, p->dk, p->dv};
+    const size_t ns[5] = {p->nq, nl, p->nq, p->nk, p->nk};
+    size_t off = 0;
+    for (int t = 0; t < 5; off += ns[t], t++)
+        memcpy(keep + off, srcs[t], ns[t] * sizeof(float));
+    const int32_t *doc = p->doc;
+    p->doc = NULL;
+    problem_fast(p, 2);
+    p->doc = doc;
+    int same = 1;
+    off = 0;
+    for (int t = 0; t < 5; off += ns[t], t++)
+        same &= memcmp(keep + off, srcs[t], ns[t] * sizeof(float)) == 0;
+    CHECK(same, "%s: docs all 0 vs NULL T=%d NH=%d NKV=%d HS=%d: not bit-identical", g_path, p->T,
+          p->NH, p->NKV, p->HS);
+    free(keep);
+}
+
 /* 6. documents: fast vs ref over layouts x T x heads (HS cycling over 16, 24, 64, 128); with
  * doc_start all 0 also bit-for-bit equal to doc_start NULL (same code path and sums). Same
  * tolerances as the causal grid: the masked kernels do the same fp32 work on fewer keys. */
@@ -459,7 +525,7 @@ static void test_docs(void) {
     const int HSs[] = {16, 24, 64, 128};
     int n = 0;
     for (int l = 0; l < NLAYOUTS; l++) {
-        double worst[5] = {0};
+        double worst[NPATHS][5] = {{0}};
         for (int a = 0; a < 5; a++)
             for (int b = 0; b < 3; b++, n++) {
                 problem p;
@@ -468,33 +534,19 @@ static void test_docs(void) {
                 int32_t *doc = docs_make(&layouts[l], p.T);
                 p.doc = doc;
                 problem_ref(&p);
-                problem_fast(&p, 2);
                 char tag[96];
                 snprintf(tag, sizeof tag, "docs=%s", layouts[l].name);
-                compare(&p, TOL_FWD, TOL_BWD, tag, worst);
-                if (l == 0) { // all 0 vs NULL: bit-for-bit
-                    const size_t nl = (size_t)p.NH * p.T;
-                    float *keep = talloc(2 * p.nq + nl + 2 * p.nk);
-                    float *srcs[5] = {p.out, p.lse, p.dq, p.dk, p.dv};
-                    const size_t ns[5] = {p.nq, nl, p.nq, p.nk, p.nk};
-                    size_t off = 0;
-                    for (int t = 0; t < 5; off += ns[t], t++)
-                        memcpy(keep + off, srcs[t], ns[t] * sizeof(float));
-                    p.doc = NULL;
+                FOR_EACH_PATH {
                     problem_fast(&p, 2);
-                    int same = 1;
-                    off = 0;
-                    for (int t = 0; t < 5; off += ns[t], t++)
-                        same &= memcmp(keep + off, srcs[t], ns[t] * sizeof(float)) == 0;
-                    CHECK(same, "docs all 0 vs NULL T=%d NH=%d NKV=%d HS=%d: not bit-identical",
-                          p.T, p.NH, p.NKV, p.HS);
-                    free(keep);
+                    compare(&p, TOL_FWD, TOL_BWD, tag, worst[g_pi]);
+                    if (l == 0) check_zero_docs_same(&p);
                 }
                 problem_free(&p);
                 free(doc);
             }
-        printf("docs %-26s worst rel err out %.2g lse %.2g dq %.2g dk %.2g dv %.2g\n",
-               layouts[l].name, worst[0], worst[1], worst[2], worst[3], worst[4]);
+        char what[64];
+        snprintf(what, sizeof what, "docs %-26s", layouts[l].name);
+        print_worst(what, worst);
     }
 }
 
@@ -517,7 +569,7 @@ static void diff_acc(const float *a, const float *b, size_t n, double *e, double
  * softmax and of the block sums: each is within ~1e-6 of the double ref (test 6), and we ask
  * 2e-6 of max |tensor| (measured worst 3.4e-7; a key leaked from a neighbouring document
  * moves the output by ~1e-2).
- * When every document starts on a multiple of 256 (both paths' block sizes) the blocking is the
+ * When every document starts on a multiple of 256 (of every path's blocks) the blocking is the
  * same, and with the owner backward scheme (NKV % threads == 0: no private dQ buffers) so are
  * the sums: bit-for-bit. */
 #define TOL_CONCAT 2e-6
@@ -565,25 +617,84 @@ static void test_concat(const doc_layout *L, int T, int NH, int NKV, int HS, int
     for (int i = 0; i < 5; i++) {
         const double r = m[i] > 0.0 ? e[i] / m[i] : e[i];
         CHECK(r <= TOL_CONCAT,
-              "concat docs=%s T=%d NH=%d NKV=%d HS=%d threads=%d: %s packed vs one by one rel "
-              "err %.3g > %.1g",
-              L->name, T, NH, NKV, HS, threads, names[i], r, TOL_CONCAT);
+              "%s: concat docs=%s T=%d NH=%d NKV=%d HS=%d threads=%d: %s packed vs one by one "
+              "rel err %.3g > %.1g",
+              g_path, L->name, T, NH, NKV, HS, threads, names[i], r, TOL_CONCAT);
         e[i] = r;
     }
     if (exact)
-        CHECK(same, "concat docs=%s T=%d NH=%d NKV=%d HS=%d threads=%d: not bit-identical", L->name,
-              T, NH, NKV, HS, threads);
-    printf("concat %-26s T=%d NH=%d NKV=%d HS=%d threads=%d: rel err out %.2g lse %.2g dq %.2g "
-           "dk %.2g dv %.2g%s\n",
-           L->name, T, NH, NKV, HS, threads, e[0], e[1], e[2], e[3], e[4],
+        CHECK(same, "%s: concat docs=%s T=%d NH=%d NKV=%d HS=%d threads=%d: not bit-identical",
+              g_path, L->name, T, NH, NKV, HS, threads);
+    printf("concat [%s] %-26s T=%d NH=%d NKV=%d HS=%d threads=%d: rel err out %.2g lse %.2g "
+           "dq %.2g dk %.2g dv %.2g%s\n",
+           g_path, L->name, T, NH, NKV, HS, threads, e[0], e[1], e[2], e[3], e[4],
            exact ? (same ? " (bit-identical)" : " (NOT bit-identical)") : "");
     problem_free(&p);
     free(doc);
     omp_set_num_threads(2);
 }
 
+/* The whole suite on the current path. */
+/* 9. path selection: unknown names are refused with a message; portable runs everywhere. */
+static void test_selection(void) {
+    char err[256] = "";
+    CHECK(kernel_path_set("avx9000", err, sizeof err) != 0 && strstr(err, "avx9000") &&
+              strstr(err, "portable"),
+          "an unknown path name is refused with a message naming it and the valid ones: '%s'", err);
+    CHECK(kernel_path_supported("portable"), "the portable path runs on every CPU");
+    CHECK(!kernel_path_supported(""), "the empty name is no path");
+}
+
+/* 10. avx2 and avx512 run the same sums in the same order (attention_avx2.c): where they share
+ * the schedule, in the forward always and in the backward when each thread owns whole KV heads
+ * (NKV % threads == 0), their results are the same bits. T = 700 (several blocks of either
+ * size, a partial last one), GQA, HS 64 and 24 (masked column tails), with and without
+ * documents, 1 and 2 threads. A lane mask off by one changes bits at once. */
+static void test_paths_agree(void) {
+    if (!kernel_path_supported("avx512") || !kernel_path_supported("avx2")) {
+        printf("avx2 vs avx512: skipped (this CPU lacks one of them)\n");
+        return;
+    }
+    const int HSs[] = {64, 24};
+    for (int c = 0; c < 2; c++)
+        for (int d = 0; d < 2; d++)
+            for (int th = 1; th <= 2; th++) {
+                problem p;
+                problem_init(&p, 700, 8, 4, HSs[c], 1000 + (uint64_t)c, 1.0f);
+                int32_t *doc = d ? docs_make(&layouts[5], p.T) : NULL;
+                p.doc = doc;
+                const char *paths[2] = {"avx512", "avx2"};
+                float *res[2];
+                const size_t nl = (size_t)p.NH * p.T;
+                for (int i = 0; i < 2; i++) {
+                    char err[256];
+                    CHECK(kernel_path_set(paths[i], err, sizeof err) == 0, "%s", err);
+                    problem_fast(&p, th);
+                    res[i] = talloc(2 * p.nq + nl + 2 * p.nk);
+                    float *srcs[5] = {p.out, p.lse, p.dq, p.dk, p.dv};
+                    const size_t ns[5] = {p.nq, nl, p.nq, p.nk, p.nk};
+                    size_t off = 0;
+                    for (int t = 0; t < 5; off += ns[t], t++)
+                        memcpy(res[i] + off, srcs[t], ns[t] * sizeof(float));
+                }
+                CHECK(memcmp(res[0], res[1], (2 * p.nq + nl + 2 * p.nk) * sizeof(float)) == 0,
+                      "avx2 vs avx512 HS=%d docs=%s threads=%d: not bit-identical", p.HS,
+                      d ? layouts[5].name : "NULL", th);
+                free(res[0]);
+                free(res[1]);
+                problem_free(&p);
+                free(doc);
+            }
+    omp_set_num_threads(2);
+    printf("avx2 vs avx512: bit-identical where they share the schedule\n");
+}
+
 int main(void) {
     double t0 = omp_get_wtime();
+    for (int i = 0; i < NPATHS; i++)
+        printf("path %s: %s\n", path_names[i],
+               kernel_path_supported(path_names[i]) ? "tested" : "skipped (this CPU lacks it)");
+    test_selection();
     test_shapes();
     test_threads(NULL);
     test_threads(&layouts[5]); // one off the boundaries
@@ -595,6 +706,7 @@ int main(void) {
     test_workspace();
     test_docs();
     const doc_layout aligned = {"on 256 boundaries only", 2, {256, 512}};
+    FOR_EACH_PATH
     for (int th = 1; th <= 3; th++) {
         test_concat(&layouts[1], 700, 4, 2, 64, th, 0);
         test_concat(&layouts[5], 700, 8, 1, 24, th, 0);
@@ -602,6 +714,7 @@ int main(void) {
         test_concat(&aligned, 1100, 4, 2, 64, th, th != 3);
         test_concat(&aligned, 1100, 8, 1, 32, th, th == 1);
     }
+    test_paths_agree();
     printf("test_attention: %.1f s\n", omp_get_wtime() - t0);
     return harness_finish("test_attention");
 }
