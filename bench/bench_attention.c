@@ -41,6 +41,7 @@ static int bench_cmp(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+    blas_check_core(argv); /* the core upipe itself runs on */
     int T = argc > 1 ? atoi(argv[1]) : 4096;
     int NH = argc > 2 ? atoi(argv[2]) : 8;
     int NKV = argc > 3 ? atoi(argv[3]) : 4;

@@ -1,6 +1,8 @@
 /* bench_sgemm — the machine's cblas_sgemm rate on training shapes, the yardstick of the model
  * benchmark's "fraction of sgemm". usage: bench_sgemm [threads] [M K N] ; prints GFLOP/s
  * (median of 7 after a warm-up) as one JSON line. */
+#include "kernels/kernels.h"
+
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int main(int argc, char **argv) {
+    blas_check_core(argv); /* the core upipe itself runs on */
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     int M = argc > 4 ? atoi(argv[2]) : 16384, K = argc > 4 ? atoi(argv[3]) : 512,
         N = argc > 4 ? atoi(argv[4]) : 1408;
@@ -38,8 +41,8 @@ int main(int argc, char **argv) {
         rates[r] = 2.0 * M * N * K / (now_s() - t0) / 1e9;
     }
     qsort(rates, 7, sizeof rates[0], cmp_double);
-    printf("{\"threads\": %d, \"M\": %d, \"K\": %d, \"N\": %d, \"gflops\": %.1f}\n", threads, M, K,
-           N, rates[3]);
+    printf("{\"blas_core\": \"%s\", \"threads\": %d, \"M\": %d, \"K\": %d, \"N\": %d, \"gflops\": %.1f}\n",
+           openblas_get_corename(), threads, M, K, N, rates[3]);
     free(a);
     free(b);
     free(c);

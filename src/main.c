@@ -29,6 +29,7 @@ static void print_usage(void) {
 }
 
 int main(int argc, char **argv) {
+    blas_check_core(argv); /* may re-execute the program with OPENBLAS_CORETYPE set */
     up_tmp_install_signal_cleanup(); /* a signal never leaves a temporary file behind */
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {

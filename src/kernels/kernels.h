@@ -38,6 +38,13 @@ void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float 
  * and a one-line description of the BLAS build, for the run summary. */
 void blas_set_threads(int n);
 const char *blas_describe(void);
+/* OpenBLAS (DYNAMIC_ARCH) picks its kernels by CPU model when it loads, and a release older than
+ * the CPU falls back to SSE3 kernels: Debian 12's 0.3.21 chooses "Prescott" on Sapphire and
+ * Emerald Rapids, 4.5x slower than its AVX-512 kernels there (65 against 298 GFLOP/s measured).
+ * When the core chosen has neither AVX2 nor AVX-512 kernels but the CPU has them, this re-executes
+ * the program once (argv as given) with OPENBLAS_CORETYPE naming the matching core (SkylakeX or
+ * Haswell). A user's OPENBLAS_CORETYPE is kept as is. Call first thing in main. */
+void blas_check_core(char **argv);
 /* Makes OpenBLAS's per-thread packing buffers resident as a product n columns wide and k deep
  * would (DESIGN.md §5: the `runtime` category measures them). 0, or -1 out of memory. */
 int blas_touch_buffers(int n, int k);

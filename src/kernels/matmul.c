@@ -5,7 +5,9 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "core/check.h"
 
@@ -79,3 +81,32 @@ int blas_touch_buffers(int n, int k) {
 void blas_set_threads(int n) { openblas_set_num_threads(n); }
 
 const char *blas_describe(void) { return openblas_get_config(); }
+
+/* True for the OpenBLAS cores whose sgemm uses AVX2 or AVX-512 (the names openblas_get_corename
+ * gives). */
+static int blas_core_is_wide(const char *core) {
+    static const char *const wide[] = {"haswell", "zen", "skylakex", "cooperlake",
+                                       "sapphirerapids"};
+    for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+        if (strcasecmp(core, wide[i]) == 0) return 1;
+    return 0;
+}
+
+void blas_check_core(char **argv) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *core = openblas_get_corename();
+    if (getenv("OPENBLAS_CORETYPE") != NULL || core == NULL || blas_core_is_wide(core)) return;
+    __builtin_cpu_init();
+    const char *want = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+    if (want == NULL || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: run on with the core OpenBLAS chose */
+#else
+    (void)argv;
+#endif
+}
