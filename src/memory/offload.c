@@ -28,7 +28,9 @@
 #define MEM_ALIGN ((size_t)64)       /* mem_alloc's alignment (mem.h) */
 #define OFFLOAD_EOF (-1)             /* error code: a transfer moved fewer bytes than asked */
 
-typedef enum { BUF_FREE, BUF_CALLER, BUF_WRITING, BUF_READING, BUF_READY } buf_state;
+/* BUF_KEEPING: being written while the caller keeps it (offload_write_keep): back to
+ * BUF_CALLER, not the free pool, once written. */
+typedef enum { BUF_FREE, BUF_CALLER, BUF_WRITING, BUF_KEEPING, BUF_READING, BUF_READY } buf_state;
 
 typedef struct {
     offload_op op;
@@ -185,7 +187,7 @@ static void *io_main(void *arg) {
                     mem_add_offloaded((long long)s->slot_bytes); /* atomic: fine off-thread */
                 }
             }
-            s->bstate[r.buf] = BUF_FREE;
+            s->bstate[r.buf] = s->bstate[r.buf] == BUF_KEEPING ? BUF_CALLER : BUF_FREE;
         } else {
             if (!skip && !e) {
                 s->stats.reads++;
@@ -198,7 +200,8 @@ static void *io_main(void *arg) {
     }
     for (; s->qcount > 0; s->qcount--, s->qhead = (s->qhead + 1) % s->nbuf) {
         offload_req *r = &s->queue[s->qhead];
-        s->bstate[r->buf] = r->op == OFFLOAD_OP_WRITE ? BUF_FREE : BUF_READY;
+        buf_state *b = &s->bstate[r->buf];
+        *b = r->op == OFFLOAD_OP_READ ? BUF_READY : *b == BUF_KEEPING ? BUF_CALLER : BUF_FREE;
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -279,15 +282,35 @@ float *offload_acquire(offload_store *s) {
     return (float *)(s->base + (size_t)b * s->slot_bytes);
 }
 
-void offload_write(offload_store *s, int slot, float *buf) {
-    check_slot(s, slot, "offload_write");
+static void write_locked(offload_store *s, int slot, float *buf, buf_state st, const char *who) {
+    check_slot(s, slot, who);
     pthread_mutex_lock(&s->mu);
     check_failed(s);
-    int b = buffer_index(s, buf, "offload_write");
-    UP_CHECK(s->bstate[b] == BUF_CALLER, "offload_write: buffer %d is not held by the caller", b);
-    s->bstate[b] = BUF_WRITING;
+    int b = buffer_index(s, buf, who);
+    UP_CHECK(s->bstate[b] == BUF_CALLER, "%s: buffer %d is not held by the caller", who, b);
+    s->bstate[b] = st;
     s->slot_queued[slot] = 1;
     enqueue(s, OFFLOAD_OP_WRITE, slot, b);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void offload_write(offload_store *s, int slot, float *buf) {
+    write_locked(s, slot, buf, BUF_WRITING, "offload_write");
+}
+
+void offload_write_keep(offload_store *s, int slot, const float *buf) {
+    write_locked(s, slot, (float *)buf, BUF_KEEPING, "offload_write_keep");
+}
+
+void offload_written(offload_store *s, const float *buf) {
+    pthread_mutex_lock(&s->mu);
+    int b = buffer_index(s, buf, "offload_written");
+    while (s->bstate[b] == BUF_KEEPING) {
+        check_failed(s);
+        pthread_cond_wait(&s->cv_done, &s->mu);
+    }
+    check_failed(s);
+    UP_CHECK(s->bstate[b] == BUF_CALLER, "offload_written: buffer %d is not held by the caller", b);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -381,8 +404,8 @@ static int choose_mode(offload_store *s) {
 
 offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int nbuf, char *err,
                             size_t errlen) {
-    UP_CHECK(slot_bytes > 0 && nslots >= 1 && nbuf >= 2,
-             "offload_open: slot_bytes %zu, nslots %d, nbuf %d (need > 0, >= 1, >= 2)", slot_bytes,
+    UP_CHECK(slot_bytes > 0 && nslots >= 1 && nbuf >= 1,
+             "offload_open: slot_bytes %zu, nslots %d, nbuf %d (need > 0, >= 1, >= 1)", slot_bytes,
              nslots, nbuf);
     if (dir == NULL || dir[0] == '\0') {
         up_errf(err, errlen, "--offload", "no directory given: pass a writable directory");

@@ -11,15 +11,17 @@
  *
  * Buffer life cycle (each buffer is in exactly one state):
  *   free --offload_acquire--> caller --offload_write--> writing --(I/O thread)--> free
+ *   caller --offload_write_keep--> keeping --(I/O thread)--> caller   (offload_written waits)
  *   free --offload_prefetch--> reading --(I/O thread)--> ready --offload_wait--> caller
  *   caller --offload_release--> free
  *
- * Minimum nbuf: 2 for the pattern below (1 deadlocks in backward: the caller holds the only
- * buffer while prefetching the next slot); the model uses 3 (one filled/used by the caller,
- * one in flight to the file, one prefetched):
- *   forward:  for l in 0..L-1 { b = acquire(); fill b; write(l, b); }
- *   backward: prefetch(L-1); for l = L-1..0 { b = wait(l); if (l > 0) prefetch(l-1);
- *                                             use b; release(b); }
+ * The model opens the store with one buffer, the residual stream itself (DESIGN.md §4.2):
+ *   forward:  b = acquire(); embed into b;
+ *             for l in 0..L-1 { read b; write_keep(l, b); compute; written(b); update b in place }
+ *             loss(b); release(b)
+ *   backward: for l = L-1..0 { b = wait(l); use b; release(b); }
+ * so layer l's write overlaps its attention, and the read of a layer's input is not overlapped
+ * (a prefetch needs a second buffer: the pattern with prefetch(l-1) before use needs nbuf >= 2).
  * A call that would wait for a buffer while none can ever come back (all held by the caller or
  * prefetched and not yet waited for) stops with a check failure instead of hanging.
  *
@@ -36,7 +38,7 @@ typedef struct offload_store offload_store;
 
 /* Creates the store file in dir (mkstemp, unlinked at once so nothing is left even after a
  * crash), tries O_DIRECT and falls back to buffered I/O (writes then flushed and dropped from
- * the page cache) when the file system refuses it, allocates nbuf (>= 2) resident buffers of
+ * the page cache) when the file system refuses it, allocates nbuf (>= 1) resident buffers of
  * slot_bytes rounded up to 4096, and starts the I/O thread. Checks up front that the directory
  * has room for nslots slots and that the file-size limit (ulimit -f) allows them; ignores
  * SIGXFSZ so that the limit gives an error instead of killing the process.
@@ -53,6 +55,12 @@ float *offload_acquire(offload_store *s);
 /* Queues the write of buf (a buffer the caller owns) into slot and returns at once; buf goes
  * back to the free pool once written. A slot may be rewritten any number of times. */
 void offload_write(offload_store *s, int slot, float *buf);
+/* Queues the write of buf into slot like offload_write, but the caller keeps buf: it may read
+ * buf meanwhile, and must call offload_written before it changes buf or hands it on. */
+void offload_write_keep(offload_store *s, int slot, const float *buf);
+/* Waits until the offload_write_keep of buf is on its way to disk (the I/O thread has copied it
+ * out: written, or failed, which stops every rank with the message). */
+void offload_written(offload_store *s, const float *buf);
 /* Queues the read of slot (written before) into a free buffer (blocks only until a buffer is
  * free). No-op when slot is already prefetched and not yet waited for. */
 void offload_prefetch(offload_store *s, int slot);

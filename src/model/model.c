@@ -34,13 +34,20 @@ static void want(buf_table *t, int cond, float **dst, mem_category cat, size_t n
     t->rows[t->n++] = (buf_row){dst, cat, n};
 }
 
+/* With checkpointing and a tiled MLP the recompute's x_mid lives in dh: it is read only by the
+ * MLP's backward, whose dh rows then go through the tile buffer dh_t, and dh fills only after it,
+ * in the attention's backward. */
+static int x_mid_in_dh(const model *m) {
+    return m->opt.checkpoint && !m->opt.forward_only && m->tile_mlp < m->T;
+}
+
 /* Every buffer the model itself holds (the attention module, FSDP and the offload store hold
  * theirs): the saved tensors of each layer, one shared set when layers are recomputed, and the
  * scratch of the forward and backward lists (DESIGN.md §5). */
 static void activation_table(model *m, buf_table *t, const cp_attention_shape *as) {
     const model_config *c = &m->cfg;
     size_t T = (size_t)m->T, C = c->C, F = c->F, V = c->V, HS = c->HS;
-    size_t qd = (size_t)c->NH * c->HS, tm = (size_t)m->tile_mlp, tl = (size_t)m->tile_loss;
+    size_t tm = (size_t)m->tile_mlp, tl = (size_t)m->tile_loss;
     int tiled_mlp = m->tile_mlp < m->T, ckpt = m->opt.checkpoint;
     int offload = m->opt.offload_dir != NULL, fwd = m->opt.forward_only;
     size_t att, lse, q, kv;
@@ -48,18 +55,19 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
     for (int l = 0; l < c->L; l++) {
         layer_acts *a = &m->acts[l];
         int own = (!ckpt && !fwd) || l == 0; /* else the layer shares layer 0's set */
-        want(t, !offload && !fwd, &a->x_in, MEM_CHECKPOINTS, T * C); /* fwd: dres, dh instead */
+        want(t, !offload && !fwd, &a->x_in, MEM_CHECKPOINTS, T * C); /* fwd: dres instead */
         want(t, own && q, &a->attn.q, MEM_ATTENTION, q);
         want(t, own && kv, &a->attn.k, MEM_ATTENTION, kv);
         want(t, own && kv, &a->attn.v, MEM_ATTENTION, kv);
         want(t, own, &a->attn.att, MEM_ACTIVATIONS, att);
         want(t, own, &a->attn.lse, MEM_ACTIVATIONS, lse);
-        want(t, own, &a->x_mid, MEM_ACTIVATIONS, T * C);
+        /* a layer's forward pass writes x_mid into its output (model_x_mid_in_dh: the recompute
+         * puts it in dh), so only saved and untiled-recompute sets own one */
+        want(t, own && !fwd && !x_mid_in_dh(m), &a->x_mid, MEM_ACTIVATIONS, T * C);
         want(t, own && !tiled_mlp, &a->gate, MEM_ACTIVATIONS, up_mul(T, F));
         want(t, own && !tiled_mlp, &a->up, MEM_ACTIVATIONS, up_mul(T, F));
         want(t, own && !tiled_mlp, &a->act, MEM_ACTIVATIONS, up_mul(T, F));
     }
-    want(t, 1, &m->x_final, MEM_WORKSPACE, T * C);
     want(t, 1, &m->h, MEM_WORKSPACE, T * C);
     want(t, 1, &m->rstd1, MEM_WORKSPACE, T);
     want(t, 1, &m->rstd2, MEM_WORKSPACE, T);
@@ -70,13 +78,13 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
     want(t, tiled_mlp, &m->up_t, MEM_WORKSPACE, up_mul(tm, F));
     want(t, tiled_mlp, &m->act_t, MEM_WORKSPACE, up_mul(tm, F));
     want(t, !fwd, &m->dact, MEM_WORKSPACE, up_mul(tm, F));
+    want(t, !fwd && tiled_mlp, &m->dh_t, MEM_WORKSPACE, tm * C);
     want(t, 1, &m->xf, MEM_WORKSPACE, tl * C);
     want(t, 1, &m->rstdf, MEM_WORKSPACE, tl);
     want(t, 1, &m->logits, MEM_WORKSPACE, up_mul(tl, V));
     want(t, !fwd, &m->dxf, MEM_WORKSPACE, tl * C);
-    want(t, 1, &m->dres, MEM_WORKSPACE, T * C);
-    want(t, 1, &m->dh, MEM_WORKSPACE, T * C);
-    want(t, !fwd, &m->datt, MEM_WORKSPACE, up_mul(T, qd)); /* like the saved o, not staged */
+    want(t, 1, &m->dres, MEM_WORKSPACE, T * C); /* fwd: the residual stream */
+    want(t, !fwd, &m->dh, MEM_WORKSPACE, T * C);   /* also x_final, and x_mid (x_mid_in_dh) */
 }
 
 static void *owned_buffer(model *m, mem_category cat, size_t bytes) {
@@ -131,6 +139,9 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
         m->window = owned_buffer(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
         m->doc_start = owned_buffer(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
     }
+    if (x_mid_in_dh(m)) m->acts[0].x_mid = m->dh;
+    if (!m->dh_t) m->dh_t = m->dh; /* untiled: the MLP's backward writes dh's rows */
+    m->x_final = m->dh; /* the last layer's output lives only until the loss (training) */
     int shared = m->opt.checkpoint || m->opt.forward_only;
     for (int l = 1; shared && l < c->L; l++) { /* one shared set, own checkpoints */
         float *x_in = m->acts[l].x_in;
@@ -143,16 +154,16 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     m->attn = cp_attention_init(&as);
 
     if (m->opt.offload_dir) {
-        /* three resident buffers: one in use, one in flight to the store, one prefetched */
+        /* one resident buffer: the residual stream, written out while it is read (offload.h) */
         size_t slot = up_mul3((size_t)T, (size_t)c->C, sizeof(float));
         if (mem_planning()) {
-            mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot, 3));
+            mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot, 1));
             mem_add_offloaded((long long)offload_store_bytes(slot, c->L));
         } else {
             /* a store that cannot open may fail on some ranks only (their disks): every rank
              * learns of it before any collective, and all stop together with the message */
             char err[512] = "";
-            m->store = offload_open(m->opt.offload_dir, slot, c->L, 3, err, sizeof err);
+            m->store = offload_open(m->opt.offload_dir, slot, c->L, 1, err, sizeof err);
             if (comm_any(comm, m->store == NULL)) up_die_agreed(m->store ? NULL : err);
         }
     }
@@ -191,18 +202,22 @@ static int mlp_tile(model *m, const layer_acts *a, int t0, float **gate, float *
     return n;
 }
 
-static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, float *x_out) {
+/* x_out = x_mid + mlp(x_mid), tile by tile; x_out may be x_mid (in place: a tile reads only its
+ * own rows), or NULL (the recompute of an untiled MLP: only gate, up and act are wanted). */
+static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, const float *x_mid,
+                        float *x_out) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, F = c->F;
     for (int t0 = 0; t0 < T; t0 += m->tile_mlp) {
         float *gate, *up, *act;
         int n = mlp_tile(m, a, t0, &gate, &up, &act);
         size_t r = (size_t)t0 * C;
-        rmsnorm_forward(m->h + r, m->rstd2 + t0, a->x_mid + r, w->mlp_norm, n, C, c->eps);
+        rmsnorm_forward(m->h + r, m->rstd2 + t0, x_mid + r, w->mlp_norm, n, C, c->eps);
         matmul_forward(gate, m->h + r, w->wg, n, C, F, 0);              // (n, F)
         matmul_forward(up, m->h + r, w->wu, n, C, F, 0);                // (n, F)
         swiglu_forward(act, gate, up, (size_t)n * F);                   // (n, F)
-        memcpy(x_out + r, a->x_mid + r, sizeof(float) * (size_t)n * C);
+        if (!x_out) continue;
+        if (x_out != x_mid) memcpy(x_out + r, x_mid + r, sizeof(float) * (size_t)n * C);
         matmul_forward(x_out + r, act, w->wd, n, F, C, 1);              // x_out = x_mid + mlp
     }
 }
@@ -230,11 +245,12 @@ static void mlp_backward(model *m, const layer_weights *w, const layer_weights *
         // act = silu(gate) * up   (gradients overwrite gate and up in place)
         swiglu_backward(gate, up, m->dact, gate, up, (size_t)n * F);
         // gate = h2 Wg^T, up = h2 Wu^T
-        memset(m->dh + r, 0, sizeof(float) * (size_t)n * C);
-        matmul_backward(m->dh + r, g->wg, gate, h2, w->wg, n, C, F);
-        matmul_backward(m->dh + r, g->wu, up, h2, w->wu, n, C, F);
+        float *dh2 = tiled ? m->dh_t : m->dh + r; /* dh may hold x_mid (x_mid_in_dh) */
+        memset(dh2, 0, sizeof(float) * (size_t)n * C);
+        matmul_backward(dh2, g->wg, gate, h2, w->wg, n, C, F);
+        matmul_backward(dh2, g->wu, up, h2, w->wu, n, C, F);
         // h2 = rmsnorm(x_mid)
-        rmsnorm_backward(m->dres + r, g->mlp_norm, m->dh + r, a->x_mid + r, w->mlp_norm,
+        rmsnorm_backward(m->dres + r, g->mlp_norm, dh2, a->x_mid + r, w->mlp_norm,
                          m->rstd2 + t0, n, C);
     }
 }
@@ -272,18 +288,32 @@ static cp_attention_weights attn_weights(const layer_weights *w) {
     return (cp_attention_weights){w->wq, w->wk, w->wv};
 }
 
-static void layer_forward(model *m, int l, const float *x_in, float *x_out) {
+/* How a layer's forward runs. SAVE keeps x_mid for the backward (no checkpointing). PASS (the
+ * forward of checkpointing and of evaluation) needs no x_mid afterwards: it is built in x_out,
+ * which may be x_in itself (the offload store's one buffer, written to its slot while the
+ * attention runs). RECOMPUTE (backward, checkpointing) rebuilds what the backward reads: att,
+ * log-sum-exp and x_mid, and gate, up, act of an untiled MLP (a tiled one recomputes its tiles
+ * in the backward), but no output. */
+typedef enum { LAYER_SAVE, LAYER_PASS, LAYER_RECOMPUTE } layer_mode;
+
+static void layer_forward(model *m, int l, float *x_in, float *x_out, layer_mode mode) {
     const model_config *c = &m->cfg;
-    int T = m->T, C = c->C;
+    int T = m->T, C = c->C, in_place = x_out == x_in;
     layer_weights w = param_layer_view(c, fsdp_gather(&m->fsdp, l + 1));
     cp_attention_weights wa = attn_weights(&w);
     layer_acts *a = &m->acts[l];
+    float *x_mid = mode == LAYER_PASS ? x_out : a->x_mid;
 
     rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);    // h = rmsnorm(x) (T, C)
+    if (in_place && m->store) offload_write_keep(m->store, l, x_in);    // x_l to its slot
     cp_attention_forward(m->attn, m->h, &wa, &a->attn);                  // att (T, NH*HS)
-    memcpy(a->x_mid, x_in, sizeof(float) * (size_t)T * C);
-    matmul_forward(a->x_mid, a->attn.att, w.wo, T, c->NH * c->HS, C, 1); // x_mid = x + o Wo^T
-    mlp_forward(m, &w, a, x_out);                                        // x_out = x_mid + mlp
+    if (in_place && m->store) offload_written(m->store, x_in);
+    if (!in_place) memcpy(x_mid, x_in, sizeof(float) * (size_t)T * C);
+    matmul_forward(x_mid, a->attn.att, w.wo, T, c->NH * c->HS, C, 1);    // x_mid = x + o Wo^T
+    if (mode != LAYER_RECOMPUTE)
+        mlp_forward(m, &w, a, x_mid, x_out);                             // x_out = x_mid + mlp
+    else if (m->tile_mlp == T)
+        mlp_forward(m, &w, a, x_mid, NULL);                              // gate, up, act
 }
 
 /* m->dres: d loss / d x_out on entry, d loss / d x_in on return. */
@@ -296,21 +326,20 @@ static void layer_backward(model *m, int l, const float *x_in) {
     layer_acts *a = &m->acts[l];
 
     mlp_backward(m, &w, &g, a);
-    // x_mid = x_in + att Wo^T
-    memset(m->datt, 0, sizeof(float) * (size_t)T * qd);
-    matmul_backward(m->datt, g.wo, m->dres, a->attn.att, w.wo, T, qd, C);
+    // x_mid = x_in + att Wo^T: dWo here, d att stage by stage inside the attention's backward
+    matmul_backward(NULL, g.wo, m->dres, a->attn.att, w.wo, T, qd, C);
     // recompute h = rmsnorm(x_in) (cheap, not saved)
     rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);
     // att = attention(h)
     memset(m->dh, 0, sizeof(float) * (size_t)T * C);
-    cp_attention_backward(m->attn, m->h, &wa, &ga, m->datt, &a->attn, m->dh);
+    cp_attention_backward(m->attn, m->h, &wa, &ga, m->dres, w.wo, &a->attn, m->dh);
     // h = rmsnorm(x_in)
     rmsnorm_backward(m->dres, g.attn_norm, m->dh, x_in, w.attn_norm, m->rstd1, T, C);
 }
 
 /* Final norm, LM head and cross-entropy over tiles of tile_loss tokens; the loss's backward runs
  * here too, so the (T, V) logits never exist: dres := d loss / d x_final. */
-static double loss_forward_backward(model *m, float grad_scale) {
+static double loss_forward_backward(model *m, const float *x_final, float grad_scale) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
     /* the head unit (final norm, then lm_head unless tied: then the embedding's weights) */
@@ -322,14 +351,14 @@ static double loss_forward_backward(model *m, float grad_scale) {
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
-        rmsnorm_forward(m->xf, m->rstdf, m->x_final + r, wn, n, C, c->eps);   // (n, C)
+        rmsnorm_forward(m->xf, m->rstdf, x_final + r, wn, n, C, c->eps);      // (n, C)
         matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
         loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
         // logits = xf Wlm^T
         memset(m->dxf, 0, sizeof(float) * (size_t)n * C);
         matmul_backward(m->dxf, glm, m->logits, m->xf, wlm, n, C, V);
         // xf = rmsnorm(x_final)
-        rmsnorm_backward(m->dres + r, gn, m->dxf, m->x_final + r, wn, m->rstdf, n, C);
+        rmsnorm_backward(m->dres + r, gn, m->dxf, x_final + r, wn, m->rstdf, n, C);
     }
     fsdp_reduce(&m->fsdp, head); /* a tied embedding's gradients are reduced after its own backward */
     return loss;
@@ -338,7 +367,7 @@ static double loss_forward_backward(model *m, float grad_scale) {
 /* The loss tiles of a forward-only pass: final norm, LM head, then per row the loss and top
  * prediction (when asked for) before cross_entropy_fused adds the tile's loss exactly as
  * loss_forward_backward does (its gradient output is dropped). */
-static double loss_forward(model *m, double *loss, int32_t *pred) {
+static double loss_forward(model *m, const float *x_final, double *loss, int32_t *pred) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
     float *wn = fsdp_gather(&m->fsdp, head);
@@ -347,7 +376,7 @@ static double loss_forward(model *m, double *loss, int32_t *pred) {
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
-        rmsnorm_forward(m->xf, m->rstdf, m->x_final + r, wn, n, C, c->eps);   // (n, C)
+        rmsnorm_forward(m->xf, m->rstdf, x_final + r, wn, n, C, c->eps);      // (n, C)
         matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
         if (loss || pred)
             cross_entropy_rows(m->logits, m->targets + t0, n, V, loss ? loss + t0 : NULL,
@@ -361,54 +390,52 @@ double model_evaluate(model *m, double *loss, int32_t *pred) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, L = c->L;
     fsdp_state *f = &m->fsdp;
-    float *x = m->dres, *y = m->dh; /* the residual stream: two (T, C) buffers in turn */
+    float *x = m->dres; /* the residual stream, updated in place layer by layer */
     fsdp_begin_forward(f);
     float *wte = fsdp_gather(f, 0);
     fsdp_prefetch(f, 1);
     embedding_forward(x, m->inputs, wte, T, C);                          // (T, C)
     for (int l = 0; l < L; l++) {
         fsdp_prefetch(f, l + 2);
-        float *x_out = l + 1 == L ? m->x_final : y;
-        layer_forward(m, l, x, x_out);
-        y = x;
-        x = x_out;
+        layer_forward(m, l, x, x, LAYER_PASS);
     }
-    return loss_forward(m, loss, pred);
+    return loss_forward(m, x, loss, pred);
 }
 
 double model_forward(model *m, float grad_scale) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, L = c->L;
     fsdp_state *f = &m->fsdp;
+    /* with the store, its one buffer carries the residual stream in place, each x_l written to
+     * its slot while layer l's attention runs */
     float *x = m->store ? offload_acquire(m->store) : m->acts[0].x_in;
+    layer_mode mode = m->opt.checkpoint ? LAYER_PASS : LAYER_SAVE;
     fsdp_begin_forward(f); /* the optimizer may have changed the shards since the last gathers */
     float *wte = fsdp_gather(f, 0);
     fsdp_prefetch(f, 1);
     embedding_forward(x, m->inputs, wte, T, C);                          // (T, C)
     for (int l = 0; l < L; l++) {
         fsdp_prefetch(f, l + 2); /* the next unit's gather overlaps this layer */
-        float *x_out = l + 1 == L ? m->x_final
-                       : m->store ? offload_acquire(m->store) : m->acts[l + 1].x_in;
-        layer_forward(m, l, x, x_out);
-        if (m->store) offload_write(m->store, l, x); /* x_l leaves working memory */
+        float *x_out = m->store ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
+        layer_forward(m, l, x, x_out, mode);
         x = x_out;
     }
-    return loss_forward_backward(m, grad_scale);
+    double loss = loss_forward_backward(m, x, grad_scale);
+    if (m->store) offload_release(m->store, x);
+    return loss;
 }
 
 void model_backward(model *m) {
     const model_config *c = &m->cfg;
     fsdp_state *f = &m->fsdp;
-    if (m->store) offload_prefetch(m->store, c->L - 1);
     for (int l = c->L - 1; l >= 0; l--) {
-        const float *x_in = m->store ? offload_wait(m->store, l) : m->acts[l].x_in;
-        if (m->store && l > 0) offload_prefetch(m->store, l - 1); /* one layer ahead */
+        float *x_in = m->store ? offload_wait(m->store, l) : m->acts[l].x_in;
         fsdp_gather(f, l + 1);
         if (l > 0) fsdp_prefetch(f, l); /* the next layer's gather overlaps this one */
-        if (m->opt.checkpoint) layer_forward(m, l, x_in, m->x_final); /* recompute */
+        if (m->opt.checkpoint) layer_forward(m, l, x_in, NULL, LAYER_RECOMPUTE);
         layer_backward(m, l, x_in);
         fsdp_reduce(f, l + 1); /* right after the unit's backward */
-        if (m->store) offload_release(m->store, (float *)x_in);
+        if (m->store) offload_release(m->store, x_in);
     }
     // x_0 = embed[inputs]
     embedding_backward(fsdp_grads(f, 0), m->dres, m->inputs, m->T, c->C);

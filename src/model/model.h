@@ -43,7 +43,8 @@ typedef struct {
 typedef struct {
     float *x_in;             /* (T, C) layer input (residual stream): the checkpoint */
     cp_attention_saved attn; /* o (T, NH*HS), log-sum-exp, and q, k, v for plain Ulysses */
-    float *x_mid;            /* (T, C) residual after attention */
+    float *x_mid;            /* (T, C) residual after attention (saved, or the recompute's;
+                                with checkpointing and a tiled MLP it is dh) */
     float *gate;             /* (T, F) untiled MLP only */
     float *up;               /* (T, F) untiled MLP only */
     float *act;              /* (T, F) silu(gate) * up, untiled MLP only */
@@ -66,7 +67,8 @@ typedef struct {
     layer_acts *acts;   /* (L) */
 
     /* shared scratch */
-    float *x_final;       /* (T, C) output of the last layer; the recompute's output scratch */
+    float *x_final;       /* (T, C) output of the last layer = dh (dead before the backward);
+                             with the offload store the store's buffer holds it instead */
     float *h;             /* (T, C) rmsnorm output (attention, then MLP); recomputed in backward */
     float *rstd1, *rstd2; /* (T) */
     float *inv_freq;      /* (HS/2) */
@@ -74,8 +76,8 @@ typedef struct {
     float *gate_t, *up_t, *act_t, *dact; /* (tile_mlp, F) MLP tiles (dact also untiled) */
     float *xf, *rstdf, *logits, *dxf;    /* loss tiles: (tile_loss, C), (.), (., V), (., C) */
     float *dres; /* (T, C) gradient of the residual stream */
-    float *dh;   /* (T, C) */
-    float *datt; /* (T, NH*HS) */
+    float *dh;   /* (T, C) (training only) */
+    float *dh_t; /* (tile_mlp, C) the MLP backward's rows of dh when tiled; else dh */
     int32_t *inputs, *targets; /* (T) */
     int32_t *window;    /* (T * P) the whole window's inputs, every rank (opt.docs only) */
     int32_t *doc_start; /* (T * P) first position of each token's document (opt.docs only) */

@@ -24,6 +24,7 @@ struct cp_attention {
     float *qs, *ks, *vs;   /* (T_loc, U*HS), (T_loc, Kc*HS) x2: projections, later gradients */
     float *qh, *kh, *vh;   /* (T, U_loc, HS), (T, Kc_loc, HS) x2: NULL when not owned */
     float *oh, *doh, *dqh; /* (T, U_loc, HS): NULL when they alias a sequence-layout buffer */
+    float *dts;            /* (T_loc, U*HS) the stage's d loss / d att, sequence layout */
     float *dkh, *dvh;      /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
     float *dkh_s, *dvh_s;  /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
     float *pack, *ws;      /* all-to-all packing; flash attention workspace */
@@ -107,10 +108,9 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         a->kh = stage_buffer(kvh);
         a->vh = stage_buffer(kvh);
     }
-    if (!(P1 && a->model_order)) { /* else o and do are read in place */
-        a->oh = stage_buffer(qh);
-        if (bwd) a->doh = stage_buffer(qh);
-    }
+    if (!(P1 && a->model_order)) a->oh = stage_buffer(qh); /* else o is read in place */
+    if (bwd) a->dts = stage_buffer(up_mul3(T, (size_t)s->U, HS));
+    if (bwd && !P1) a->doh = stage_buffer(qh); /* P == 1: do is dts itself */
     if (bwd && !(P1 && keep)) { /* else dq, dk, dv land in qs, ks, vs */
         a->dqh = stage_buffer(qh);
         a->dkh = stage_buffer(kvh);
@@ -131,8 +131,8 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
 
 void cp_attention_free(cp_attention *a) {
     if (!a) return;
-    float *bufs[] = {a->qs,  a->ks,  a->vs,  a->qh,    a->kh,    a->vh,   a->oh, a->doh,
-                     a->dqh, a->dkh, a->dvh, a->dkh_s, a->dvh_s, a->pack, a->ws};
+    float *bufs[] = {a->qs,  a->ks,  a->vs,    a->qh,    a->kh,   a->vh, a->oh, a->doh,
+                     a->dts, a->dqh, a->dkh, a->dkh_s, a->dvh_s, a->pack, a->ws, a->dvh};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
     free(a);
 }
@@ -240,8 +240,18 @@ void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_we
     }
 }
 
+/* dts (T_loc, U*HS) = the stage's columns of d loss / d att = dres Wo[:, stage heads], block by
+ * block (the whole (T_loc, NH*HS) never exists). */
+static void stage_datt(cp_attention *a, const float *dres, const float *wo, int c, int j) {
+    int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, ld = a->s.U * HS, qd = a->s.NH * HS;
+    memset(a->dts, 0, sizeof(float) * (size_t)T * ld);
+    for (int kk = 0; kk < a->nblk; kk++)
+        matmul_backward_ld(a->dts + kk * a->bw, ld, NULL, a->bw, dres, C, NULL, a->bw,
+                           wo + (size_t)block_head(a, c, j, kk) * HS, qd, T, a->bw, C);
+}
+
 void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_weights *w,
-                           const cp_attention_weights *g, const float *datt,
+                           const cp_attention_weights *g, const float *dres, const float *wo,
                            const cp_attention_saved *sv, float *dh) {
     int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, U = a->s.U, ld = U * HS, kw = a->Kc * HS;
     int P1 = a->s.P == 1, keep = a->s.keep_qkv;
@@ -261,7 +271,9 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
             int s = c * a->stages_per_chunk + j;
             // the stage's saved output o and its gradient, in head layout
             const float *oh = stage_to_head(a, sv->att, a->oh, c, j);
-            const float *doh = stage_to_head(a, datt, a->doh, c, j);
+            stage_datt(a, dres, wo, c, j);
+            const float *doh = P1 ? a->dts : a->doh;
+            to_head(a, a->dts, (float *)doh, U);
             if (!keep) { // recompute q (after the gathers: qs is their staging buffer)
                 stage_project_q(a, a->qs, h, w->wq, c, j);
                 to_head(a, a->qs, (float *)qh, U);
@@ -281,9 +293,9 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
             to_seq(a, dqh, a->qs, U);                                 // dq (T_loc, U*HS)
             rope_backward(a->qs, a->s.rope_cos, a->s.rope_sin, T, U, HS);
             for (int kk = 0; kk < a->nblk; kk++) {
-                size_t wo = (size_t)block_head(a, c, j, kk) * HS * C;
+                size_t qo = (size_t)block_head(a, c, j, kk) * HS * C;
                 // dh += dq Wq[rows], dWq[rows] += dq^T h
-                matmul_backward_ld(dh, C, g->wq + wo, C, a->qs + kk * a->bw, ld, h, C, w->wq + wo,
+                matmul_backward_ld(dh, C, g->wq + qo, C, a->qs + kk * a->bw, ld, h, C, w->wq + qo,
                                    C, T, C, a->bw);
             }
         }

@@ -70,10 +70,12 @@ void cp_attention_free(cp_attention *a);
  * rmsnorm output. Collective over the context-parallel group. */
 void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_weights *w,
                           cp_attention_saved *sv);
-/* From datt (T_loc, NH*HS) = d loss / d att: dh (T_loc, C) += d loss / d h; g's q/k/v weight
- * gradients accumulate. Needs the forward's saved tensors and the same h. Collective. */
+/* From dres (T_loc, C) = d loss / d x_mid and wo (C, NH*HS), the output projection (x_mid = x +
+ * att wo^T): dh (T_loc, C) += d loss / d h; g's q/k/v weight gradients accumulate (wo's are the
+ * caller's). d loss / d att = dres wo is formed stage by stage, so only a stage's columns of it
+ * exist at a time. Needs the forward's saved tensors and the same h. Collective. */
 void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_weights *w,
-                           const cp_attention_weights *g, const float *datt,
+                           const cp_attention_weights *g, const float *dres, const float *wo,
                            const cp_attention_saved *sv, float *dh);
 
 /* Seconds spent inside the attention kernels (forward and backward) since the last reset. */

@@ -100,7 +100,24 @@ static void run_pattern(size_t n, int L, int nbuf, int steps, int direct, int *m
           want, nbuf, rounded);
 
     size_t bad = 0;
-    for (int step = 0; step < steps; step++) {
+    for (int step = 0; step < steps && nbuf == 1; step++) {
+        // the model's one-buffer pattern: the residual stream updated in place, each layer's
+        // input written while it is read, reads not prefetched
+        float *b = offload_acquire(s);
+        for (int l = 0; l < L; l++) {
+            fill(b, n, step, l);
+            offload_write_keep(s, l, b);
+            bad += count_bad(b, n, step, l); // reading it meanwhile is fine
+            offload_written(s, b);
+        }
+        offload_release(s, b);
+        for (int l = L - 1; l >= 0; l--) {
+            b = offload_wait(s, l);
+            bad += count_bad(b, n, step, l);
+            offload_release(s, b);
+        }
+    }
+    for (int step = 0; step < steps && nbuf > 1; step++) {
         for (int l = 0; l < L; l++) { // forward
             float *b = offload_acquire(s);
             fill(b, n, step, l);
@@ -334,7 +351,7 @@ int main(void) {
     // (1)-(3): L ascending so each store's offloaded peak is the largest so far
     int modes[2] = {0, 0};
     for (int L = 1; L <= 8; L++)
-        for (int nbuf = 2; nbuf <= 3; nbuf++) {
+        for (int nbuf = 1; nbuf <= 3; nbuf++) {
             run_pattern(10000, L, nbuf, 2, 1, modes); // 40000 B slots: rounded to 40960
             run_pattern(10000, L, nbuf, 1, 0, modes);
         }
