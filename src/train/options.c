@@ -220,6 +220,10 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        /* "--offload --tile-mlp" would take the next flag as the directory */
+        if (optarg && strncmp(optarg, "--", 2) == 0)
+            up_die_all("%s needs a value but is followed by the flag %s: see upipe train --help",
+                       argv[optind - 1] == optarg ? argv[optind - 2] : argv[optind - 1], optarg);
         switch (c) {
         case OPT_CONFIG: o->config = optarg; break;
         case OPT_DATA: o->data = optarg; break;

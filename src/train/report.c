@@ -27,15 +27,23 @@ static const char *g_shrink[MEM_COUNT] = {
     "fewer --threads (each BLAS thread holds its packing buffers)"};
 
 void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc) {
-    char b[32];
+    char b[32], t[32];
+    double per = T_loc > 0 ? 1.0 / T_loc : 0; /* this rank's tokens */
     printf("memory plan per rank: T=%ld (T_loc=%d, cp=%d), C=%d L=%d NH=%d NKV=%d F=%d V=%d\n",
            T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V);
-    printf("  %-12s %12s\n", "category", "bytes");
+    printf("  %-12s %12s %12s\n", "category", "bytes", "per token");
     for (int k = 0; k < MEM_COUNT; k++)
-        printf("  %-12s %12s\n", mem_category_name((mem_category)k),
-               up_fmt_bytes(b, sizeof b, (double)p->cat[k]));
-    printf("  %-12s %12s\n", "peak", up_fmt_bytes(b, sizeof b, (double)p->peak));
-    printf("  %-12s %12s\n", "offloaded", up_fmt_bytes(b, sizeof b, (double)p->offloaded));
+        printf("  %-12s %12s %12s\n", mem_category_name((mem_category)k),
+               up_fmt_bytes(b, sizeof b, (double)p->cat[k]),
+               up_fmt_bytes(t, sizeof t, (double)p->cat[k] * per));
+    printf("  %-12s %12s %12s\n", "peak", up_fmt_bytes(b, sizeof b, (double)p->peak),
+           up_fmt_bytes(t, sizeof t, (double)p->peak * per));
+    printf("  %-12s %12s %12s\n", "offloaded", up_fmt_bytes(b, sizeof b, (double)p->offloaded),
+           up_fmt_bytes(t, sizeof t, (double)p->offloaded * per));
+    /* the same peak in (T_loc, C) fp32 tensors: what each token costs, in units of itself */
+    printf("  peak = %.1f token-sized tensors (T_loc x hidden_size fp32, %s each)\n",
+           (double)p->peak / ((double)T_loc * c->C * sizeof(float)),
+           up_fmt_bytes(t, sizeof t, (double)T_loc * c->C * sizeof(float)));
     fflush(stdout);
 }
 

@@ -26,6 +26,9 @@ expect_error no_config_flag "--config" -- $TRAIN --data "$TMP/d.bin"
 expect_error unknown_flag "unknown flag" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --frobnicate 3
 expect_error bad_number "--seq-len" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 12x
 expect_error seq_longer_than_data "--seq-len" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 5000
+# A flag where a value belongs ("--offload --tile-mlp" once took --tile-mlp as the directory).
+expect_error flag_as_value "--offload needs a value but is followed by the flag --tile-mlp" -- \
+  $TRAIN --config "$CFG" --data "$TMP/d.bin" --offload --tile-mlp --seq-len 64
 # UPIPE_KERNEL names a kernel path; an unknown one is refused, by train and by --version.
 expect_error kernel_unknown "UPIPE_KERNEL: unknown kernel path 'avx9000': use " -- \
   env UPIPE_KERNEL=avx9000 $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1
