@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/mem.h"
+#include "core/trace.h"
 #include "kernels/kernels.h"
 #include "memory/offload.h"
 
@@ -322,6 +323,7 @@ static double loss_forward_backward(model *m, float grad_scale) {
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
+        uint64_t tt = trace_begin();
         rmsnorm_forward(m->xf, m->rstdf, m->x_final + r, wn, n, C, c->eps);   // (n, C)
         matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
         loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
@@ -330,6 +332,7 @@ static double loss_forward_backward(model *m, float grad_scale) {
         matmul_backward(m->dxf, glm, m->logits, m->xf, wlm, n, C, V);
         // xf = rmsnorm(x_final)
         rmsnorm_backward(m->dres + r, gn, m->dxf, m->x_final + r, wn, m->rstdf, n, C);
+        trace_end2(tt, "loss", "loss_tile", "tile", t0 / N, "tokens", n);
     }
     fsdp_reduce(&m->fsdp, head); /* a tied embedding's gradients are reduced after its own backward */
     return loss;
@@ -347,12 +350,14 @@ static double loss_forward(model *m, double *loss, int32_t *pred) {
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
+        uint64_t tt = trace_begin();
         rmsnorm_forward(m->xf, m->rstdf, m->x_final + r, wn, n, C, c->eps);   // (n, C)
         matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
         if (loss || pred)
             cross_entropy_rows(m->logits, m->targets + t0, n, V, loss ? loss + t0 : NULL,
                                pred ? pred + t0 : NULL);
         sum += cross_entropy_fused(m->logits, m->targets + t0, n, V, 1.0f);
+        trace_end2(tt, "loss", "loss_tile", "tile", t0 / N, "tokens", n);
     }
     return sum;
 }
@@ -369,7 +374,9 @@ double model_evaluate(model *m, double *loss, int32_t *pred) {
     for (int l = 0; l < L; l++) {
         fsdp_prefetch(f, l + 2);
         float *x_out = l + 1 == L ? m->x_final : y;
+        uint64_t tt = trace_begin();
         layer_forward(m, l, x, x_out);
+        trace_end1(tt, "layer", "forward", "layer", l);
         y = x;
         x = x_out;
     }
@@ -389,7 +396,9 @@ double model_forward(model *m, float grad_scale) {
         fsdp_prefetch(f, l + 2); /* the next unit's gather overlaps this layer */
         float *x_out = l + 1 == L ? m->x_final
                        : m->store ? offload_acquire(m->store) : m->acts[l + 1].x_in;
+        uint64_t tt = trace_begin();
         layer_forward(m, l, x, x_out);
+        trace_end1(tt, "layer", "forward", "layer", l);
         if (m->store) offload_write(m->store, l, x); /* x_l leaves working memory */
         x = x_out;
     }
@@ -405,8 +414,14 @@ void model_backward(model *m) {
         if (m->store && l > 0) offload_prefetch(m->store, l - 1); /* one layer ahead */
         fsdp_gather(f, l + 1);
         if (l > 0) fsdp_prefetch(f, l); /* the next layer's gather overlaps this one */
-        if (m->opt.checkpoint) layer_forward(m, l, x_in, m->x_final); /* recompute */
+        uint64_t tt = trace_begin();
+        if (m->opt.checkpoint) {
+            layer_forward(m, l, x_in, m->x_final); /* recompute */
+            trace_end1(tt, "layer", "recompute", "layer", l);
+            tt = trace_begin();
+        }
         layer_backward(m, l, x_in);
+        trace_end1(tt, "layer", "backward", "layer", l);
         fsdp_reduce(f, l + 1); /* right after the unit's backward */
         if (m->store) offload_release(m->store, (float *)x_in);
     }
