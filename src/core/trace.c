@@ -6,6 +6,8 @@
 #include "core/fileio.h"
 #include "core/mem.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,8 +54,9 @@ static struct {
     MPI_Comm comm;
     int rank, R;
     uint64_t origin;
-    up_atomic_file out; /* rank 0 */
-    int first;          /* no event written yet (no comma before the next) */
+    FILE *spool; /* rank 0: the events so far, in an unlinked file beside the output */
+    char path[4064];
+    int first; /* no event written yet (no comma before the next) */
     long long events, dropped; /* written and dropped, all ranks (rank 0) */
 } g;
 
@@ -112,7 +115,7 @@ static long long os_tid(void) { return (long long)syscall(SYS_gettid); }
 /* ---- writing (rank 0) ----------------------------------------------------------------------- */
 
 static void write_event_text(const char *text) {
-    fprintf(g.out.f, "%s\n%s", g.first ? "" : ",", text);
+    fprintf(g.spool, "%s\n%s", g.first ? "" : ",", text);
     g.first = 0;
 }
 
@@ -145,7 +148,7 @@ static void write_thread_name(int pid, long long tid, int k) {
 /* n prepared events of one track of rank pid, their strings in strs. */
 static void write_events(int pid, long long tid, const trace_event *ev, long long n,
                          const char *const *strs) {
-    FILE *f = g.out.f;
+    FILE *f = g.spool;
     for (long long i = 0; i < n; i++) {
         const trace_event *e = &ev[i];
         fprintf(f, "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
@@ -278,6 +281,47 @@ static void write_thread_names(void) {
 
 /* ---- the run -------------------------------------------------------------------------------- */
 
+/* Rank 0's spool: an unlinked temporary file in the output's folder, so a run that dies leaves
+ * nothing behind; trace_finish copies it into the output, written atomically. */
+static int open_spool(const char *path, char *err, size_t errlen) {
+    if (strlen(path) >= sizeof g.path)
+        return up_errf(err, errlen, NULL, "--trace %s: the path is too long", path);
+    snprintf(g.path, sizeof g.path, "%s", path);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.spool.XXXXXX", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return up_errf(err, errlen, NULL, "--trace %s: cannot create a file there (%s): check "
+                       "the folder exists and is writable", path, strerror(errno));
+    unlink(tmp);
+    g.spool = fdopen(fd, "w+");
+    UP_CHECK(g.spool, "fdopen: %s", strerror(errno));
+    return 0;
+}
+
+/* The output: the opening, the spooled events, the closing; atomically. */
+static int write_output(char *err, size_t errlen) {
+    up_atomic_file out;
+    if (up_atomic_open(&out, g.path, err, errlen) != 0) return -1;
+    int ok = fflush(g.spool) == 0 && !ferror(g.spool) && fseek(g.spool, 0, SEEK_SET) == 0;
+    fputs("{\"traceEvents\":[", out.f);
+    char buf[1 << 16];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, g.spool)) > 0) fwrite(buf, 1, n, out.f);
+    if (ferror(g.spool)) ok = 0;
+    fprintf(out.f,
+            "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"tool\":\"upipe\",\"ranks\":%d,"
+            "\"events\":%lld,\"dropped_events\":%lld,\"clock\":\"CLOCK_MONOTONIC, origin "
+            "aligned over the ranks by a collective at the start\"}}\n",
+            g.R, g.events, g.dropped);
+    if (!ok) {
+        up_atomic_abort(&out);
+        return up_errf(err, errlen, g.path, "the events spooled beside it could not be read "
+                       "back (%s)", strerror(errno));
+    }
+    return up_atomic_commit(&out, err, errlen);
+}
+
 int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t errlen) {
     memset(&g, 0, sizeof g);
     TRACE_MPI(MPI_Comm_dup(comm, &g.comm));
@@ -292,8 +336,7 @@ int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t
     if (err && errlen) err[0] = '\0';
     int bad = 0;
     if (g.rank == 0) {
-        bad = up_atomic_open(&g.out, path, err, errlen) != 0;
-        if (!bad) fputs("{\"traceEvents\":[", g.out.f);
+        bad = open_spool(path, err, errlen) != 0;
         g.first = 1;
     }
     /* the verdict, and the clocks' alignment: every rank has entered this all-reduce before
@@ -340,12 +383,8 @@ int trace_finish(char *err, size_t errlen) {
     int bad = 0;
     if (err && errlen) err[0] = '\0';
     if (g.rank == 0) {
-        fprintf(g.out.f,
-                "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"tool\":\"upipe\",\"ranks\":%d,"
-                "\"events\":%lld,\"dropped_events\":%lld,\"clock\":\"CLOCK_MONOTONIC, origin "
-                "aligned over the ranks by a collective at the start\"}}\n",
-                g.R, g.events, g.dropped);
-        bad = up_atomic_commit(&g.out, err, errlen) != 0;
+        bad = write_output(err, errlen) != 0;
+        fclose(g.spool);
         if (!bad && g.dropped > 0) {
             fprintf(stderr, "upipe: warning: --trace: %lld span%s dropped: an event buffer (%zu "
                     "spans on the main thread) filled within one step; the trace is incomplete\n",

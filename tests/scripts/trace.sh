@@ -4,7 +4,7 @@
 # and thread, nested, with bytes (tests/tools/check_trace.py); the weights and losses are the bytes
 # of the same run without it; the plan still equals the measured peak; the flush between steps
 # and the drops of a full buffer; `upipe eval --trace`; an unwritable path is refused with one
-# line before anything runs, and no temporary file is left anywhere.
+# line before anything runs; no temporary file is left anywhere, not even by a killed run.
 source "$(dirname "$0")/lib.sh"
 CHECK="python3 $SRC/tests/tools/check_trace.py"
 CFG=$SRC/configs/tiny.json # 4 layers
@@ -112,6 +112,14 @@ mkdir -p "$TMP/ro"; chmod 500 "$TMP/ro"
 if [ "$(id -u)" -ne 0 ]; then # root writes anywhere
   expect_refusal read_only "--trace $TMP/ro/t.json: the folder $TMP/ro is not writable" --trace "$TMP/ro/t.json"
 fi
-left=$(ls -A "$TMP/out" "$TMP/store" | grep -c -e '\.tmp\.' -e upipe-offload)
+# A run killed mid-way leaves no trace file, whole or partial (the spool is unlinked at once).
+mkdir -p "$TMP/dead"
+"$UPIPE" train $BASE --steps 100000 --trace "$TMP/dead/t.json" --log "$TMP/dead.jsonl" >/dev/null 2>&1 &
+PID=$!
+for _ in $(seq 100); do [ -s "$TMP/dead.jsonl" ] && break; sleep 0.1; done
+kill -KILL "$PID"; wait "$PID" 2>/dev/null
+[ -s "$TMP/dead.jsonl" ] && [ -z "$(ls -A "$TMP/dead")" ] && ok "a killed run leaves nothing in the trace's folder" \
+  || bad "killed run: log $(wc -l <"$TMP/dead.jsonl" 2>/dev/null) lines, left: $(ls -A "$TMP/dead")"
+left=$(ls -A "$TMP/out" "$TMP/store" | grep -c -e '\.tmp\.' -e '\.spool\.' -e upipe-offload)
 [ "$left" -eq 0 ] && ok "no temporary file left behind" || bad "temporary files left: $(ls -A "$TMP/out" "$TMP/store")"
 finish

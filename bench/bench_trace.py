@@ -1,0 +1,45 @@
+"""Cost of --trace: the engine model (configs/bench.json) at T = 4096, the median step time with
+and without --trace, runs alternating (plain, traced, plain, traced, ...) so that the shared
+machine's drift falls on both; on 1 rank x 2 threads (plain) and 2 ranks x 1 thread with the whole
+stack (FSDP, offload, tiled MLP and loss, UPipe U = 2: the most spans per step). Also the spans per
+step and the size of the trace file.
+usage: bench/bench_trace.py [--upipe build/upipe] [--steps N] [--pairs K] [T]"""
+import argparse, json, os, statistics, tempfile
+from common import ROOT, make_data, train
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upipe", default=os.path.join(ROOT, "build/upipe"))
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--pairs", type=int, default=2)
+    ap.add_argument("T", type=int, nargs="?", default=4096)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="upipe-bench-trace.")
+    store = os.path.join(tmp, "store")
+    os.makedirs(store)
+    data = make_data(a.upipe, 4 * a.T * (a.steps + 1), tmp)
+    cfg = os.path.join(ROOT, "configs/bench.json")
+    setups = [("1 rank x 2 threads, plain", 1, 2, []),
+              ("2 ranks x 1 thread, full stack", 2, 1,
+               ["--fsdp", "--offload", store, "--tile-mlp", "--tile-loss", "--upipe-heads", "2"])]
+    print(f"{'setup':>32} | {'plain step s':>12} | {'traced step s':>13} | {'overhead':>8} | "
+          f"{'spans/step/rank':>15} | {'trace MiB':>9}")
+    for name, ranks, threads, extra in setups:
+        plain, traced = [], []
+        trace = os.path.join(tmp, "t.json")
+        for k in range(a.pairs):
+            for on, out in ((0, plain), (1, traced)):
+                more = extra + (["--trace", trace] if on else [])
+                r = train(a.upipe, cfg, data, a.T, ranks=ranks, threads=threads, steps=a.steps,
+                          extra=more, tag=f"{name[:1]}{k}{on}", tmp=tmp)
+                out.append(r["step_s"])
+        doc = json.load(open(trace))
+        spans = doc["otherData"]["events"] / a.steps / ranks
+        p, t = statistics.median(plain), statistics.median(traced)
+        print(f"{name:>32} | {p:12.3f} | {t:13.3f} | {100 * (t / p - 1):+7.2f}% | {spans:15.0f} | "
+              f"{os.path.getsize(trace) / 2**20:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
