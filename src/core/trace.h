@@ -26,11 +26,12 @@
 
 typedef enum { TRACE_TRACK_MAIN, TRACE_TRACK_IO, TRACE_TRACKS } trace_track_id;
 
-/* Events of each track's buffer: 64-byte records, so 8 MiB and 512 KiB per rank. The buffers are
- * written out between steps when one is half full (trace_step), so one step may record at least
- * half of them. (Tests: UPIPE_TRACE_EVENTS=N sets the main buffer to N events, the I/O one to
- * N/16.) */
-enum { TRACE_MAIN_EVENTS = 1 << 17, TRACE_IO_EVENTS = 1 << 13 };
+/* Events of each track's buffer: 64-byte records, so 16 MiB and 512 KiB per rank. The buffers
+ * are written out between steps when one is half full (trace_step), so one step may record at
+ * least half of them: 131072 spans on the main thread (80 layers of 64 UPipe stages record about
+ * 80000), 4096 on the I/O thread (two per layer and micro-batch). (Tests: UPIPE_TRACE_EVENTS=N
+ * sets the main buffer to N events, the I/O one to N/16.) */
+enum { TRACE_MAIN_EVENTS = 1 << 18, TRACE_IO_EVENTS = 1 << 13 };
 
 extern int trace_enabled_; /* set by trace_start, cleared by trace_finish; read trace_begin */
 
