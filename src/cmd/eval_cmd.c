@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
+#include "core/trace.h"
 #include "eval/evaluate.h"
 #include "eval/summary.h"
 #include "train/ckpt.h"
@@ -26,6 +27,7 @@
 
 typedef struct {
     const char *config, *init, *ckpt, *data, *loss_mask, *report, *svg, *recall_svg, *mem_report;
+    const char *trace; /* --trace: a Chrome / Perfetto JSON trace; NULL: none */
     long T, windows, doc_sep;
     int recall; /* 1: --recall (score even when the shard does not look like the corpus) */
     int cp, threads, dry_run, quiet;
@@ -68,6 +70,7 @@ static void eval_print_help(void) {
         "  --recall-svg FILE      recall accuracy by distance and position as an SVG heat-map\n"
         "                         (a recall corpus only)\n"
         "  --mem-report FILE      JSON memory report, as training's\n"
+        "  --trace FILE           a profiler trace, as training's (upipe train --help)\n"
         "  --quiet                nothing on the terminal\n\n"
         "parallelism and memory (as in training; the numbers do not change)\n"
         "  --cp P                 context-parallel degree (Ulysses; default: all ranks)\n"
@@ -92,7 +95,7 @@ enum {
     OPT_CONFIG = 256, OPT_INIT, OPT_CKPT, OPT_DATA, OPT_SEQ, OPT_WINDOWS, OPT_DOC_SEP,
     OPT_LOSS_MASK, OPT_RECALL, OPT_REPORT, OPT_SVG, OPT_RECALL_SVG, OPT_MEMREP, OPT_QUIET, OPT_CP,
     OPT_UPIPE, OPT_FSDP, OPT_TILE_MLP, OPT_TILE_LOSS, OPT_CKPTING, OPT_OFFLOAD, OPT_DRY, OPT_MEMLIM,
-    OPT_THREADS, OPT_HELP
+    OPT_THREADS, OPT_TRACE, OPT_HELP
 };
 
 static const struct option g_longopts[] = {
@@ -120,6 +123,7 @@ static const struct option g_longopts[] = {
     {"dry-run", no_argument, 0, OPT_DRY},
     {"mem-limit", required_argument, 0, OPT_MEMLIM},
     {"threads", required_argument, 0, OPT_THREADS},
+    {"trace", required_argument, 0, OPT_TRACE},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0}};
 
@@ -150,6 +154,7 @@ static int eval_flag(eval_options *o, int c, int argc, char **argv) {
     case OPT_DRY: o->dry_run = 1; break;
     case OPT_MEMLIM: o->mem_limit = opt_size("--mem-limit", optarg); break;
     case OPT_THREADS: o->threads = (int)opt_long("--threads", optarg, 1, 1024); break;
+    case OPT_TRACE: o->trace = optarg; break;
     case OPT_HELP: return 1;
     case ':': up_die_all("%s needs a value: see upipe eval --help", argv[optind - 1]);
     default: up_die_all("unknown flag '%s': see upipe eval --help", argv[optind - 1]);
@@ -243,9 +248,9 @@ static void check_outputs(eval_job *j) {
     char err[1024] = "";
     int bad = 0;
     if (j->rank == 0) {
-        const char *flags[] = {"--report", "--svg", "--recall-svg", "--mem-report"};
-        const char *paths[] = {o->report, o->svg, o->recall_svg, o->mem_report};
-        for (int i = 0; i < 4 && !bad; i++)
+        const char *flags[] = {"--report", "--svg", "--recall-svg", "--mem-report", "--trace"};
+        const char *paths[] = {o->report, o->svg, o->recall_svg, o->mem_report, o->trace};
+        for (int i = 0; i < 5 && !bad; i++)
             if (paths[i]) bad = setup_check_writable(flags[i], paths[i], err, sizeof err) != 0;
     }
     if (comm_any(&j->comm, bad)) up_die_agreed(bad ? err : NULL);
@@ -274,6 +279,7 @@ static void eval_setup(eval_job *j) {
 
 /* The forward-only model and the evaluation scratch, allocated (or only counted under plan). */
 static void eval_alloc_all(eval_job *j) {
+    if (j->o.trace && mem_planning()) trace_plan(0); /* trace_start allocates them for real */
     model_init(&j->m, &j->cfg, j->T_loc, &j->comm, &j->o.mopt);
     eval_alloc(&j->src);
 }
@@ -313,6 +319,9 @@ static void eval_outputs(const eval_job *j, const eval_stats *s) {
 
 static void eval_run_job(eval_job *j) {
     mem_count(MEM_RUNTIME, (long long)j->runtime); /* as in the plan */
+    char err[1024];
+    if (j->o.trace && trace_start(j->o.trace, j->comm.world, 0, err, sizeof err) != 0)
+        up_die_agreed(j->rank == 0 ? err : NULL);
     eval_alloc_all(j);
     model_load(&j->m, j->weights);
     eval_stats s;
@@ -324,6 +333,7 @@ static void eval_run_job(eval_job *j) {
         report_write_memory(j->o.mem_report, &j->comm, &measured, 0);
     }
     eval_free_all(j);
+    if (j->o.trace && trace_finish(err, sizeof err) != 0) up_die_agreed(j->rank == 0 ? err : NULL);
 }
 
 int eval_main(int argc, char **argv) {

@@ -1,6 +1,7 @@
 #include "comm/comm.h"
 
 #include "core/check.h"
+#include "core/trace.h"
 #include "core/watchdog.h"
 
 #include <limits.h>
@@ -100,6 +101,7 @@ static int exchange_trivial(comm_ctx *c, comm_kind kind, const float *send, floa
 void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
                       float *pack) {
     double t0 = MPI_Wtime();
+    uint64_t tt = trace_begin(); /* P == 1: a copy, not traced */
     if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) return;
     int P = c->P, nh_out = heads_out(nh, P);
     int n = block_count(block_floats(T_loc, nh_out, HS));
@@ -118,11 +120,13 @@ void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, in
     MPI_CALL(MPI_Alltoall(pack, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->cp));
     c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
     count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (P - 1) * sizeof(float));
+    trace_end2(tt, "comm", "a2a_seq_to_head", "bytes", (int64_t)n * (P - 1) * 4, "heads", nh);
 }
 
 void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
                       float *pack) {
     double t0 = MPI_Wtime();
+    uint64_t tt = trace_begin(); /* P == 1: a copy, not traced */
     if (exchange_trivial(c, COMM_HEAD_TO_SEQ, send, recv, T_loc, nh, HS, t0)) return;
     int P = c->P, nh_out = heads_out(nh, P);
     int n = block_count(block_floats(T_loc, nh_out, HS));
@@ -154,16 +158,19 @@ void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, in
             }
     }
     count(c, COMM_HEAD_TO_SEQ, t0, (double)n * (P - 1) * sizeof(float));
+    trace_end2(tt, "comm", "a2a_head_to_seq", "bytes", (int64_t)n * (P - 1) * 4, "heads", nh);
 }
 
 void comm_reduce_grads(comm_ctx *c, float *g, size_t n) {
     if (c->R == 1) return;
     double t0 = MPI_Wtime();
+    uint64_t tt = trace_begin();
     for (size_t off = 0; off < n; off += COMM_REDUCE_CHUNK) {
         size_t m = n - off < COMM_REDUCE_CHUNK ? n - off : COMM_REDUCE_CHUNK;
         MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, g + off, (int)m, MPI_FLOAT, MPI_SUM, c->world));
     }
     count(c, COMM_GRAD_REDUCE, t0, (double)n * sizeof(float));
+    trace_end1(tt, "comm", "grad_all_reduce", "bytes", (int64_t)(n * sizeof(float)));
 }
 
 /* MPICH's all-reduce of a long message (reduce-scatter then all-gather) receives into a
@@ -181,11 +188,13 @@ size_t comm_reduce_scatter_temp_bytes(const comm_ctx *c, size_t shard_n) {
 
 void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *cnt) {
     double t0 = MPI_Wtime();
+    uint64_t tt = trace_begin();
     double v[2] = {*loss_sum, (double)*cnt};
     if (c->R > 1) MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, c->world));
     *loss_sum = v[0];
     *cnt = (long long)(v[1] + 0.5);
     count(c, COMM_LOSS_REDUCE, t0, sizeof v);
+    trace_end1(tt, "comm", "loss_all_reduce", "bytes", (int64_t)sizeof v);
 }
 
 static int int_count(size_t n) {

@@ -86,6 +86,44 @@ int up_write_file_atomic(const char *path, const void *data, size_t len, char *e
     return rc;
 }
 
+int up_atomic_open(up_atomic_file *a, const char *path, char *err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    if (strlen(path) >= sizeof a->path)
+        return up_errf(err, errlen, NULL, "the path %s is too long: use a shorter one", path);
+    snprintf(a->path, sizeof a->path, "%s", path);
+    snprintf(a->tmp, sizeof a->tmp, "%s.tmp.%d", path, (int)getpid());
+    up_tmp_push(a->tmp, 0); /* a signal from here on removes it */
+    a->f = fopen(a->tmp, "w");
+    if (a->f) return 0;
+    int e = errno;
+    up_tmp_pop(a->tmp);
+    return up_errf(err, errlen, path, "cannot create (%s): check the directory exists and is "
+                   "writable", strerror(e));
+}
+
+int up_atomic_commit(up_atomic_file *a, char *err, size_t errlen) {
+    errno = 0;
+    int ok = fflush(a->f) == 0 && !ferror(a->f);
+    int e = errno ? errno : EIO; /* an earlier failed write left no errno behind */
+    if (ok && fsync(fileno(a->f)) != 0) ok = 0, e = errno;
+    if (fclose(a->f) != 0 && ok) ok = 0, e = errno;
+    a->f = NULL;
+    if (ok && rename(a->tmp, a->path) != 0) ok = 0, e = errno;
+    if (!ok) unlink(a->tmp);
+    up_tmp_pop(a->tmp);
+    if (ok) return 0;
+    return up_errf(err, errlen, a->path, "write failed (%s): check free disk space and "
+                   "permissions", strerror(e));
+}
+
+void up_atomic_abort(up_atomic_file *a) {
+    if (!a->f) return;
+    fclose(a->f);
+    a->f = NULL;
+    unlink(a->tmp);
+    up_tmp_pop(a->tmp);
+}
+
 int up_file_readable(const char *path) { return access(path, R_OK) == 0; }
 
 void up_path_join(char *out, size_t len, const char *dir, const char *name) {

@@ -4,11 +4,24 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Writes len bytes to path atomically: "path.tmp.<pid>", fsync, rename. On failure the temp file
  * is removed, nothing is left at path, and -1 is returned with a one-line message in err. */
 int up_write_file_atomic(const char *path, const void *data, size_t len, char *err,
                          size_t errlen);
+/* A streamed atomic write, for an output written piece by piece (too large to build in memory):
+ * up_atomic_open creates "path.tmp.<pid>" (registered with up_tmp_push: a signal removes it) and
+ * opens it in a->f; up_atomic_commit flushes, fsyncs, closes and renames it to path; any write
+ * error on a->f since the open, or a failure here, removes the temporary file, leaves nothing at
+ * path and returns -1 with a one-line message; up_atomic_abort closes and removes it. */
+typedef struct {
+    FILE *f;
+    char path[4064], tmp[4096]; /* tmp: path.tmp.<pid> (up_tmp_push keeps 4096) */
+} up_atomic_file;
+int up_atomic_open(up_atomic_file *a, const char *path, char *err, size_t errlen);
+int up_atomic_commit(up_atomic_file *a, char *err, size_t errlen);
+void up_atomic_abort(up_atomic_file *a);
 /* Writes all len bytes (write / pwrite at off, EINTR retried, at most 1 GiB per call). 0, or -1
  * with errno (EIO for a write that makes no progress). */
 int up_write_all(int fd, const void *buf, size_t len);

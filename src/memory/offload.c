@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/mem.h"
+#include "core/trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -149,6 +150,7 @@ static int transfer(offload_store *s, offload_op op, char *p, off_t off, size_t 
 
 static void *io_main(void *arg) {
     offload_store *s = arg;
+    trace_attach_io(); /* --trace: this thread's spans on their own track */
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (s->qcount == 0 && !s->stop)
@@ -164,7 +166,10 @@ static void *io_main(void *arg) {
         off_t off = (off_t)((size_t)r.slot * s->slot_bytes); /* < store size, checked at open */
         size_t done = 0;
         double t0 = now_seconds();
+        uint64_t tt = skip ? 0 : trace_begin();
         int e = skip ? 0 : transfer(s, r.op, p, off, &done);
+        trace_end2(tt, "offload", r.op == OFFLOAD_OP_WRITE ? "offload_write" : "offload_read",
+                   "layer", r.slot, "bytes", (int64_t)done);
         double dt = now_seconds() - t0;
         if (!skip && !e && s->trace) s->trace(s->trace_ctx, r.op, r.slot);
 
@@ -275,10 +280,12 @@ static void check_slot(const offload_store *s, int slot, const char *who) {
 }
 
 float *offload_acquire(offload_store *s) {
+    uint64_t tt = trace_begin();
     pthread_mutex_lock(&s->mu);
     int b = wait_free_buffer(s, "offload_acquire");
     s->bstate[b] = BUF_CALLER;
     pthread_mutex_unlock(&s->mu);
+    trace_end(tt, "offload", "offload_acquire");
     return (float *)(s->base + (size_t)b * s->slot_bytes);
 }
 
@@ -303,6 +310,7 @@ void offload_write_keep(offload_store *s, int slot, const float *buf) {
 }
 
 void offload_written(offload_store *s, const float *buf) {
+    uint64_t tt = trace_begin();
     pthread_mutex_lock(&s->mu);
     int b = buffer_index(s, buf, "offload_written");
     while (s->bstate[b] == BUF_KEEPING) {
@@ -312,6 +320,7 @@ void offload_written(offload_store *s, const float *buf) {
     check_failed(s);
     UP_CHECK(s->bstate[b] == BUF_CALLER, "offload_written: buffer %d is not held by the caller", b);
     pthread_mutex_unlock(&s->mu);
+    trace_end(tt, "offload", "offload_written");
 }
 
 static void prefetch_locked(offload_store *s, int slot) {
@@ -333,6 +342,7 @@ void offload_prefetch(offload_store *s, int slot) {
 
 float *offload_wait(offload_store *s, int slot) {
     check_slot(s, slot, "offload_wait");
+    uint64_t tt = trace_begin();
     pthread_mutex_lock(&s->mu);
     prefetch_locked(s, slot);
     int b = s->slot_buf[slot];
@@ -344,6 +354,7 @@ float *offload_wait(offload_store *s, int slot) {
     s->bstate[b] = BUF_CALLER;
     s->slot_buf[slot] = -1;
     pthread_mutex_unlock(&s->mu);
+    trace_end2(tt, "offload", "offload_wait", "layer", slot, "bytes", (int64_t)s->slot_bytes);
     return (float *)(s->base + (size_t)b * s->slot_bytes);
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/mem.h"
+#include "core/trace.h"
 #include "kernels/kernels.h"
 #include "memory/offload.h"
 
@@ -351,6 +352,7 @@ static double loss_forward_backward(model *m, const float *x_final, float grad_s
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
+        uint64_t tt = trace_begin();
         rmsnorm_forward(m->xf, m->rstdf, x_final + r, wn, n, C, c->eps);      // (n, C)
         matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
         loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
@@ -359,6 +361,7 @@ static double loss_forward_backward(model *m, const float *x_final, float grad_s
         matmul_backward(m->dxf, glm, m->logits, m->xf, wlm, n, C, V);
         // xf = rmsnorm(x_final)
         rmsnorm_backward(m->dres + r, gn, m->dxf, x_final + r, wn, m->rstdf, n, C);
+        trace_end2(tt, "loss", "loss_tile", "tile", t0 / N, "tokens", n);
     }
     fsdp_reduce(&m->fsdp, head); /* a tied embedding's gradients are reduced after its own backward */
     return loss;
@@ -376,12 +379,14 @@ static double loss_forward(model *m, const float *x_final, double *loss, int32_t
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
+        uint64_t tt = trace_begin();
         rmsnorm_forward(m->xf, m->rstdf, x_final + r, wn, n, C, c->eps);      // (n, C)
         matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
         if (loss || pred)
             cross_entropy_rows(m->logits, m->targets + t0, n, V, loss ? loss + t0 : NULL,
                                pred ? pred + t0 : NULL);
         sum += cross_entropy_fused(m->logits, m->targets + t0, n, V, 1.0f);
+        trace_end2(tt, "loss", "loss_tile", "tile", t0 / N, "tokens", n);
     }
     return sum;
 }
@@ -397,7 +402,9 @@ double model_evaluate(model *m, double *loss, int32_t *pred) {
     embedding_forward(x, m->inputs, wte, T, C);                          // (T, C)
     for (int l = 0; l < L; l++) {
         fsdp_prefetch(f, l + 2);
+        uint64_t tt = trace_begin();
         layer_forward(m, l, x, x, LAYER_PASS);
+        trace_end1(tt, "layer", "forward", "layer", l);
     }
     return loss_forward(m, x, loss, pred);
 }
@@ -417,7 +424,9 @@ double model_forward(model *m, float grad_scale) {
     for (int l = 0; l < L; l++) {
         fsdp_prefetch(f, l + 2); /* the next unit's gather overlaps this layer */
         float *x_out = m->store ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
+        uint64_t tt = trace_begin();
         layer_forward(m, l, x, x_out, mode);
+        trace_end1(tt, "layer", "forward", "layer", l);
         x = x_out;
     }
     double loss = loss_forward_backward(m, x, grad_scale);
@@ -432,8 +441,14 @@ void model_backward(model *m) {
         float *x_in = m->store ? offload_wait(m->store, l) : m->acts[l].x_in;
         fsdp_gather(f, l + 1);
         if (l > 0) fsdp_prefetch(f, l); /* the next layer's gather overlaps this one */
-        if (m->opt.checkpoint) layer_forward(m, l, x_in, NULL, LAYER_RECOMPUTE);
+        uint64_t tt = trace_begin();
+        if (m->opt.checkpoint) {
+            layer_forward(m, l, x_in, NULL, LAYER_RECOMPUTE);
+            trace_end1(tt, "layer", "recompute", "layer", l);
+            tt = trace_begin();
+        }
         layer_backward(m, l, x_in);
+        trace_end1(tt, "layer", "backward", "layer", l);
         fsdp_reduce(f, l + 1); /* right after the unit's backward */
         if (m->store) offload_release(m->store, x_in);
     }

@@ -3,6 +3,8 @@
  * shard belongs to no tensor, so no step ever reads or writes it. */
 #include "model/model.h"
 
+#include "core/trace.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -35,6 +37,7 @@ int model_first_nonfinite_grad(model *m) {
 }
 
 void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip) {
+    uint64_t tt = trace_begin();
     for (int t = 0; t < m->params.ntensors; t++) {
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
@@ -43,4 +46,7 @@ void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip
                      model_tensor_part(m, m->fsdp.m, t, i0), model_tensor_part(m, m->fsdp.v, t, i0),
                      i1 - i0, hp, step, clip, m->params.tensors[t].decay);
     }
+    /* bytes: the shards read and written (parameters, gradients, two moments) */
+    trace_end2(tt, "optimizer", "optimizer_step", "step", step,
+               "bytes", (int64_t)(m->fsdp.nshard * 4 * sizeof(float)));
 }

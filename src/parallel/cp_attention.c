@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/mem.h"
+#include "core/trace.h"
 #include "kernels/kernels.h"
 
 #include <stdio.h>
@@ -223,12 +224,15 @@ void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_we
         to_head(a, vs, vh, a->Kc);
         for (int j = 0; j < a->stages_per_chunk; j++) {
             int s = c * a->stages_per_chunk + j;
+            uint64_t tt = trace_begin();
             stage_project_q(a, qs, h, w->wq, c, j);                  // (T_loc, U*HS)
             to_head(a, qs, qh, U);                                    // (T, U_loc, HS)
             float *oh = a->oh ? a->oh : sv->att;                      // P == 1, model order
             double t0 = now_s();
+            uint64_t tk = trace_begin();
             attention_forward(oh, sv->lse + s * lse_stage, qh, kh, vh, a->s.doc_start, a->Tg,
                               a->U_loc, a->Kc_loc, HS, a->ws);        // (T, U_loc, HS)
+            trace_end(tk, "attention", "flash_forward");
             a->kernel_s += now_s() - t0;
             if (a->model_order) {
                 to_seq(a, oh, sv->att, U);                            // (T_loc, NH*HS)
@@ -236,6 +240,7 @@ void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_we
                 to_seq(a, oh, a->qs, U);                              // qs is free again
                 stage_copy(a, a->qs, NULL, sv->att, c, j);            // model head order
             }
+            trace_end2(tt, "attention", "stage_forward", "stage", s, "heads", U);
         }
     }
 }
@@ -269,6 +274,7 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
         }
         for (int j = 0; j < a->stages_per_chunk; j++) {
             int s = c * a->stages_per_chunk + j;
+            uint64_t tt = trace_begin();
             // the stage's saved output o and its gradient, in head layout
             const float *oh = stage_to_head(a, sv->att, a->oh, c, j);
             stage_datt(a, dres, wo, c, j);
@@ -281,8 +287,10 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
             // the first stage of a chunk writes dk, dv; later ones add theirs
             float *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
             double t0 = now_s();
+            uint64_t tk = trace_begin();
             attention_backward(dqh, dk, dv, doh, qh, kh, vh, oh, sv->lse + s * lse_stage,
                                a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc, HS, a->ws);
+            trace_end(tk, "attention", "flash_backward");
             a->kernel_s += now_s() - t0;
             if (j > 0)
                 for (size_t i = 0; i < kvh; i++) {
@@ -298,6 +306,7 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
                 matmul_backward_ld(dh, C, g->wq + qo, C, a->qs + kk * a->bw, ld, h, C, w->wq + qo,
                                    C, T, C, a->bw);
             }
+            trace_end2(tt, "attention", "stage_backward", "stage", s, "heads", U);
         }
         // k = rope(h Wk[chunk]^T), v = h Wv[chunk]^T  (replica gradients summed on the way back)
         to_seq(a, dkh, a->ks, a->Kc);

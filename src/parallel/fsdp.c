@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "core/mem.h"
+#include "core/trace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,11 @@ void fsdp_begin_forward(fsdp_state *f) {
         memset(f->tied_gradbuf, 0, sizeof(float) * f->shard_n[f->tied_unit] * (size_t)f->R);
 }
 
+/* Bytes this rank sends in a gather or reduce-scatter of unit u (the spans' argument). */
+static int64_t fsdp_unit_bytes(const fsdp_state *f, int u) {
+    return (int64_t)(f->shard_n[u] * sizeof(float)) * (f->R - 1);
+}
+
 static int slot_of(const fsdp_state *f, int u) { return u == f->tied_unit ? 2 : u % 2; }
 
 void fsdp_prefetch(fsdp_state *f, int u) {
@@ -108,8 +114,10 @@ float *fsdp_gather(fsdp_state *f, int u) {
     if (f->R == 1) return f->params + f->shard_off[u];
     int k = slot_of(f, u);
     fsdp_prefetch(f, u);
-    if (f->gbuf_pending[k]) {
+    if (f->gbuf_pending[k]) { /* the span: the wait for a gather started by a prefetch */
+        uint64_t tt = trace_begin();
         comm_wait(f->comm, &f->req[k], COMM_FSDP_GATHER);
+        trace_end2(tt, "fsdp", "fsdp_gather", "unit", u, "bytes", fsdp_unit_bytes(f, u));
         f->gbuf_pending[k] = 0;
     }
     return f->gbuf[k];
@@ -126,10 +134,12 @@ void fsdp_reduce(fsdp_state *f, int u) {
     if (f->R == 1) return;
     const float *g = u == f->tied_unit ? f->tied_gradbuf : f->gradbuf;
     size_t n = f->shard_n[u];
+    uint64_t tt = trace_begin();
     /* the reduce-scatter overwrites; the shard accumulates over micro-batches */
     comm_reduce_scatter(f->comm, g, f->rs_tmp, n);
     float *dst = f->grads + f->shard_off[u];
     for (size_t i = 0; i < n; i++) dst[i] += f->rs_tmp[i];
+    trace_end2(tt, "fsdp", "fsdp_reduce_scatter", "unit", u, "bytes", fsdp_unit_bytes(f, u));
 }
 
 const float *fsdp_gather_slab(fsdp_state *f, const float *slab, int u) {

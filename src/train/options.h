@@ -33,6 +33,7 @@ typedef struct {
     const char *val_data; /* --val-data: a shard to validate on; NULL: no validation */
     long val_every;       /* validate after every N steps (0: after the last step only) */
     long val_windows;     /* windows per validation (0: default) */
+    const char *trace;    /* --trace: a Chrome / Perfetto JSON trace of the run; NULL: none */
 } train_options;
 #define TRAIN_VAL_WINDOWS 4 /* the cap of the default --val-windows */
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
+#include "core/trace.h"
 #include "kernels/kernels.h"
 #include "train/ckpt.h"
 
@@ -119,9 +120,9 @@ static void check_outputs(train_run *r) {
     char err[1024] = "";
     int bad = 0;
     if (r->rank == 0) {
-        const char *flags[] = {"--save", "--save-grads", "--log", "--mem-report"};
-        const char *paths[] = {o->save, o->save_grads, o->log, o->mem_report};
-        for (int i = 0; i < 4 && !bad; i++)
+        const char *flags[] = {"--save", "--save-grads", "--log", "--mem-report", "--trace"};
+        const char *paths[] = {o->save, o->save_grads, o->log, o->mem_report, o->trace};
+        for (int i = 0; i < 5 && !bad; i++)
             if (paths[i]) bad = setup_check_writable(flags[i], paths[i], err, sizeof err) != 0;
     }
     if (o->ckpt_dir && !bad && !o->dry_run) {
@@ -261,6 +262,7 @@ report_memory run_plan(train_run *r) {
     if (r->o.ckpt_dir) mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
     if (r->o.loss_mask) mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
     if (r->o.val_data) eval_alloc(&r->val);
+    if (r->o.trace) trace_plan(r->o.mopt.offload_dir != NULL);
     report_memory plan = report_capture();
     eval_free(&r->val);
     model_free(&r->m);

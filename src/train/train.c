@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
+#include "core/trace.h"
 #include "core/watchdog.h"
 #include "train/ckpt.h"
 
@@ -48,6 +49,11 @@ static ckpt_state run_state(const train_run *r, long step) {
 static void run_start(train_run *r) {
     const train_options *o = &r->o;
     mem_count(MEM_RUNTIME, (long long)r->runtime); /* as in the plan */
+    char err[1024];
+    /* before the model: the offload store's I/O thread takes its track as it starts */
+    if (o->trace && trace_start(o->trace, r->comm.world, o->mopt.offload_dir != NULL, err,
+                                sizeof err) != 0)
+        up_die_agreed(r->rank == 0 ? err : NULL);
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
     if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
     if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
@@ -123,6 +129,7 @@ static train_step_stats run_step(train_run *r, long step) {
     model *m = &r->m;
     train_step_stats s = {.step = step};
     comm_reset_stats(comm);
+    uint64_t tt = trace_begin();
     double t0 = now_s();
     char err[1024];
     if (shard_check(&r->shard, err, sizeof err) != 0) up_die("--data %s", err);
@@ -174,6 +181,7 @@ static train_step_stats run_step(train_run *r, long step) {
     s.dt = now_s() - t0;
     s.comm_s = comm_seconds(comm);
     s.attn_s = cp_attention_seconds(m->attn, 1);
+    trace_end1(tt, "step", "step", "step", step);
     return s;
 }
 
@@ -185,7 +193,9 @@ static void run_validate(train_run *r, train_step_stats *s) {
     long done = s->step + 1;
     if (!o->val_data || !(done == o->steps || (o->val_every && done % o->val_every == 0))) return;
     double t0 = now_s();
+    uint64_t tt = trace_begin();
     eval_run(&r->val, r->val_windows, &r->val_last);
+    trace_end1(tt, "step", "validation", "step", s->step);
     cp_attention_seconds(r->m.attn, 1); /* the next step's attention time is its own */
     r->val_step = done;
     s->val = &r->val_last;
@@ -235,10 +245,19 @@ static int run_checkpoint(train_run *r, train_step_stats *s) {
     if (!(stop || done == o->steps || (o->ckpt_every && done % o->ckpt_every == 0))) return 0;
     double t0 = now_s();
     ckpt_state st = run_state(r, done);
+    uint64_t tt = trace_begin();
     s->ckpt_bytes =
         ckpt_write(&r->m, &r->comm, o->ckpt_dir, &st, &r->cfg, o->ckpt_keep, r->ckpt_stage);
+    trace_end2(tt, "step", "checkpoint", "step", done, "bytes", (int64_t)s->ckpt_bytes);
     s->ckpt_s = now_s() - t0;
     return stop;
+}
+
+/* Writes the --trace file after the model (and the offload store's I/O thread) is gone. All ranks
+ * stop together when rank 0 could not write it. Collective. */
+static void run_trace_finish(const train_run *r) {
+    char err[1024];
+    if (r->o.trace && trace_finish(err, sizeof err) != 0) up_die_agreed(r->rank == 0 ? err : NULL);
 }
 
 /* A stop before --steps (--stop-at or a signal): the checkpoint is written; say how to go on. */
@@ -257,6 +276,7 @@ static void run_stop(train_run *r, int why) {
     mem_free(r->ckpt_stage);
     mem_free(r->mask_buf);
     model_free(&r->m);
+    run_trace_finish(r);
 }
 
 /* ---- finish --------------------------------------------------------------------------------- */
@@ -293,6 +313,7 @@ static void run_finish(train_run *r) {
     mem_free(r->ckpt_stage);
     mem_free(r->mask_buf);
     model_free(&r->m);
+    run_trace_finish(r);
 }
 
 int train_main(int argc, char **argv) {
@@ -326,6 +347,7 @@ int train_main(int argc, char **argv) {
             if (s.val) watchdog_step(step, s.val_s);
             stopped = run_checkpoint(&r, &s);
             run_record(&r, &s);
+            trace_step(); /* writes the trace so far when a buffer is half full */
         }
         if (stopped) run_stop(&r, stopped);
         else run_finish(&r);

@@ -1,0 +1,400 @@
+/* trace.c — the profiler trace: per-thread event buffers, and their gathering to rank 0, which
+ * streams them into one JSON trace file (trace.h; the format in DESIGN.md §8.2). */
+#include "core/trace.h"
+
+#include "core/check.h"
+#include "core/fileio.h"
+#include "core/mem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A string field of an event: a pointer while recorded, an index into its rank's string table
+ * while sent to rank 0 and written. */
+typedef union {
+    const char *s;
+    uint64_t id;
+} trace_str;
+
+typedef struct {
+    uint64_t t0, t1; /* ns: CLOCK_MONOTONIC while recorded, since the origin once prepared */
+    trace_str cat, name, k1, k2; /* k1, k2 NULL (TRACE_NONE once prepared): no argument */
+    int64_t v1, v2;
+} trace_event;
+_Static_assert(sizeof(trace_event) == 64, "trace records are 64 bytes");
+
+typedef struct {
+    trace_event *ev;
+    size_t cap;
+    atomic_size_t n;       /* written by the owning thread only (release), read between steps */
+    atomic_ullong dropped; /* spans that found the buffer full */
+    long long tid;         /* the owner's OS thread id */
+} trace_track;
+
+/* What a rank sends rank 0 per track before its events and string table. */
+typedef struct {
+    long long n, dropped, tid, nstr, blob;
+} trace_header;
+
+enum { TRACE_MAX_STRINGS = 512, TRACE_TAG = 7301 };
+#define TRACE_NONE UINT64_MAX
+
+int trace_enabled_;
+static _Thread_local trace_track *tl_track;
+static struct {
+    trace_track tracks[TRACE_TRACKS];
+    int ntracks;
+    MPI_Comm comm;
+    int rank, R;
+    uint64_t origin;
+    FILE *spool; /* rank 0: the events so far, in an unlinked file beside the output */
+    char path[4064];
+    int first; /* no event written yet (no comma before the next) */
+    long long events, dropped; /* written and dropped, all ranks (rank 0) */
+} g;
+
+#define TRACE_MPI(call)                                                                            \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        UP_CHECK(rc_ == MPI_SUCCESS, "%s failed (MPI error %d)", #call, rc_);                      \
+    } while (0)
+
+uint64_t trace_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void trace_record(uint64_t t0, const char *cat, const char *name, const char *k1, int64_t v1,
+                  const char *k2, int64_t v2) {
+    trace_track *t = tl_track;
+    if (!t) return; /* a thread without a track */
+    uint64_t t1 = trace_now_ns();
+    size_t n = atomic_load_explicit(&t->n, memory_order_relaxed);
+    if (n == t->cap) {
+        atomic_fetch_add_explicit(&t->dropped, 1, memory_order_relaxed);
+        return;
+    }
+    t->ev[n] = (trace_event){t0, t1, {cat}, {name}, {k1}, {k2}, v1, v2};
+    atomic_store_explicit(&t->n, n + 1, memory_order_release);
+}
+
+/* Events of track k. Test hook: UPIPE_TRACE_EVENTS=N makes the main buffer N events and the I/O
+ * one N/16, so that the tests reach the flush between steps and the drops of a full buffer. */
+static size_t track_cap(int k) {
+    static long events = -1;
+    if (events < 0) {
+        const char *s = getenv("UPIPE_TRACE_EVENTS");
+        long v = s ? strtol(s, NULL, 10) : 0;
+        events = v >= 16 && v <= (1L << 24) ? v : TRACE_MAIN_EVENTS;
+    }
+    return k == TRACE_TRACK_MAIN ? (size_t)events
+           : events == TRACE_MAIN_EVENTS ? TRACE_IO_EVENTS : (size_t)events / 16;
+}
+
+size_t trace_buffer_bytes(int io_track) {
+    size_t n = 0;
+    for (int k = 0; k < (io_track ? 2 : 1); k++) n += track_cap(k) * sizeof(trace_event);
+    return n;
+}
+
+void trace_plan(int io_track) {
+    for (int k = 0; k < (io_track ? 2 : 1); k++)
+        mem_alloc(MEM_WORKSPACE, track_cap(k) * sizeof(trace_event));
+}
+
+static long long os_tid(void) { return (long long)syscall(SYS_gettid); }
+
+/* ---- writing (rank 0) ----------------------------------------------------------------------- */
+
+static void write_event_text(const char *text) {
+    fprintf(g.spool, "%s\n%s", g.first ? "" : ",", text);
+    g.first = 0;
+}
+
+static void write_metadata(void) {
+    char line[256];
+    for (int r = 0; r < g.R; r++) {
+        snprintf(line, sizeof line,
+                 "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank "
+                 "%d\"}}", r, r);
+        write_event_text(line);
+        snprintf(line, sizeof line,
+                 "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":"
+                 "{\"sort_index\":%d}}", r, r);
+        write_event_text(line);
+    }
+}
+
+static void write_thread_name(int pid, long long tid, int k) {
+    char line[256];
+    snprintf(line, sizeof line,
+             "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%lld,\"args\":{\"name\":"
+             "\"%s\"}}", pid, tid, k == TRACE_TRACK_MAIN ? "main" : "offload I/O");
+    write_event_text(line);
+    snprintf(line, sizeof line,
+             "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%lld,\"args\":"
+             "{\"sort_index\":%d}}", pid, tid, k);
+    write_event_text(line);
+}
+
+/* n prepared events of one track of rank pid, their strings in strs. */
+static void write_events(int pid, long long tid, const trace_event *ev, long long n,
+                         const char *const *strs) {
+    FILE *f = g.spool;
+    for (long long i = 0; i < n; i++) {
+        const trace_event *e = &ev[i];
+        fprintf(f, "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
+                "\"pid\":%d,\"tid\":%lld,\"args\":{", g.first ? "" : ",", strs[e->name.id],
+                strs[e->cat.id], (double)e->t0 / 1e3, (double)(e->t1 - e->t0) / 1e3, pid, tid);
+        g.first = 0;
+        if (e->k1.id != TRACE_NONE) fprintf(f, "\"%s\":%lld", strs[e->k1.id], (long long)e->v1);
+        if (e->k2.id != TRACE_NONE)
+            fprintf(f, "%s\"%s\":%lld", e->k1.id != TRACE_NONE ? "," : "", strs[e->k2.id],
+                    (long long)e->v2);
+        fputs("}}", f);
+    }
+}
+
+/* ---- gathering ------------------------------------------------------------------------------ */
+
+/* The string table of one track: its distinct string pointers and, packed one after another
+ * with their NULs, their text. */
+typedef struct {
+    const char *ptr[TRACE_MAX_STRINGS];
+    int n;
+    char blob[TRACE_MAX_STRINGS * 64];
+    size_t blob_len;
+} trace_strings;
+
+static uint64_t intern(trace_strings *st, const char *s) {
+    if (!s) return TRACE_NONE;
+    for (int i = st->n - 1; i >= 0; i--)
+        if (st->ptr[i] == s) return (uint64_t)i;
+    size_t len = strlen(s) + 1;
+    UP_CHECK(st->n < TRACE_MAX_STRINGS && st->blob_len + len <= sizeof st->blob,
+             "trace: more than %d distinct span strings", TRACE_MAX_STRINGS);
+    memcpy(st->blob + st->blob_len, s, len);
+    st->blob_len += len;
+    st->ptr[st->n] = s;
+    return (uint64_t)st->n++;
+}
+
+/* Turns the first n events of a track into their sent and written form: times since the
+ * origin, strings as indices into st. */
+static void prepare(trace_track *t, long long n, trace_strings *st) {
+    st->n = 0;
+    st->blob_len = 0;
+    for (long long i = 0; i < n; i++) {
+        trace_event *e = &t->ev[i];
+        e->t0 = e->t0 > g.origin ? e->t0 - g.origin : 0; /* a span begun before the origin */
+        e->t1 = e->t1 > g.origin ? e->t1 - g.origin : 0;
+        e->cat.id = intern(st, e->cat.s);
+        e->name.id = intern(st, e->name.s);
+        e->k1.id = intern(st, e->k1.s);
+        e->k2.id = intern(st, e->k2.s);
+    }
+}
+
+/* The strings of a received table: pointers into blob. */
+static void split_strings(char *blob, long long len, long long nstr, const char **strs) {
+    long long k = 0;
+    for (long long i = 0; i < len && k < nstr; k++) {
+        strs[k] = blob + i;
+        i += (long long)strlen(blob + i) + 1;
+    }
+    UP_CHECK(k == nstr, "trace: a string table of %lld strings held %lld", nstr, k);
+}
+
+/* Every rank's events so far go to rank 0 (its own first, then rank 1's, ...), which writes
+ * them; the buffers start over. Collective. */
+static void flush_all(void) {
+    static trace_strings st; /* 40 KiB: not on the stack */
+    for (int k = 0; k < g.ntracks; k++) {
+        trace_track *t = &g.tracks[k];
+        long long n = (long long)atomic_load_explicit(&t->n, memory_order_acquire);
+        prepare(t, n, &st);
+        trace_header h = {n, (long long)atomic_exchange(&t->dropped, 0), t->tid, st.n,
+                          (long long)st.blob_len};
+        if (g.rank == 0) {
+            const char *strs[TRACE_MAX_STRINGS];
+            split_strings(st.blob, h.blob, h.nstr, strs);
+            write_events(0, h.tid, t->ev, n, strs);
+            g.events += n;
+            g.dropped += h.dropped;
+        } else {
+            TRACE_MPI(MPI_Send(&h, sizeof h, MPI_BYTE, 0, TRACE_TAG, g.comm));
+            TRACE_MPI(MPI_Send(st.blob, (int)st.blob_len, MPI_BYTE, 0, TRACE_TAG, g.comm));
+            TRACE_MPI(MPI_Send(t->ev, (int)(n * (long long)sizeof(trace_event)), MPI_BYTE, 0,
+                               TRACE_TAG, g.comm));
+        }
+        atomic_store_explicit(&t->n, 0, memory_order_relaxed);
+    }
+    if (g.rank != 0) return;
+    /* the others', received into rank 0's main buffer (every track of every rank fits: all
+     * ranks have the same buffers, the main one the largest) */
+    trace_track *buf = &g.tracks[TRACE_TRACK_MAIN];
+    for (int r = 1; r < g.R; r++)
+        for (int k = 0; k < g.ntracks; k++) {
+            trace_header h;
+            TRACE_MPI(MPI_Recv(&h, sizeof h, MPI_BYTE, r, TRACE_TAG, g.comm, MPI_STATUS_IGNORE));
+            UP_CHECK(h.n >= 0 && (size_t)h.n <= buf->cap && h.nstr >= 0 &&
+                         h.nstr <= TRACE_MAX_STRINGS && h.blob >= 0 &&
+                         (size_t)h.blob <= sizeof st.blob,
+                     "trace: rank %d sent a bad header (%lld events)", r, h.n);
+            TRACE_MPI(MPI_Recv(st.blob, (int)h.blob, MPI_BYTE, r, TRACE_TAG, g.comm,
+                               MPI_STATUS_IGNORE));
+            TRACE_MPI(MPI_Recv(buf->ev, (int)(h.n * (long long)sizeof(trace_event)), MPI_BYTE, r,
+                               TRACE_TAG, g.comm, MPI_STATUS_IGNORE));
+            const char *strs[TRACE_MAX_STRINGS];
+            split_strings(st.blob, h.blob, h.nstr, strs);
+            write_events(r, h.tid, buf->ev, h.n, strs);
+            g.events += h.n;
+            g.dropped += h.dropped;
+        }
+}
+
+/* The OS thread ids of every rank's tracks, as metadata (rank 0). Collective. */
+static void write_thread_names(void) {
+    long long mine[TRACE_TRACKS];
+    for (int k = 0; k < TRACE_TRACKS; k++) mine[k] = g.tracks[k].tid;
+    if (g.rank != 0) {
+        TRACE_MPI(MPI_Send(mine, TRACE_TRACKS, MPI_LONG_LONG, 0, TRACE_TAG, g.comm));
+        return;
+    }
+    for (int r = 0; r < g.R; r++) {
+        long long tids[TRACE_TRACKS];
+        if (r == 0) memcpy(tids, mine, sizeof tids);
+        else TRACE_MPI(MPI_Recv(tids, TRACE_TRACKS, MPI_LONG_LONG, r, TRACE_TAG, g.comm,
+                                MPI_STATUS_IGNORE));
+        for (int k = 0; k < g.ntracks; k++)
+            if (tids[k] > 0) write_thread_name(r, tids[k], k);
+    }
+}
+
+/* ---- the run -------------------------------------------------------------------------------- */
+
+/* Rank 0's spool: an unlinked temporary file in the output's folder, so a run that dies leaves
+ * nothing behind; trace_finish copies it into the output, written atomically. */
+static int open_spool(const char *path, char *err, size_t errlen) {
+    if (strlen(path) >= sizeof g.path)
+        return up_errf(err, errlen, NULL, "--trace %s: the path is too long", path);
+    snprintf(g.path, sizeof g.path, "%s", path);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.spool.XXXXXX", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return up_errf(err, errlen, NULL, "--trace %s: cannot create a file there (%s): check "
+                       "the folder exists and is writable", path, strerror(errno));
+    unlink(tmp);
+    g.spool = fdopen(fd, "w+");
+    UP_CHECK(g.spool, "fdopen: %s", strerror(errno));
+    return 0;
+}
+
+/* The output: the opening, the spooled events, the closing; atomically. */
+static int write_output(char *err, size_t errlen) {
+    up_atomic_file out;
+    if (up_atomic_open(&out, g.path, err, errlen) != 0) return -1;
+    int ok = fflush(g.spool) == 0 && !ferror(g.spool) && fseek(g.spool, 0, SEEK_SET) == 0;
+    fputs("{\"traceEvents\":[", out.f);
+    char buf[1 << 16];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, g.spool)) > 0) fwrite(buf, 1, n, out.f);
+    if (ferror(g.spool)) ok = 0;
+    fprintf(out.f,
+            "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"tool\":\"upipe\",\"ranks\":%d,"
+            "\"events\":%lld,\"dropped_events\":%lld,\"clock\":\"CLOCK_MONOTONIC, origin "
+            "aligned over the ranks by a collective at the start\"}}\n",
+            g.R, g.events, g.dropped);
+    if (!ok) {
+        up_atomic_abort(&out);
+        return up_errf(err, errlen, g.path, "the events spooled beside it could not be read "
+                       "back (%s)", strerror(errno));
+    }
+    return up_atomic_commit(&out, err, errlen);
+}
+
+int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t errlen) {
+    memset(&g, 0, sizeof g);
+    TRACE_MPI(MPI_Comm_dup(comm, &g.comm));
+    TRACE_MPI(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN));
+    TRACE_MPI(MPI_Comm_rank(g.comm, &g.rank));
+    TRACE_MPI(MPI_Comm_size(g.comm, &g.R));
+    g.ntracks = io_track ? 2 : 1;
+    for (int k = 0; k < g.ntracks; k++) {
+        g.tracks[k].cap = track_cap(k);
+        g.tracks[k].ev = mem_alloc(MEM_WORKSPACE, track_cap(k) * sizeof(trace_event));
+    }
+    if (err && errlen) err[0] = '\0';
+    int bad = 0;
+    if (g.rank == 0) {
+        bad = open_spool(path, err, errlen) != 0;
+        g.first = 1;
+    }
+    /* the verdict, and the clocks' alignment: every rank has entered this all-reduce before
+     * any leaves it */
+    TRACE_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, g.comm));
+    g.origin = trace_now_ns();
+    if (bad) {
+        for (int k = 0; k < g.ntracks; k++) mem_free(g.tracks[k].ev);
+        MPI_Comm_free(&g.comm);
+        memset(&g, 0, sizeof g);
+        return -1;
+    }
+    if (g.rank == 0) write_metadata();
+    g.tracks[TRACE_TRACK_MAIN].tid = os_tid();
+    tl_track = &g.tracks[TRACE_TRACK_MAIN];
+    trace_enabled_ = 1;
+    return 0;
+}
+
+void trace_attach_io(void) {
+    if (!trace_enabled_ || g.ntracks <= TRACE_TRACK_IO) return;
+    g.tracks[TRACE_TRACK_IO].tid = os_tid();
+    tl_track = &g.tracks[TRACE_TRACK_IO];
+}
+
+void trace_step(void) {
+    if (!trace_enabled_) return;
+    uint64_t t0 = trace_now_ns();
+    int full = 0;
+    for (int k = 0; k < g.ntracks; k++)
+        full |= atomic_load_explicit(&g.tracks[k].n, memory_order_acquire) > g.tracks[k].cap / 2;
+    TRACE_MPI(MPI_Allreduce(MPI_IN_PLACE, &full, 1, MPI_INT, MPI_LOR, g.comm));
+    if (!full) return;
+    flush_all();
+    trace_record(t0, "trace", "trace_flush", NULL, 0, NULL, 0); /* in the next batch */
+}
+
+int trace_finish(char *err, size_t errlen) {
+    if (!trace_enabled_) return 0;
+    trace_enabled_ = 0;
+    tl_track = NULL;
+    flush_all();
+    write_thread_names();
+    int bad = 0;
+    if (err && errlen) err[0] = '\0';
+    if (g.rank == 0) {
+        bad = write_output(err, errlen) != 0;
+        fclose(g.spool);
+        if (!bad && g.dropped > 0) {
+            fprintf(stderr, "upipe: warning: --trace: %lld span%s dropped: an event buffer (%zu "
+                    "spans on the main thread) filled within one step; the trace is incomplete\n",
+                    g.dropped, g.dropped == 1 ? "" : "s", track_cap(TRACE_TRACK_MAIN));
+            fflush(stderr);
+        }
+    }
+    TRACE_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, g.comm));
+    for (int k = 0; k < g.ntracks; k++) mem_free(g.tracks[k].ev);
+    MPI_Comm_free(&g.comm);
+    memset(&g, 0, sizeof g);
+    return bad ? -1 : 0;
+}

@@ -1,0 +1,81 @@
+/* trace.h — a profiler trace of a run (--trace FILE): spans on one track per thread that records
+ * (each rank's main thread, the offload store's I/O thread), written as one Chrome / Perfetto
+ * JSON trace: pid = rank, tid = the thread's OS id (DESIGN.md §8.2).
+ *
+ * Recording a span:
+ *
+ *     uint64_t t = trace_begin();
+ *     layer_forward(m, l, x, x_out);
+ *     trace_end1(t, "layer", "forward", "layer", l);
+ *
+ * Off (no --trace), trace_begin returns 0 and every trace_end* is one predictable branch. On, a
+ * span is one fixed-size record (the category, name and argument names are pointers to static
+ * strings, the times CLOCK_MONOTONIC nanoseconds) appended to the calling thread's preallocated
+ * buffer; a span that finds its buffer full is dropped and counted (the file and the terminal
+ * say how many). Spans are recorded when they end, so the spans of one thread nest (or follow
+ * each other) exactly as the calls do. Strings must be string literals of letters, digits and
+ * '_' (they are written into the JSON unescaped). A thread records only on a track it was given
+ * (trace_start: the caller; trace_attach: the offload I/O thread); elsewhere the calls do
+ * nothing. */
+#ifndef UP_TRACE_H
+#define UP_TRACE_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { TRACE_TRACK_MAIN, TRACE_TRACK_IO, TRACE_TRACKS } trace_track_id;
+
+/* Events of each track's buffer: 64-byte records, so 16 MiB and 512 KiB per rank. The buffers
+ * are written out between steps when one is half full (trace_step), so one step may record at
+ * least half of them: 131072 spans on the main thread (80 layers of 64 UPipe stages record about
+ * 80000), 4096 on the I/O thread (two per layer and micro-batch). (Tests: UPIPE_TRACE_EVENTS=N
+ * sets the main buffer to N events, the I/O one to N/16.) */
+enum { TRACE_MAIN_EVENTS = 1 << 18, TRACE_IO_EVENTS = 1 << 13 };
+
+extern int trace_enabled_; /* set by trace_start, cleared by trace_finish; read trace_begin */
+
+uint64_t trace_now_ns(void); /* CLOCK_MONOTONIC */
+void trace_record(uint64_t t0, const char *cat, const char *name, const char *k1, int64_t v1,
+                  const char *k2, int64_t v2);
+
+/* The start of a span: its time, or 0 when tracing is off. */
+static inline uint64_t trace_begin(void) { return trace_enabled_ ? trace_now_ns() : 0; }
+/* The end of a span begun at t0, with no, one or two integer arguments (args: {k1: v1, k2: v2}). */
+static inline void trace_end(uint64_t t0, const char *cat, const char *name) {
+    if (t0) trace_record(t0, cat, name, NULL, 0, NULL, 0);
+}
+static inline void trace_end1(uint64_t t0, const char *cat, const char *name, const char *k1,
+                              int64_t v1) {
+    if (t0) trace_record(t0, cat, name, k1, v1, NULL, 0);
+}
+static inline void trace_end2(uint64_t t0, const char *cat, const char *name, const char *k1,
+                              int64_t v1, const char *k2, int64_t v2) {
+    if (t0) trace_record(t0, cat, name, k1, v1, k2, v2);
+}
+
+/* Bytes of the event buffers (io_track: with the offload I/O thread's); they come from mem_alloc
+ * (category workspace), so the memory plan counts them: trace_plan counts them under plan mode. */
+size_t trace_buffer_bytes(int io_track);
+void trace_plan(int io_track);
+
+/* Collective over comm. Allocates the buffers, gives the calling thread the main track, creates
+ * rank 0's spool (an unlinked file beside path that holds the events written out so far: a run
+ * that dies leaves nothing behind) and aligns the ranks' clocks: every rank takes its time origin
+ * right after one collective that all of them entered (skew: the collective's exit latency,
+ * microseconds on one node). 0, or -1 on every rank when rank 0 could not create the spool (err
+ * filled on rank 0 only, "" elsewhere). */
+int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t errlen);
+/* Gives the calling thread the I/O track (the offload store's I/O thread, at its start); nothing
+ * when tracing is off or started without io_track. */
+void trace_attach_io(void);
+/* Collective, between steps, when no other thread records (the offload store is idle): when a
+ * buffer of any rank is half full, every rank's events so far go to rank 0, which writes them. */
+void trace_step(void);
+/* Collective, after the offload store closed: writes path atomically (rank 0: the spooled events,
+ * the remaining ones, the drop count and the metadata into path.tmp.<pid>, renamed into place),
+ * prints a warning when spans were dropped, frees the buffers; tracing is off afterwards. 0, or -1 on every rank when rank 0's write failed (err
+ * filled on rank 0 only; the temporary file is removed). */
+int trace_finish(char *err, size_t errlen);
+
+#endif
