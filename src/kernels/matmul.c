@@ -103,8 +103,11 @@ void blas_check_core(char **argv) {
         want = "SkylakeX";
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         want = "Haswell";
-    if (want == NULL || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
-    execv("/proc/self/exe", argv);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (want == NULL || n <= 0 || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
+    self[n] = '\0';
+    execv(self, argv); /* by its own path, so the process keeps its name (ps, pgrep) */
     unsetenv("OPENBLAS_CORETYPE"); /* exec failed: run on with the core OpenBLAS chose */
 #else
     (void)argv;

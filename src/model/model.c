@@ -291,13 +291,14 @@ static cp_attention_weights attn_weights(const layer_weights *w) {
 
 /* How a layer's forward runs. SAVE keeps x_mid for the backward (no checkpointing). PASS (the
  * forward of checkpointing and of evaluation) needs no x_mid afterwards: it is built in x_out,
- * which may be x_in itself (the offload store's one buffer, written to its slot while the
- * attention runs). RECOMPUTE (backward, checkpointing) rebuilds what the backward reads: att,
+ * which may be x_in itself (the offload store's one buffer: with store given, x_in is written
+ * to slot l while the attention runs, before it changes). RECOMPUTE (backward, checkpointing) rebuilds what the backward reads: att,
  * log-sum-exp and x_mid, and gate, up, act of an untiled MLP (a tiled one recomputes its tiles
  * in the backward), but no output. */
 typedef enum { LAYER_SAVE, LAYER_PASS, LAYER_RECOMPUTE } layer_mode;
 
-static void layer_forward(model *m, int l, float *x_in, float *x_out, layer_mode mode) {
+static void layer_forward(model *m, int l, float *x_in, float *x_out, layer_mode mode,
+                          offload_store *store) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, in_place = x_out == x_in;
     layer_weights w = param_layer_view(c, fsdp_gather(&m->fsdp, l + 1));
@@ -306,9 +307,9 @@ static void layer_forward(model *m, int l, float *x_in, float *x_out, layer_mode
     float *x_mid = mode == LAYER_PASS ? x_out : a->x_mid;
 
     rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);    // h = rmsnorm(x) (T, C)
-    if (in_place && m->store) offload_write_keep(m->store, l, x_in);    // x_l to its slot
+    if (store) offload_write_keep(store, l, x_in);                       // x_l to its slot
     cp_attention_forward(m->attn, m->h, &wa, &a->attn);                  // att (T, NH*HS)
-    if (in_place && m->store) offload_written(m->store, x_in);
+    if (store) offload_written(store, x_in);
     if (!in_place) memcpy(x_mid, x_in, sizeof(float) * (size_t)T * C);
     matmul_forward(x_mid, a->attn.att, w.wo, T, c->NH * c->HS, C, 1);    // x_mid = x + o Wo^T
     if (mode != LAYER_RECOMPUTE)
@@ -403,7 +404,7 @@ double model_evaluate(model *m, double *loss, int32_t *pred) {
     for (int l = 0; l < L; l++) {
         fsdp_prefetch(f, l + 2);
         uint64_t tt = trace_begin();
-        layer_forward(m, l, x, x, LAYER_PASS);
+        layer_forward(m, l, x, x, LAYER_PASS, NULL);
         trace_end1(tt, "layer", "forward", "layer", l);
     }
     return loss_forward(m, x, loss, pred);
@@ -425,7 +426,7 @@ double model_forward(model *m, float grad_scale) {
         fsdp_prefetch(f, l + 2); /* the next unit's gather overlaps this layer */
         float *x_out = m->store ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
         uint64_t tt = trace_begin();
-        layer_forward(m, l, x, x_out, mode);
+        layer_forward(m, l, x, x_out, mode, m->store);
         trace_end1(tt, "layer", "forward", "layer", l);
         x = x_out;
     }
@@ -443,7 +444,7 @@ void model_backward(model *m) {
         if (l > 0) fsdp_prefetch(f, l); /* the next layer's gather overlaps this one */
         uint64_t tt = trace_begin();
         if (m->opt.checkpoint) {
-            layer_forward(m, l, x_in, NULL, LAYER_RECOMPUTE);
+            layer_forward(m, l, x_in, NULL, LAYER_RECOMPUTE, NULL);
             trace_end1(tt, "layer", "recompute", "layer", l);
             tt = trace_begin();
         }
