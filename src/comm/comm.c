@@ -97,14 +97,13 @@ static int exchange_trivial(comm_ctx *c, comm_kind kind, const float *send, floa
     return 1;
 }
 
-void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
-                      float *pack) {
-    double t0 = MPI_Wtime();
-    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) return;
+/* Packs send (T_loc, nh, HS) for comm_seq_to_head: block j (T_loc, nh_out, HS) holds the heads
+ * rank j owns. Returns the floats of one block (an MPI int count). */
+static int seq_to_head_pack(const comm_ctx *c, const float *send, int T_loc, int nh, int HS,
+                            float *pack) {
     int P = c->P, nh_out = heads_out(nh, P);
     int n = block_count(block_floats(T_loc, nh_out, HS));
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
-    // pack: block j (T_loc, nh_out, HS) holds the heads rank j owns
 #pragma omp parallel for collapse(2) schedule(static)
     for (int j = 0; j < P; j++)
         for (int t = 0; t < T_loc; t++)
@@ -112,12 +111,36 @@ void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, in
                 memcpy(pack + (size_t)j * n + (size_t)t * blk + (size_t)i * HS,
                        send + (size_t)t * row + (size_t)src_head(nh, P, j, i) * HS,
                        sizeof(float) * (size_t)HS);
+    return n;
+}
+
+void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
+                      float *pack) {
+    double t0 = MPI_Wtime();
+    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) return;
+    int n = seq_to_head_pack(c, send, T_loc, nh, HS, pack);
     // block i received from rank i covers tokens i*T_loc..: the blocks in rank order are
     // already (T, nh_out, HS)
     double t1 = MPI_Wtime();
     MPI_CALL(MPI_Alltoall(pack, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->cp));
     c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
-    count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (P - 1) * sizeof(float));
+    count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (c->P - 1) * sizeof(float));
+}
+
+void comm_seq_to_head_start(comm_ctx *c, const float *send, float *recv, int T_loc, int nh,
+                            int HS, float *pack, MPI_Request *req) {
+    double t0 = MPI_Wtime();
+    *req = MPI_REQUEST_NULL;
+    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) {
+        c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
+        return;
+    }
+    int n = seq_to_head_pack(c, send, T_loc, nh, HS, pack);
+    double t1 = MPI_Wtime();
+    MPI_CALL(MPI_Ialltoall(pack, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->cp, req));
+    c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
+    count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (c->P - 1) * sizeof(float));
+    c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
 }
 
 void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
@@ -205,7 +228,15 @@ void comm_allgather_start(comm_ctx *c, const float *shard, float *full, size_t n
 void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind) {
     double t0 = MPI_Wtime();
     MPI_CALL(MPI_Wait(req, MPI_STATUS_IGNORE));
+    c->stats[kind].mpi_seconds += MPI_Wtime() - t0;
     count(c, kind, t0, 0);
+}
+
+int comm_test(comm_ctx *c, MPI_Request *req) {
+    (void)c;
+    int done = 1;
+    if (*req != MPI_REQUEST_NULL) MPI_CALL(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    return done;
 }
 
 void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n) {

@@ -57,6 +57,13 @@ const char *comm_kind_name(comm_kind k);
  * pack: scratch of T_loc * nh_out * P * HS floats. overwrite recv. */
 void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
                       float *pack);
+/* The same exchange, started: packs send into pack (send may change as soon as this returns)
+ * and starts a non-blocking all-to-all into recv; pack and recv belong to the exchange until
+ * comm_wait(c, req, COMM_SEQ_TO_HEAD) completes it. MPI advances it only inside MPI calls:
+ * comm_test in between lets it progress. The start and the wait are counted (the time not
+ * hidden); *req is MPI_REQUEST_NULL when nothing was left in flight (P == 1). */
+void comm_seq_to_head_start(comm_ctx *c, const float *send, float *recv, int T_loc, int nh,
+                            int HS, float *pack, MPI_Request *req);
 /* The inverse direction: head layout -> sequence layout, the transpose of comm_seq_to_head:
  * send (T_loc * P, nh_out, HS), recv (T_loc, nh, HS). When heads are replicated (nh < P) the
  * replicas' values are summed (this is the gradient of the replication). overwrite recv. */
@@ -78,6 +85,9 @@ void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
 void comm_allgather_start(comm_ctx *c, const float *shard, float *full, size_t n,
                           MPI_Request *req);
 void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind);
+/* Lets the non-blocking collective req progress (MPI_Test; not counted): 1 when it is complete
+ * (then *req is MPI_REQUEST_NULL, and comm_wait returns at once). Not collective. */
+int comm_test(comm_ctx *c, MPI_Request *req);
 /* Reduce-scatter: full (R * n) summed over ranks, this rank's block i = rank lands in shard (n).
  * overwrite shard. */
 void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n);
