@@ -1,6 +1,7 @@
-"""The UPipe pipe (--upipe-overlap) with and without, on shared memory and on TCP (UCX_TLS=tcp,self
-on loopback; Debian's MPICH is ch4:ucx), 2 and 4 ranks of 1 thread: NH = NKV = 16 (HS = 32,
-hidden size 512 as configs/bench.json), U = 2, median step figures over the steps after the first.
+"""The UPipe pipe (--upipe-overlap) with and without, on shared memory and on TCP
+(UCX_TLS=tcp,self on loopback; Debian's MPICH is ch4:ucx), 2 and 4 ranks of 1 thread: NH = NKV =
+16 (HS = 32, hidden size 512 as configs/bench.json), U = 2 (4 on 4 ranks: U must be a multiple of
+P), median step figures over the steps after the first.
 exposed a2a: this rank's seconds in the exchanges (packing, the calls, the waits), what the pipe
 cannot hide; hidden: 1 - on/off of it.
 usage: bench/bench_overlap.py [--upipe build/upipe] [--layers 1] [--steps 4] [--ranks 2 4] [T]"""
@@ -10,13 +11,18 @@ from common import ROOT, make_data, write_config, train
 TRANSPORTS = {"shm": {}, "tcp": {"UCX_TLS": "tcp,self"}}
 
 
+def stage_heads(U, P):
+    """--upipe-heads must be a multiple of P: U, else P (U = 2 on 4 ranks runs U = 4)."""
+    return U if U % P == 0 else P
+
+
 def run(a, cfg, data, T, P, env, overlap, tmp, tag):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         flag = "--upipe-overlap" if overlap else "--no-upipe-overlap"
         return train(a.upipe, cfg, data, T, ranks=P, threads=1, steps=a.steps,
-                     extra=["--upipe-heads", str(a.U), flag], tag=tag, tmp=tmp)
+                     extra=["--upipe-heads", str(stage_heads(a.U, P)), flag], tag=tag, tmp=tmp)
     finally:
         for k, v in saved.items():
             if v is None: os.environ.pop(k, None)
@@ -38,7 +44,7 @@ def main():
                        num_hidden_layers=a.layers, num_attention_heads=16,
                        num_key_value_heads=16, head_dim=32, vocab_size=4096)
     data = make_data(a.upipe, a.T * 2 * a.steps, tmp)
-    print(f"{'ranks':>5} | {'link':>4} | {'step s off':>10} | {'step s on':>9} | {'on/off':>6} | "
+    print(f"{'ranks':>5} | {'U':>2} | {'link':>4} | {'step s off':>10} | {'step s on':>9} | {'on/off':>6} | "
           f"{'a2a s off':>9} | {'a2a s on':>8} | {'hidden':>6} | {'a2a % of step off':>17} | "
           f"{'attn s':>6} | {'attention MiB off/on':>20}", flush=True)
     for P in a.ranks:
@@ -47,7 +53,7 @@ def main():
                  for ov in (0, 1)}
             off, on = r[0], r[1]
             att = [x["mem"]["categories"]["attention"] / 2**20 for x in (off, on)]
-            print(f"{P:>5} | {link:>4} | {off['step_s']:>10.2f} | {on['step_s']:>9.2f} | "
+            print(f"{P:>5} | {stage_heads(a.U, P):>2} | {link:>4} | {off['step_s']:>10.2f} | {on['step_s']:>9.2f} | "
                   f"{on['step_s'] / off['step_s']:>6.3f} | {off['a2a_s']:>9.3f} | "
                   f"{on['a2a_s']:>8.3f} | {1 - on['a2a_s'] / off['a2a_s']:>6.0%} | "
                   f"{off['a2a_s'] / off['step_s']:>17.1%} | {off['attn_s']:>6.2f} | "
