@@ -33,7 +33,7 @@ struct cp_attention {
     float *dkh_s, *dvh_s;  /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
     float *pack, *ws;      /* all-to-all packing (and q's in flight); flash attention workspace */
     float *pack_k, *pack_v, *pack_o, *pack_do; /* the pipe: packs of the other inputs in flight */
-    MPI_Request inflight[5]; /* the pipe: the next stage's exchanges (k, v, o, do, q) */
+    comm_exchange inflight[5]; /* the pipe: the next stage's exchanges (k, v, o, do, q) */
     int ninflight;
     double kernel_s;       /* seconds inside the attention kernels since the last reset */
 };
@@ -150,6 +150,8 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         }
     }
     a->ws = stage_buffer(attention_workspace_floats(a->Tg, a->U_loc, a->Kc_loc, s->HS));
+    for (int i = 0; a->overlap && i < (int)(sizeof a->inflight / sizeof a->inflight[0]); i++)
+        comm_exchange_init(s->comm, &a->inflight[i]);
     return a;
 }
 
@@ -162,6 +164,8 @@ void cp_attention_free(cp_attention *a) {
                      a->doh[1], a->dqh,    a->dkh,    a->dvh,    a->dkh_s,  a->dvh_s,
                      a->pack,   a->pack_k, a->pack_v, a->pack_o, a->pack_do, a->ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    for (size_t i = 0; a->overlap && i < sizeof a->inflight / sizeof a->inflight[0]; i++)
+        comm_exchange_free(&a->inflight[i]);
     free(a);
 }
 
@@ -232,20 +236,21 @@ static void input_to_head(cp_attention *a, const float *seq, float *head, int nh
     }
     UP_CHECK(a->ninflight < (int)(sizeof a->inflight / sizeof a->inflight[0]),
              "cp_attention: too many exchanges in flight");
-    comm_seq_to_head_start(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, pack,
-                           &a->inflight[a->ninflight++]);
+    int i = a->ninflight++; /* the tag tells the exchanges in flight together apart */
+    comm_seq_to_head_start(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, pack, i,
+                           &a->inflight[i]);
 }
 
 /* The attention kernels' progress hook: MPI advances the exchanges in flight only inside MPI
  * calls, so the kernels test them between tasks. */
 static void inputs_progress(void *arg) {
     cp_attention *a = arg;
-    for (int i = 0; i < a->ninflight; i++) comm_test(a->s.comm, &a->inflight[i]);
+    for (int i = 0; i < a->ninflight; i++) comm_exchange_test(a->s.comm, &a->inflight[i]);
 }
 
 /* Completes the exchanges in flight (their time not hidden by the attention is counted). */
 static void inputs_wait(cp_attention *a) {
-    for (int i = 0; i < a->ninflight; i++) comm_wait(a->s.comm, &a->inflight[i], COMM_SEQ_TO_HEAD);
+    for (int i = 0; i < a->ninflight; i++) comm_exchange_wait(a->s.comm, &a->inflight[i]);
     a->ninflight = 0;
 }
 
