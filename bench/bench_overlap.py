@@ -4,7 +4,8 @@
 P), median step figures over the steps after the first.
 a2a: rank 0's seconds in the exchanges (packing, the calls, the waits: what the pipe did not
 hide), median and least over the steps; RSS-peak: peak RSS less the accounted peak (the plan).
-usage: bench/bench_overlap.py [--upipe build/upipe] [--layers 1] [--steps 4] [--ranks 2 4] [T]"""
+usage: bench/bench_overlap.py [T] [--upipe build/upipe] [--layers 1] [--steps 4] [--ranks 2 4]
+(T before --ranks: --ranks takes every number after it)"""
 import argparse, json, os, tempfile
 from common import ROOT, make_data, write_config, train
 
