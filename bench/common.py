@@ -48,7 +48,7 @@ def train(upipe, config, data, T, ranks=1, threads=2, steps=3, extra=(), tag="ru
     later = lines[1:] if len(lines) > 1 else lines
     med = lambda k: statistics.median(l[k] for l in later)
     out = {k: med(k) for k in ("tokens_per_s", "step_s", "comm_s", "a2a_s", "a2a_mpi_s", "a2a_bytes",
-                               "flops_per_s", "fsdp_s", "grad_reduce_s")}
+                               "flops_per_s", "fsdp_s", "grad_reduce_s", "attn_s")}
     out["mem"] = json.load(open(rep))
     return out
 

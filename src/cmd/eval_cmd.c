@@ -75,6 +75,9 @@ static void eval_print_help(void) {
         "parallelism and memory (as in training; the numbers do not change)\n"
         "  --cp P                 context-parallel degree (Ulysses; default: all ranks)\n"
         "  --upipe-heads U        attention in stages of U query heads (UPipe)\n"
+        "  --upipe-overlap, --no-upipe-overlap\n"
+        "                         exchange the next stage's q, k, v while this stage's attention\n"
+        "                         runs (one more set of stage buffers; default: off)\n"
         "  --fsdp                 parameters sharded over all ranks, gathered layer by layer\n"
         "  --tile-mlp [N]         the MLP over tiles of N tokens (default N: hidden_size)\n"
         "  --tile-loss [N]        final norm, LM head, loss and top prediction over tiles of N\n"
@@ -94,8 +97,8 @@ static void eval_print_help(void) {
 enum {
     OPT_CONFIG = 256, OPT_INIT, OPT_CKPT, OPT_DATA, OPT_SEQ, OPT_WINDOWS, OPT_DOC_SEP,
     OPT_LOSS_MASK, OPT_RECALL, OPT_REPORT, OPT_SVG, OPT_RECALL_SVG, OPT_MEMREP, OPT_QUIET, OPT_CP,
-    OPT_UPIPE, OPT_FSDP, OPT_TILE_MLP, OPT_TILE_LOSS, OPT_CKPTING, OPT_OFFLOAD, OPT_DRY, OPT_MEMLIM,
-    OPT_THREADS, OPT_TRACE, OPT_HELP
+    OPT_UPIPE, OPT_OVERLAP, OPT_NO_OVERLAP, OPT_FSDP, OPT_TILE_MLP, OPT_TILE_LOSS, OPT_CKPTING,
+    OPT_OFFLOAD, OPT_DRY, OPT_MEMLIM, OPT_THREADS, OPT_TRACE, OPT_HELP
 };
 
 static const struct option g_longopts[] = {
@@ -115,6 +118,8 @@ static const struct option g_longopts[] = {
     {"quiet", no_argument, 0, OPT_QUIET},
     {"cp", required_argument, 0, OPT_CP},
     {"upipe-heads", required_argument, 0, OPT_UPIPE},
+    {"upipe-overlap", no_argument, 0, OPT_OVERLAP},
+    {"no-upipe-overlap", no_argument, 0, OPT_NO_OVERLAP},
     {"fsdp", no_argument, 0, OPT_FSDP},
     {"tile-mlp", optional_argument, 0, OPT_TILE_MLP},
     {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
@@ -146,6 +151,8 @@ static int eval_flag(eval_options *o, int c, int argc, char **argv) {
     case OPT_QUIET: o->quiet = 1; break;
     case OPT_CP: o->cp = (int)opt_long("--cp", optarg, 1, 1 << 20); break;
     case OPT_UPIPE: o->mopt.U = (int)opt_long("--upipe-heads", optarg, 1, 1 << 20); break;
+    case OPT_OVERLAP: o->mopt.upipe_overlap = 1; break;
+    case OPT_NO_OVERLAP: o->mopt.upipe_overlap = 0; break;
     case OPT_FSDP: o->mopt.fsdp = 1; break;
     case OPT_TILE_MLP: o->mopt.tile_mlp = opt_optional_count("--tile-mlp", argc, argv); break;
     case OPT_TILE_LOSS: o->mopt.tile_loss = opt_optional_count("--tile-loss", argc, argv); break;
@@ -165,6 +172,7 @@ static int eval_flag(eval_options *o, int c, int argc, char **argv) {
 /* Parses argv (argv[0] == "eval"); 1 for --help. Every rank (a bad flag stops them all). */
 static int eval_parse_args(eval_options *o, int argc, char **argv) {
     memset(o, 0, sizeof *o);
+    o->mopt.upipe_overlap = MODEL_UPIPE_OVERLAP_DEFAULT;
     o->T = 1024;
     o->doc_sep = -1;
     optind = 1;

@@ -5,6 +5,7 @@
 #include "core/watchdog.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *g_kind_names[COMM_KIND_COUNT] = {
@@ -98,15 +99,13 @@ static int exchange_trivial(comm_ctx *c, comm_kind kind, const float *send, floa
     return 1;
 }
 
-void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
-                      float *pack) {
-    double t0 = MPI_Wtime();
-    uint64_t tt = trace_begin(); /* P == 1: a copy, not traced */
-    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) return;
+/* Packs send (T_loc, nh, HS) for comm_seq_to_head: block j (T_loc, nh_out, HS) holds the heads
+ * rank j owns. Returns the floats of one block (an MPI int count). */
+static int seq_to_head_pack(const comm_ctx *c, const float *send, int T_loc, int nh, int HS,
+                            float *pack) {
     int P = c->P, nh_out = heads_out(nh, P);
     int n = block_count(block_floats(T_loc, nh_out, HS));
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
-    // pack: block j (T_loc, nh_out, HS) holds the heads rank j owns
 #pragma omp parallel for collapse(2) schedule(static)
     for (int j = 0; j < P; j++)
         for (int t = 0; t < T_loc; t++)
@@ -114,13 +113,80 @@ void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, in
                 memcpy(pack + (size_t)j * n + (size_t)t * blk + (size_t)i * HS,
                        send + (size_t)t * row + (size_t)src_head(nh, P, j, i) * HS,
                        sizeof(float) * (size_t)HS);
+    return n;
+}
+
+void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
+                      float *pack) {
+    double t0 = MPI_Wtime();
+    uint64_t tt = trace_begin(); /* P == 1: a copy, not traced */
+    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) return;
+    int n = seq_to_head_pack(c, send, T_loc, nh, HS, pack);
     // block i received from rank i covers tokens i*T_loc..: the blocks in rank order are
     // already (T, nh_out, HS)
     double t1 = MPI_Wtime();
     MPI_CALL(MPI_Alltoall(pack, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->cp));
     c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
+    count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (c->P - 1) * sizeof(float));
+    trace_end2(tt, "comm", "a2a_seq_to_head", "bytes", (int64_t)n * (c->P - 1) * 4, "heads", nh);
+}
+
+void comm_exchange_init(const comm_ctx *c, comm_exchange *x) {
+    x->n = 0;
+    x->req = calloc((size_t)(2 * c->P), sizeof *x->req);
+    UP_CHECK(x->req, "out of memory");
+}
+
+void comm_exchange_free(comm_exchange *x) {
+    free(x->req);
+    x->req = NULL;
+    x->n = 0;
+}
+
+void comm_seq_to_head_start(comm_ctx *c, const float *send, float *recv, int T_loc, int nh,
+                            int HS, float *pack, int tag, comm_exchange *x) {
+    double t0 = MPI_Wtime();
+    UP_CHECK(x->req && x->n == 0, "comm_seq_to_head_start: exchange not initialised or in use");
+    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) {
+        c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
+        return;
+    }
+    int P = c->P, me = c->cp_rank;
+    int n = seq_to_head_pack(c, send, T_loc, nh, HS, pack);
+    // every receive and send posted at once (MPI_Ialltoall's pairwise rounds over 4 ranks would
+    // each wait for both peers to enter MPI: measured, hardly any finished during attention)
+    double t1 = MPI_Wtime();
+    for (int k = 1; k < P; k++) {
+        int j = (me + P - k) % P;
+        MPI_CALL(MPI_Irecv(recv + (size_t)j * n, n, MPI_FLOAT, j, tag, c->cp, &x->req[x->n++]));
+    }
+    for (int k = 1; k < P; k++) {
+        int j = (me + k) % P;
+        MPI_CALL(MPI_Isend(pack + (size_t)j * n, n, MPI_FLOAT, j, tag, c->cp, &x->req[x->n++]));
+    }
+    c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
+    memcpy(recv + (size_t)me * n, pack + (size_t)me * n, sizeof(float) * (size_t)n);
     count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (P - 1) * sizeof(float));
-    trace_end2(tt, "comm", "a2a_seq_to_head", "bytes", (int64_t)n * (P - 1) * 4, "heads", nh);
+    c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
+}
+
+int comm_exchange_test(comm_ctx *c, comm_exchange *x) {
+    (void)c;
+    int done = 1;
+    for (int i = 0; i < x->n && done; i++) /* the first pending one: progress for all */
+        MPI_CALL(MPI_Test(&x->req[i], &done, MPI_STATUS_IGNORE));
+    if (done) x->n = 0;
+    return done;
+}
+
+void comm_exchange_wait(comm_ctx *c, comm_exchange *x) {
+    double t0 = MPI_Wtime();
+    uint64_t tt = x->n ? trace_begin() : 0; /* the wait for an exchange in flight */
+    for (int i = 0; i < x->n; i++) MPI_CALL(MPI_Wait(&x->req[i], MPI_STATUS_IGNORE));
+    x->n = 0;
+    c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t0;
+    count(c, COMM_SEQ_TO_HEAD, t0, 0);
+    trace_end(tt, "comm", "a2a_wait");
 }
 
 void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,

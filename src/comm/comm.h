@@ -57,6 +57,24 @@ const char *comm_kind_name(comm_kind k);
  * pack: scratch of T_loc * nh_out * P * HS floats. overwrite recv. */
 void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
                       float *pack);
+/* The same exchange, non-blocking (UPipe's pipe, DESIGN.md §3): an exchange in flight is P-1
+ * receives and P-1 sends posted at once over the CP group (tag: tells apart the exchanges in
+ * flight together; every rank starts them in the same order). comm_exchange_init gives x room
+ * for one exchange, comm_exchange_free releases it. comm_seq_to_head_start packs send into pack
+ * (send may change as soon as it returns) and posts the transfers; pack and recv belong to the
+ * exchange until comm_exchange_wait completes it. MPI advances it only inside MPI calls:
+ * comm_exchange_test in between lets it progress (1 when complete). The start and the wait are
+ * counted in COMM_SEQ_TO_HEAD (the time not hidden); the tests are not. */
+typedef struct {
+    MPI_Request *req; /* 2 * P */
+    int n;            /* requests in flight, 0: none */
+} comm_exchange;
+void comm_exchange_init(const comm_ctx *c, comm_exchange *x);
+void comm_exchange_free(comm_exchange *x);
+void comm_seq_to_head_start(comm_ctx *c, const float *send, float *recv, int T_loc, int nh,
+                            int HS, float *pack, int tag, comm_exchange *x);
+int comm_exchange_test(comm_ctx *c, comm_exchange *x);
+void comm_exchange_wait(comm_ctx *c, comm_exchange *x);
 /* The inverse direction: head layout -> sequence layout, the transpose of comm_seq_to_head:
  * send (T_loc * P, nh_out, HS), recv (T_loc, nh, HS). When heads are replicated (nh < P) the
  * replicas' values are summed (this is the gradient of the replication). overwrite recv. */

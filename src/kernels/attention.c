@@ -71,6 +71,19 @@
 #include <stdint.h>
 #include <string.h>
 
+static void (*g_progress)(void *);
+static void *g_progress_arg;
+
+void attention_set_progress(void (*fn)(void *), void *arg) {
+    g_progress = fn;
+    g_progress_arg = arg;
+}
+
+/* The progress hook, on thread 0 only (the main thread: MPI is initialised FUNNELED). */
+static inline void attn_progress(int tid) {
+    if (g_progress && tid == 0) g_progress(g_progress_arg);
+}
+
 /* Second backward scheme (private dQ buffers) when the KV heads cannot be split evenly. */
 static int attn_uses_dq_buffers(int NKV, int nt) {
     return nt > 1 && NKV % nt != 0;
@@ -156,8 +169,10 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
         // Largest tasks (last query blocks: the most key blocks) first for load balance. Each
         // task writes its own rows of out and lse, so the schedule does not affect results.
 #pragma omp for schedule(dynamic, 1)
-        for (long t = 0; t < ntasks; t++)
+        for (long t = 0; t < ntasks; t++) {
             ops->fwd_block(out, lse, q, k, v, &sh, (int)(t % NH), nb - 1 - (int)(t / NH), tws);
+            attn_progress(omp_get_thread_num());
+        }
     }
 }
 
@@ -184,7 +199,10 @@ static void attn_bwd_greedy(const attn_ops *ops, float *dqacc, float *dk, float 
             for (int t = 1; t < nth; t++)
                 if (load[t] < load[best]) best = t;
             load[best] += work;
-            if (best == tid) ops->bwd_block(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
+            if (best == tid) {
+                ops->bwd_block(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
+                attn_progress(tid);
+            }
         }
     }
 }
@@ -225,8 +243,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
             // Owner scheme: thread tid takes KV heads tid, tid + nth, ...; the dQ rows of their
             // query heads are written by this thread only.
             for (int kvh = tid; kvh < NKV; kvh += nth)
-                for (int jb = 0; jb < nb; jb++)
+                for (int jb = 0; jb < nb; jb++) {
                     ops->bwd_block(dq, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb, tws);
+                    attn_progress(tid);
+                }
         } else {
             float *dqacc = tid == 0 ? dq : dqbuf + (size_t)(tid - 1) * nq;
             attn_bwd_greedy(ops, dqacc, dk, dv, dout, q, k, v, lse, D, &sh, tws, tid, nth);

@@ -124,6 +124,11 @@ const char *kernel_path_name(void);
 size_t attention_workspace_floats(int T, int NH, int NKV, int HS);
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                        const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws);
+/* Progress hook: while set, both kernels call fn(arg) on the calling thread (thread 0 of their
+ * OpenMP team, the main thread) after each task it runs, a few milliseconds apart at long T: the
+ * exchanges UPipe keeps in flight during attention advance only inside MPI calls (MPI_Test).
+ * fn must not touch the kernels' buffers; results do not change. NULL: none. Main thread only. */
+void attention_set_progress(void (*fn)(void *), void *arg);
 /* dq (T, NH, HS), dk and dv (T, NKV, HS): overwrite. Needs out and lse of the forward and the
  * same doc_start. */
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,

@@ -127,7 +127,8 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     m->acts = calloc((size_t)c->L, sizeof *m->acts);
     UP_CHECK(m->acts, "out of memory");
     cp_attention_shape as = {T, m->P, c->C, c->NH, c->NKV, c->HS, opt->U ? opt->U : c->NH,
-                             opt->U == 0, comm, NULL, NULL, NULL, opt->forward_only};
+                             opt->U == 0, comm, NULL, NULL, NULL, opt->forward_only,
+                             opt->upipe_overlap};
     buf_table t = {0};
     activation_table(m, &t, &as);
     for (int i = 0; i < t.n; i++)

@@ -30,6 +30,8 @@ typedef struct {
     int tile_mlp;            /* tokens per MLP tile (norm included), 0: untiled */
     int tile_loss;           /* tokens per loss tile (final norm, LM head, CE), 0: T_loc */
     int U;                   /* query heads per UPipe stage (staged path), 0: plain Ulysses */
+    int upipe_overlap;       /* the pipe: the next stage's exchange in flight during this
+                                stage's attention (staged path, P > 1); same results */
     int fsdp;                /* shard params, grads and optimizer state over all ranks */
     int docs;                /* packed documents: attention within a document, positions from
                                 its start (model_set_documents after each window) */
@@ -37,6 +39,9 @@ typedef struct {
                                 backward (checkpoint and offload do not apply); model_evaluate
                                 only */
 } model_options;
+
+/* --upipe-overlap unless --no-upipe-overlap (DESIGN.md §3 says why this default). */
+enum { MODEL_UPIPE_OVERLAP_DEFAULT = 0 };
 
 /* Tensors the forward saves for the backward of one layer (T = T_loc rows on this rank). With
  * checkpointing every layer shares one set (the layer being recomputed), x_in apart. */

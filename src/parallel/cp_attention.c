@@ -20,15 +20,23 @@ struct cp_attention {
     int U_loc, Kc_loc;     /* per rank in head layout */
     int stages_per_chunk;  /* G / mult */
     int chunks;            /* NKV / Kc */
+    int stages;            /* chunks * stages_per_chunk = NH / U */
     int model_order;       /* U == NH: the one stage is every head in model order */
+    int overlap;           /* the pipe: the next stage's inputs are in flight during attention */
     int nblk, bw;          /* the stage's q rows as nblk blocks of bw floats (one under keep_qkv) */
     float *qs, *ks, *vs;   /* (T_loc, U*HS), (T_loc, Kc*HS) x2: projections, later gradients */
-    float *qh, *kh, *vh;   /* (T, U_loc, HS), (T, Kc_loc, HS) x2: NULL when not owned */
-    float *oh, *doh, *dqh; /* (T, U_loc, HS): NULL when they alias a sequence-layout buffer */
+    /* Head-layout inputs, NULL when not owned; set [1] exists under the pipe only: q, o, do
+     * alternate stage by stage, k, v chunk by chunk (when there is more than one chunk). */
+    float *qh[2], *kh[2], *vh[2]; /* (T, U_loc, HS), (T, Kc_loc, HS) x2 */
+    float *oh[2], *doh[2];        /* (T, U_loc, HS): NULL when they alias a sequence-layout one */
+    float *dqh;            /* (T, U_loc, HS): NULL when it aliases qs */
     float *dts;            /* (T_loc, U*HS) the stage's d loss / d att, sequence layout */
     float *dkh, *dvh;      /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
     float *dkh_s, *dvh_s;  /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
-    float *pack, *ws;      /* all-to-all packing; flash attention workspace */
+    float *pack, *ws;      /* all-to-all packing (and q's in flight); flash attention workspace */
+    float *pack_k, *pack_v, *pack_o, *pack_do; /* the pipe: packs of the other inputs in flight */
+    comm_exchange inflight[5]; /* the pipe: the next stage's exchanges (k, v, o, do, q) */
+    int ninflight;
     double kernel_s;       /* seconds inside the attention kernels since the last reset */
 };
 
@@ -91,9 +99,13 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
     a->U_loc = s->U / s->P;
     a->Kc_loc = cp_attention_kv_heads_per_rank(a->Kc, s->P);
     a->model_order = s->U == s->NH;
+    a->stages = a->chunks * a->stages_per_chunk;
     a->nblk = s->keep_qkv ? 1 : a->Kc;
     a->bw = s->keep_qkv ? s->NH * s->HS : a->mult * s->HS;
     int P1 = s->P == 1, keep = s->keep_qkv, bwd = !s->forward_only;
+    /* the pipe needs exchanges (P > 1), stages that recompute (no keep_qkv) and a next stage */
+    a->overlap = s->overlap && !P1 && !keep && a->stages > 1;
+    int kv2 = a->overlap && a->chunks > 1; /* k, v exchanged again during a stage */
     size_t T = (size_t)s->T_loc, Tg = (size_t)a->Tg, HS = (size_t)s->HS;
     size_t qh = up_mul3(Tg, (size_t)a->U_loc, HS), kvh = up_mul3(Tg, (size_t)a->Kc_loc, HS);
     /* Which buffers exist. With P == 1 head layout is sequence layout, so the exchanged copies
@@ -104,14 +116,19 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         a->ks = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
         a->vs = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
     }
-    if (!P1 && !keep) {
-        a->qh = stage_buffer(qh);
-        a->kh = stage_buffer(kvh);
-        a->vh = stage_buffer(kvh);
+    for (int b = 0; b <= a->overlap; b++) {
+        if (!P1 && !keep) {
+            a->qh[b] = stage_buffer(qh);
+            if (b == 0 || kv2) {
+                a->kh[b] = stage_buffer(kvh);
+                a->vh[b] = stage_buffer(kvh);
+            }
+        }
+        if (!(P1 && a->model_order) && (b == 0 || bwd)) /* else o is read in place */
+            a->oh[b] = stage_buffer(qh);
+        if (bwd && !P1) a->doh[b] = stage_buffer(qh); /* P == 1: do is dts itself */
     }
-    if (!(P1 && a->model_order)) a->oh = stage_buffer(qh); /* else o is read in place */
     if (bwd) a->dts = stage_buffer(up_mul3(T, (size_t)s->U, HS));
-    if (bwd && !P1) a->doh = stage_buffer(qh); /* P == 1: do is dts itself */
     if (bwd && !(P1 && keep)) { /* else dq, dk, dv land in qs, ks, vs */
         a->dqh = stage_buffer(qh);
         a->dkh = stage_buffer(kvh);
@@ -125,16 +142,32 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         size_t pq = comm_pack_floats(s->comm, s->T_loc, s->U, s->HS);
         size_t pkv = comm_pack_floats(s->comm, s->T_loc, a->Kc, s->HS);
         a->pack = stage_buffer(pq > pkv ? pq : pkv);
+        if (kv2) {
+            a->pack_k = stage_buffer(pkv);
+            a->pack_v = stage_buffer(pkv);
+        }
+        if (a->overlap && bwd) {
+            a->pack_o = stage_buffer(pq);
+            a->pack_do = stage_buffer(pq);
+        }
     }
     a->ws = stage_buffer(attention_workspace_floats(a->Tg, a->U_loc, a->Kc_loc, s->HS));
+    for (int i = 0; a->overlap && i < (int)(sizeof a->inflight / sizeof a->inflight[0]); i++)
+        comm_exchange_init(s->comm, &a->inflight[i]);
     return a;
 }
 
+int cp_attention_overlaps(const cp_attention *a) { return a->overlap; }
+
 void cp_attention_free(cp_attention *a) {
     if (!a) return;
-    float *bufs[] = {a->qs,  a->ks,  a->vs,    a->qh,    a->kh,   a->vh, a->oh, a->doh,
-                     a->dts, a->dqh, a->dkh, a->dkh_s, a->dvh_s, a->pack, a->ws, a->dvh};
+    float *bufs[] = {a->qs,     a->ks,     a->vs,     a->qh[0],  a->kh[0],  a->vh[0],
+                     a->qh[1],  a->kh[1],  a->vh[1],  a->oh[0],  a->doh[0], a->oh[1],
+                     a->doh[1], a->dqh,    a->dkh,    a->dvh,    a->dkh_s,  a->dvh_s, a->dts,
+                     a->pack,   a->pack_k, a->pack_v, a->pack_o, a->pack_do, a->ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    for (size_t i = 0; a->overlap && i < sizeof a->inflight / sizeof a->inflight[0]; i++)
+        comm_exchange_free(&a->inflight[i]);
     free(a);
 }
 
@@ -192,57 +225,80 @@ static void stage_copy(cp_attention *a, float *stage, const float *full_src, flo
         }
 }
 
-/* A stage's slice of a model-order (T_loc, NH*HS) tensor in head layout: exchanged straight
- * from the tensor when the stage is all heads in model order, else gathered into qs first
- * (qs is free between the stages' q projections). */
-static const float *stage_to_head(cp_attention *a, const float *full, float *head, int c, int j) {
-    if (a->model_order) {
-        if (!head) return full; /* P == 1: read in place */
-        to_head(a, full, head, a->s.U);
-        return head;
+/* ---- the stages' inputs in head layout ------------------------------------------------------ */
+
+/* Sequence -> head layout of one input of a stage: at once, or (pack given: the pipe) packed
+ * into its own pack and left in flight until inputs_wait. Nothing when both layouts are one
+ * buffer. */
+static void input_to_head(cp_attention *a, const float *seq, float *head, int nh, float *pack) {
+    if (seq == head) return;
+    if (!pack) {
+        to_head(a, seq, head, nh);
+        return;
     }
-    stage_copy(a, a->qs, full, NULL, c, j);
-    to_head(a, a->qs, head, a->s.U);
-    return head;
+    UP_CHECK(a->ninflight < (int)(sizeof a->inflight / sizeof a->inflight[0]),
+             "cp_attention: too many exchanges in flight");
+    int i = a->ninflight++; /* the tag tells the exchanges in flight together apart */
+    comm_seq_to_head_start(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, pack, i,
+                           &a->inflight[i]);
 }
 
-/* ---- forward / backward --------------------------------------------------------------------- */
+/* The attention kernels' progress hook: MPI advances the exchanges in flight only inside MPI
+ * calls, so the kernels test them between tasks. */
+static void inputs_progress(void *arg) {
+    cp_attention *a = arg;
+    for (int i = 0; i < a->ninflight; i++) comm_exchange_test(a->s.comm, &a->inflight[i]);
+}
 
-void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_weights *w,
-                          cp_attention_saved *sv) {
-    int P1 = a->s.P == 1, keep = a->s.keep_qkv, U = a->s.U, HS = a->s.HS;
-    size_t lse_stage = (size_t)a->U_loc * a->Tg;
-    /* where projections land (under keep_qkv with P == 1: in the saved tensors) and where their
-     * head layouts live */
-    float *qs = P1 && keep ? sv->q : a->qs, *ks = P1 && keep ? sv->k : a->ks;
-    float *vs = P1 && keep ? sv->v : a->vs;
-    float *qh = keep ? sv->q : P1 ? qs : a->qh, *kh = keep ? sv->k : P1 ? ks : a->kh;
-    float *vh = keep ? sv->v : P1 ? vs : a->vh;
-    for (int c = 0; c < a->chunks; c++) {
-        chunk_project_kv(a, ks, vs, h, w, c);                         // (T_loc, Kc*HS) x2
-        to_head(a, ks, kh, a->Kc);                                    // (T, Kc_loc, HS)
-        to_head(a, vs, vh, a->Kc);
-        for (int j = 0; j < a->stages_per_chunk; j++) {
-            int s = c * a->stages_per_chunk + j;
-            uint64_t tt = trace_begin();
-            stage_project_q(a, qs, h, w->wq, c, j);                  // (T_loc, U*HS)
-            to_head(a, qs, qh, U);                                    // (T, U_loc, HS)
-            float *oh = a->oh ? a->oh : sv->att;                      // P == 1, model order
-            double t0 = now_s();
-            uint64_t tk = trace_begin();
-            attention_forward(oh, sv->lse + s * lse_stage, qh, kh, vh, a->s.doc_start, a->Tg,
-                              a->U_loc, a->Kc_loc, HS, a->ws);        // (T, U_loc, HS)
-            trace_end(tk, "attention", "flash_forward");
-            a->kernel_s += now_s() - t0;
-            if (a->model_order) {
-                to_seq(a, oh, sv->att, U);                            // (T_loc, NH*HS)
-            } else {
-                to_seq(a, oh, a->qs, U);                              // qs is free again
-                stage_copy(a, a->qs, NULL, sv->att, c, j);            // model head order
-            }
-            trace_end2(tt, "attention", "stage_forward", "stage", s, "heads", U);
-        }
+/* Completes the exchanges in flight (their time not hidden by the attention is counted). */
+static void inputs_wait(cp_attention *a) {
+    for (int i = 0; i < a->ninflight; i++) comm_exchange_wait(a->s.comm, &a->inflight[i]);
+    a->ninflight = 0;
+}
+
+/* Buffer set of stage s (q, o, do) and of chunk c (k, v): they alternate under the pipe. */
+static int qset(const cp_attention *a, int s) { return a->overlap ? s & 1 : 0; }
+static int kvset(const cp_attention *a, int c) { return a->overlap && a->chunks > 1 ? c & 1 : 0; }
+
+/* Head-layout q, k, v of stage s / chunk c: the saved tensors under keep_qkv, the projections
+ * themselves with P == 1. */
+static float *head_q(const cp_attention *a, const cp_attention_saved *sv, int s) {
+    return a->s.keep_qkv ? sv->q : a->s.P == 1 ? a->qs : a->qh[qset(a, s)];
+}
+static float *head_k(const cp_attention *a, const cp_attention_saved *sv, int c) {
+    return a->s.keep_qkv ? sv->k : a->s.P == 1 ? a->ks : a->kh[kvset(a, c)];
+}
+static float *head_v(const cp_attention *a, const cp_attention_saved *sv, int c) {
+    return a->s.keep_qkv ? sv->v : a->s.P == 1 ? a->vs : a->vh[kvset(a, c)];
+}
+
+/* A stage's slice of a model-order (T_loc, NH*HS) tensor into head layout: exchanged straight
+ * from the tensor when the stage is all heads in model order (nothing when head is NULL: P == 1,
+ * read in place), else gathered into qs first (qs is free between the stages' q projections). */
+static void stage_to_head(cp_attention *a, const float *full, float *head, int c, int j,
+                          float *pack) {
+    if (a->model_order) {
+        if (head) input_to_head(a, full, head, a->s.U, pack);
+        return;
     }
+    stage_copy(a, a->qs, full, NULL, c, j);
+    input_to_head(a, a->qs, head, a->s.U, pack);
+}
+
+/* Forward inputs of stage s: the chunk's k, v when s opens a chunk, then q; exchanged at once,
+ * or (async: the pipe) left in flight on their own packs. */
+static void forward_inputs(cp_attention *a, const float *h, const cp_attention_weights *w,
+                           const cp_attention_saved *sv, int s, int async) {
+    int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk;
+    int keep1 = a->s.P == 1 && a->s.keep_qkv; /* projections land in the saved tensors */
+    float *qs = keep1 ? sv->q : a->qs, *ks = keep1 ? sv->k : a->ks, *vs = keep1 ? sv->v : a->vs;
+    if (j == 0) {
+        chunk_project_kv(a, ks, vs, h, w, c);                         // (T_loc, Kc*HS) x2
+        input_to_head(a, ks, head_k(a, sv, c), a->Kc, async ? a->pack_k : NULL); // (T, Kc_loc, HS)
+        input_to_head(a, vs, head_v(a, sv, c), a->Kc, async ? a->pack_v : NULL);
+    }
+    stage_project_q(a, qs, h, w->wq, c, j);                          // (T_loc, U*HS)
+    input_to_head(a, qs, head_q(a, sv, s), a->s.U, async ? a->pack : NULL); // (T, U_loc, HS)
 }
 
 /* dts (T_loc, U*HS) = the stage's columns of d loss / d att = dres Wo[:, stage heads], block by
@@ -255,60 +311,105 @@ static void stage_datt(cp_attention *a, const float *dres, const float *wo, int 
                            wo + (size_t)block_head(a, c, j, kk) * HS, qd, T, a->bw, C);
 }
 
+/* Backward inputs of stage s: the recomputed k, v when s opens a chunk, the stage's saved
+ * output o and its gradient do (formed here from dres), the recomputed q (after the gathers:
+ * qs is their staging buffer); at once, or (async) left in flight (packed: dts is free again). */
+static void backward_inputs(cp_attention *a, const float *h, const cp_attention_weights *w,
+                            const float *dres, const float *wo, const cp_attention_saved *sv,
+                            int s, int async) {
+    int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk, b = qset(a, s);
+    int keep = a->s.keep_qkv;
+    if (!keep && j == 0) {
+        chunk_project_kv(a, a->ks, a->vs, h, w, c);
+        input_to_head(a, a->ks, head_k(a, sv, c), a->Kc, async ? a->pack_k : NULL);
+        input_to_head(a, a->vs, head_v(a, sv, c), a->Kc, async ? a->pack_v : NULL);
+    }
+    stage_to_head(a, sv->att, a->oh[b], c, j, async ? a->pack_o : NULL);
+    stage_datt(a, dres, wo, c, j);
+    input_to_head(a, a->dts, a->doh[b] ? a->doh[b] : a->dts, a->s.U, async ? a->pack_do : NULL);
+    if (!keep) {
+        stage_project_q(a, a->qs, h, w->wq, c, j);
+        input_to_head(a, a->qs, head_q(a, sv, s), a->s.U, async ? a->pack : NULL);
+    }
+}
+
+/* ---- forward / backward --------------------------------------------------------------------- */
+
+/* Every stage: its inputs (at once for the first stage, or for all without the pipe), the next
+ * stage's inputs started (the pipe), attention, the exchanges completed, the output back. */
+void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_weights *w,
+                          cp_attention_saved *sv) {
+    int U = a->s.U, HS = a->s.HS;
+    size_t lse_stage = (size_t)a->U_loc * a->Tg;
+    if (a->overlap) attention_set_progress(inputs_progress, a);
+    for (int s = 0; s < a->stages; s++) {
+        int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk;
+        uint64_t tt = trace_begin();
+        if (s == 0 || !a->overlap) forward_inputs(a, h, w, sv, s, 0);
+        if (a->overlap && s + 1 < a->stages) forward_inputs(a, h, w, sv, s + 1, 1);
+        float *oh = a->oh[0] ? a->oh[0] : sv->att;                    // P == 1, model order
+        double t0 = now_s();
+        uint64_t tk = trace_begin();
+        attention_forward(oh, sv->lse + s * lse_stage, head_q(a, sv, s), head_k(a, sv, c),
+                          head_v(a, sv, c), a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc, HS,
+                          a->ws);                                     // (T, U_loc, HS)
+        trace_end(tk, "attention", "flash_forward");
+        a->kernel_s += now_s() - t0;
+        inputs_wait(a);
+        if (a->model_order) {
+            to_seq(a, oh, sv->att, U);                                // (T_loc, NH*HS)
+        } else {
+            to_seq(a, oh, a->qs, U);                                  // qs is free again
+            stage_copy(a, a->qs, NULL, sv->att, c, j);                // model head order
+        }
+        trace_end2(tt, "attention", "stage_forward", "stage", s, "heads", U);
+    }
+    attention_set_progress(NULL, NULL);
+}
+
 void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_weights *w,
                            const cp_attention_weights *g, const float *dres, const float *wo,
                            const cp_attention_saved *sv, float *dh) {
     int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, U = a->s.U, ld = U * HS, kw = a->Kc * HS;
-    int P1 = a->s.P == 1, keep = a->s.keep_qkv;
     size_t lse_stage = (size_t)a->U_loc * a->Tg, kvh = (size_t)a->Tg * a->Kc_loc * HS;
-    const float *qh = keep ? sv->q : P1 ? a->qs : a->qh;
-    const float *kh = keep ? sv->k : P1 ? a->ks : a->kh;
-    const float *vh = keep ? sv->v : P1 ? a->vs : a->vh;
     float *dqh = a->dqh ? a->dqh : a->qs, *dkh = a->dkh ? a->dkh : a->ks;
     float *dvh = a->dvh ? a->dvh : a->vs;
-    for (int c = 0; c < a->chunks; c++) {
-        if (!keep) { // recompute the chunk's k, v and their exchange
-            chunk_project_kv(a, a->ks, a->vs, h, w, c);
-            to_head(a, a->ks, (float *)kh, a->Kc);
-            to_head(a, a->vs, (float *)vh, a->Kc);
-        }
-        for (int j = 0; j < a->stages_per_chunk; j++) {
-            int s = c * a->stages_per_chunk + j;
-            uint64_t tt = trace_begin();
-            // the stage's saved output o and its gradient, in head layout
-            const float *oh = stage_to_head(a, sv->att, a->oh, c, j);
-            stage_datt(a, dres, wo, c, j);
-            const float *doh = P1 ? a->dts : a->doh;
-            to_head(a, a->dts, (float *)doh, U);
-            if (!keep) { // recompute q (after the gathers: qs is their staging buffer)
-                stage_project_q(a, a->qs, h, w->wq, c, j);
-                to_head(a, a->qs, (float *)qh, U);
+    if (a->overlap) attention_set_progress(inputs_progress, a);
+    for (int s = 0; s < a->stages; s++) {
+        int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk, b = qset(a, s);
+        uint64_t tt = trace_begin();
+        if (s == 0 || !a->overlap) backward_inputs(a, h, w, dres, wo, sv, s, 0);
+        if (a->overlap && s + 1 < a->stages) backward_inputs(a, h, w, dres, wo, sv, s + 1, 1);
+        const float *oh = a->oh[b] ? a->oh[b] : sv->att; // P == 1, model order: in place
+        const float *doh = a->doh[b] ? a->doh[b] : a->dts; // P == 1: where it was formed
+        // the first stage of a chunk writes dk, dv; later ones add theirs
+        float *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
+        double t0 = now_s();
+        uint64_t tk = trace_begin();
+        attention_backward(dqh, dk, dv, doh, head_q(a, sv, s), head_k(a, sv, c),
+                           head_v(a, sv, c), oh, sv->lse + s * lse_stage, a->s.doc_start, a->Tg,
+                           a->U_loc, a->Kc_loc, HS, a->ws);
+        trace_end(tk, "attention", "flash_backward");
+        a->kernel_s += now_s() - t0;
+        inputs_wait(a);
+        if (j > 0)
+            for (size_t i = 0; i < kvh; i++) {
+                dkh[i] += dk[i]; /* the chunk's KV heads serve G/mult stages */
+                dvh[i] += dv[i];
             }
-            // the first stage of a chunk writes dk, dv; later ones add theirs
-            float *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
-            double t0 = now_s();
-            uint64_t tk = trace_begin();
-            attention_backward(dqh, dk, dv, doh, qh, kh, vh, oh, sv->lse + s * lse_stage,
-                               a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc, HS, a->ws);
-            trace_end(tk, "attention", "flash_backward");
-            a->kernel_s += now_s() - t0;
-            if (j > 0)
-                for (size_t i = 0; i < kvh; i++) {
-                    dkh[i] += dk[i]; /* the chunk's KV heads serve G/mult stages */
-                    dvh[i] += dv[i];
-                }
-            // q = rope(h Wq[stage rows]^T)
-            to_seq(a, dqh, a->qs, U);                                 // dq (T_loc, U*HS)
-            rope_backward(a->qs, a->s.rope_cos, a->s.rope_sin, T, U, HS);
-            for (int kk = 0; kk < a->nblk; kk++) {
-                size_t qo = (size_t)block_head(a, c, j, kk) * HS * C;
-                // dh += dq Wq[rows], dWq[rows] += dq^T h
-                matmul_backward_ld(dh, C, g->wq + qo, C, a->qs + kk * a->bw, ld, h, C, w->wq + qo,
-                                   C, T, C, a->bw);
-            }
-            trace_end2(tt, "attention", "stage_backward", "stage", s, "heads", U);
+        // q = rope(h Wq[stage rows]^T)
+        to_seq(a, dqh, a->qs, U);                                     // dq (T_loc, U*HS)
+        rope_backward(a->qs, a->s.rope_cos, a->s.rope_sin, T, U, HS);
+        for (int kk = 0; kk < a->nblk; kk++) {
+            size_t qo = (size_t)block_head(a, c, j, kk) * HS * C;
+            // dh += dq Wq[rows], dWq[rows] += dq^T h
+            matmul_backward_ld(dh, C, g->wq + qo, C, a->qs + kk * a->bw, ld, h, C, w->wq + qo, C,
+                               T, C, a->bw);
         }
-        // k = rope(h Wk[chunk]^T), v = h Wv[chunk]^T  (replica gradients summed on the way back)
+        trace_end2(tt, "attention", "stage_backward", "stage", s, "heads", U);
+        if (j < a->stages_per_chunk - 1) continue;
+        // the chunk's last stage: k = rope(h Wk[chunk]^T), v = h Wv[chunk]^T (replica
+        // gradients summed on the way back)
         to_seq(a, dkh, a->ks, a->Kc);
         to_seq(a, dvh, a->vs, a->Kc);
         rope_backward(a->ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
@@ -316,4 +417,5 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
         matmul_backward(dh, g->wk + off, a->ks, h, w->wk + off, T, C, kw);
         matmul_backward(dh, g->wv + off, a->vs, h, w->wv + off, T, C, kw);
     }
+    attention_set_progress(NULL, NULL);
 }

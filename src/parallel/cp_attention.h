@@ -13,6 +13,12 @@
  * stage's q projection is then one product over all of Wq. Without it, only o (sequence layout,
  * model head order) and the log-sum-exp are saved, and the backward recomputes each stage.
  *
+ * overlap (the pipe, DESIGN.md §3): while a stage's attention runs, the next stage's inputs (q,
+ * and k, v when it opens a chunk; in the backward also o and do) are already projected and their
+ * exchange is in flight, non-blocking, into a second set of head-layout buffers; the attention
+ * kernel's progress hook lets MPI advance it. Data moves, nothing is summed differently: the
+ * results are the same bytes with and without it.
+ *
  * The module knows only shapes, the communicator and its own stage buffers: weights, saved
  * tensors, inputs and gradients are passed per call, never read from a model. */
 #ifndef UP_CP_ATTENTION_H
@@ -33,6 +39,9 @@ typedef struct {
     const float *rope_sin;     /* (T_loc, HS/2) */
     const int32_t *doc_start;  /* (T) packed documents of the whole window, or NULL (one) */
     int forward_only;          /* no backward: its buffers are not allocated */
+    int overlap;               /* the pipe (staged path, P > 1, more than one stage): the next
+                                  stage's inputs are exchanged during this stage's attention,
+                                  on a second set of head-layout buffers; else ignored */
 } cp_attention_shape;
 
 /* What the forward of one layer saves for its backward (buffers owned by the caller). */
@@ -77,6 +86,9 @@ void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_we
 void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_weights *w,
                            const cp_attention_weights *g, const float *dres, const float *wo,
                            const cp_attention_saved *sv, float *dh);
+
+/* 1 when the pipe runs (overlap asked for, P > 1, the staged path with more than one stage). */
+int cp_attention_overlaps(const cp_attention *a);
 
 /* Seconds spent inside the attention kernels (forward and backward) since the last reset. */
 double cp_attention_seconds(cp_attention *a, int reset);

@@ -90,6 +90,11 @@ void train_print_help(void) {
         "                         (T, vocab) logits never exist (default N: hidden_size)\n"
         "  --upipe-heads U        attention in stages of U query heads (UPipe; U/P per rank);\n"
         "                         attention memory shrinks by U/num_attention_heads\n"
+        "  --upipe-overlap, --no-upipe-overlap\n"
+        "                         with --upipe-heads and --cp > 1: exchange the next stage's\n"
+        "                         inputs (q, k, v; o, do in backward) while this stage's\n"
+        "                         attention runs, on one more set of stage buffers (category\n"
+        "                         attention); same results to the bit (default: off)\n"
         "  --dry-run              print the memory plan per category and exit (with\n"
         "                         --mem-report, write it in the report's JSON schema)\n"
         "  --mem-limit SIZE       refuse, before allocating, a run whose plan exceeds SIZE bytes\n"
@@ -149,13 +154,15 @@ enum {
     OPT_CONFIG = 256, OPT_DATA, OPT_SEQ, OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_MINLR, OPT_WD,
     OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
     OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
-    OPT_TILE_LOSS, OPT_UPIPE, OPT_DRY, OPT_MEMLIM, OPT_FSDP, OPT_CKPT_DIR, OPT_CKPT_EVERY,
-    OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP, OPT_LOSS_MASK, OPT_WATCHDOG,
-    OPT_NONFINITE, OPT_MAX_SKIPS, OPT_VAL_DATA, OPT_VAL_EVERY, OPT_VAL_WINDOWS, OPT_TRACE
+    OPT_TILE_LOSS, OPT_UPIPE, OPT_OVERLAP, OPT_NO_OVERLAP, OPT_DRY, OPT_MEMLIM, OPT_FSDP,
+    OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP,
+    OPT_LOSS_MASK, OPT_WATCHDOG, OPT_NONFINITE, OPT_MAX_SKIPS, OPT_VAL_DATA, OPT_VAL_EVERY,
+    OPT_VAL_WINDOWS, OPT_TRACE
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
     memset(o, 0, sizeof *o);
+    o->mopt.upipe_overlap = MODEL_UPIPE_OVERLAP_DEFAULT;
     o->T = 1024;
     o->steps = 10;
     o->lr = 3e-4;
@@ -202,6 +209,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"tile-mlp", optional_argument, 0, OPT_TILE_MLP},
         {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
         {"upipe-heads", required_argument, 0, OPT_UPIPE},
+        {"upipe-overlap", no_argument, 0, OPT_OVERLAP},
+        {"no-upipe-overlap", no_argument, 0, OPT_NO_OVERLAP},
         {"dry-run", no_argument, 0, OPT_DRY},
         {"fsdp", no_argument, 0, OPT_FSDP},
         {"mem-limit", required_argument, 0, OPT_MEMLIM},
@@ -257,6 +266,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_TILE_MLP: o->mopt.tile_mlp = opt_optional_count("--tile-mlp", argc, argv); break;
         case OPT_TILE_LOSS: o->mopt.tile_loss = opt_optional_count("--tile-loss", argc, argv); break;
         case OPT_UPIPE: o->mopt.U = (int)opt_long("--upipe-heads", optarg, 1, 1 << 20); break;
+        case OPT_OVERLAP: o->mopt.upipe_overlap = 1; break;
+        case OPT_NO_OVERLAP: o->mopt.upipe_overlap = 0; break;
         case OPT_DRY: o->dry_run = 1; break;
         case OPT_FSDP: o->mopt.fsdp = 1; break;
         case OPT_MEMLIM: o->mem_limit = opt_size("--mem-limit", optarg); break;
