@@ -63,6 +63,9 @@ static const char data_usage_recall[] =
     "  --tokens N               number of tokens to generate, N >= 16\n"
     "  --distance D             average tokens between a fact and its question\n"
     "                           (default min(512, N/2); 4 <= D <= N/2)\n"
+    "  --keys K                 one token per key, ids 256 .. 256+K-1 (the model needs\n"
+    "                           vocab_size >= 256+K), K >= D; default: keys of lowercase\n"
+    "                           letters, as many as the distance needs (2 or more at D >= 7)\n"
     "  --seed S                 random seed, the corpus is a function of it (default 1)\n";
 
 static int parse_u64(const char *s, uint64_t *out) {
@@ -85,7 +88,7 @@ typedef struct {
     int ninputs;
     const char *output, *mask_output;
     int64_t sep; /* --doc-sep, or -1 */
-    uint64_t ntok, distance, seed;
+    uint64_t ntok, distance, seed, keys; /* keys: --keys, 0 for letter keys */
 } data_args;
 
 static void data_print_help(const char *sub) {
@@ -162,6 +165,9 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
             if (parse_u64(val, &a->distance) != 0)
                 up_die("data: --distance \"%s\" is not a positive integer", val);
             have_distance = 1;
+        } else if (!docs && strcmp(flag, "--keys") == 0) {
+            if (parse_u64(val, &a->keys) != 0 || a->keys == 0)
+                up_die("data: --keys \"%s\" is not a positive integer", val);
         } else if (!docs && strcmp(flag, "--seed") == 0) {
             if (parse_u64(val, &a->seed) != 0)
                 up_die("data: --seed \"%s\" is not a non-negative integer", val);
@@ -190,6 +196,11 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
         up_die("data recall: --distance %llu is out of range: use 4 .. min(tokens/2, 2^26) so "
                "that questions fit in the corpus",
                (unsigned long long)a->distance);
+    if (a->keys > 0 && (a->keys < a->distance || a->keys > (uint64_t)INT32_MAX - RECALL_KEY_TOKEN0))
+        up_die("data recall: --keys %llu is out of range: use at least --distance (%llu) so that "
+               "under 2/5 of the keys have an open question, at most %llu",
+               (unsigned long long)a->keys, (unsigned long long)a->distance,
+               (unsigned long long)(INT32_MAX - RECALL_KEY_TOKEN0));
     return 0;
 }
 
@@ -203,7 +214,7 @@ static void data_write_shard(const char *path, const uint32_t *tok, size_t n, in
 
 static int data_recall(const data_args *a) {
     size_t n = (size_t)a->ntok;
-    uint32_t *tok = corpus_make_recall(n, (size_t)a->distance, a->seed);
+    uint32_t *tok = corpus_make_recall(n, (size_t)a->distance, a->seed, (uint32_t)a->keys);
     if (tok == NULL) up_die("data recall: out of memory for %zu tokens", n);
     char sz[32];
     data_write_shard(a->output, tok, n, 2, sz, sizeof sz);

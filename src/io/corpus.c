@@ -124,16 +124,19 @@ static const char recall_values[17] = "0123456789ABCDEF"; /* 16 value symbols */
  * unambiguous. Open questions never exceed 1.5 * distance / record length (a push happens only
  * when nothing is due, so every open fact was pushed within the last gap + jitter slots); klen
  * grows with distance so that under ~1/5 of the key space is open at once. */
-uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed) {
+uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed, uint32_t key_tokens) {
     if (n == 0) return NULL;
     if (distance < 4) distance = 4;
     if (distance > ((size_t)1 << 26)) distance = (size_t)1 << 26;
     int klen = 1;
     uint64_t nkeys = RECALL_KEY_SYMBOLS;
-    while (klen < RECALL_MAX_KEY_LEN && nkeys < 2 * (uint64_t)distance + 64) {
-        klen++;
-        nkeys *= RECALL_KEY_SYMBOLS;
-    }
+    if (key_tokens > 0)
+        nkeys = key_tokens; /* one token per key: ids RECALL_KEY_TOKEN0 .. + key_tokens - 1 */
+    else
+        while (klen < RECALL_MAX_KEY_LEN && nkeys < 2 * (uint64_t)distance + 64) {
+            klen++;
+            nkeys *= RECALL_KEY_SYMBOLS;
+        }
     size_t rec = (size_t)klen + 3;             /* key, '=' or '?', value, ';' */
     uint64_t gap = (distance + rec - 1) / rec; /* in records */
     uint64_t jitter = gap / 2;
@@ -173,6 +176,13 @@ uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed) {
             sep = '=';
         }
         uint32_t k = it.key;
+        uint32_t keytok = RECALL_KEY_TOKEN0 + k;
+        if (key_tokens > 0) {
+            const uint32_t r[4] = {sep, keytok, (uint8_t)recall_values[it.value], ';'};
+            for (size_t c = 0; c < 4 && pos < n; c++)
+                out[pos++] = r[c];
+            continue;
+        }
         for (int c = klen - 1; c >= 0; c--) {
             recbuf[c] = (uint8_t)('a' + k % RECALL_KEY_SYMBOLS);
             k /= RECALL_KEY_SYMBOLS;

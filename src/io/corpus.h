@@ -16,6 +16,7 @@ uint32_t *corpus_tokenize_bytes(const char *path, size_t *n, char *err, size_t e
  * values from a small alphabet, where each key's value is stated once and asked again
  * ("k?v;") `distance` tokens later on average, so predicting the answer needs attention that
  * reaches that far back. Deterministic in seed. NULL when n == 0 or out of memory. */
-uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed);
+#define RECALL_KEY_TOKEN0 256u /* the first single-token key (--keys) */
+uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed, uint32_t key_tokens);
 
 #endif

@@ -85,7 +85,7 @@ static void test_hand_made(void) {
  * right about 1/16 of the time; distances sit around the corpus's. */
 static void test_corpus(void) {
     long T = 4096, D = 300;
-    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 7);
+    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 7, 0);
     int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
     for (long i = 0; i <= T; i++)
         tok[i] = (int32_t)c[i];
