@@ -26,6 +26,9 @@ expect_error no_config_flag "--config" -- $TRAIN --data "$TMP/d.bin"
 expect_error unknown_flag "unknown flag" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --frobnicate 3
 expect_error bad_number "--seq-len" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 12x
 expect_error seq_longer_than_data "--seq-len" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 5000
+expect_error recall_keys_too_few "--keys 10 is out of range" -- \
+  "$UPIPE" data recall --output "$TMP/k.bin" --tokens 3000 --distance 64 --keys 10
+[ -e "$TMP/k.bin" ] && bad "refused recall corpus was written"
 # A flag where a value belongs ("--offload --tile-mlp" once took --tile-mlp as the directory).
 expect_error flag_as_value "--offload needs a value but is followed by the flag --tile-mlp" -- \
   $TRAIN --config "$CFG" --data "$TMP/d.bin" --offload --tile-mlp --seq-len 64

@@ -81,11 +81,12 @@ static void test_hand_made(void) {
     free(tok), free(pred), free(doc), free(tok2);
 }
 
-/* The generated corpus: an oracle (the next token) answers every question; a constant guess is
- * right about 1/16 of the time; distances sit around the corpus's. */
-static void test_corpus(void) {
+/* The generated corpus (letter keys, or one token per key): an oracle (the next token) answers
+ * every question; a constant guess is right about 1/16 of the time; distances sit around the
+ * corpus's. */
+static void test_corpus(uint32_t keys) {
     long T = 4096, D = 300;
-    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 7, 0);
+    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 7, keys);
     int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
     for (long i = 0; i <= T; i++)
         tok[i] = (int32_t)c[i];
@@ -97,9 +98,13 @@ static void test_corpus(void) {
         ok += q[i].correct;
         near += q[i].dist >= D / 2 && q[i].dist <= 2 * D;
     }
-    CHECK(nq > 100 && ok == nq, "oracle: %ld of %ld questions right", ok, nq);
-    CHECK(near == nq, "distances: %ld of %ld within [D/2, 2D]", near, nq);
-    CHECK(recall_detect(tok, T + 1), "detect: the generated corpus");
+    CHECK(nq > 100 && ok == nq, "oracle (keys %u): %ld of %ld questions right", keys, ok, nq);
+    CHECK(near == nq, "distances (keys %u): %ld of %ld within [D/2, 2D]", keys, near, nq);
+    CHECK(recall_detect(tok, T + 1), "detect: the generated corpus (keys %u)", keys);
+    long keytok = 0;
+    for (long i = 0; i <= T; i++)
+        keytok += tok[i] >= 256;
+    CHECK(keys ? keytok > T / 5 : keytok == 0, "keys %u: %ld key tokens >= 256", keys, keytok);
     for (long i = 0; i < T; i++)
         pred[i] = '0';
     nq = score(tok, T, NULL, pred, 0, T, q);
@@ -115,6 +120,7 @@ static void test_corpus(void) {
 int main(void) {
     harness.verbose = 1;
     test_hand_made();
-    test_corpus();
+    test_corpus(0);
+    test_corpus(512);
     return harness_finish("test_recall");
 }
