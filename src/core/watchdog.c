@@ -34,6 +34,11 @@ void watchdog_leave(void) {
     atomic_store(&g_mark, now_s());
 }
 
+void watchdog_tick(void) {
+    if (atomic_load_explicit(&g_running, memory_order_relaxed) && !atomic_load(&g_where))
+        atomic_store(&g_mark, now_s());
+}
+
 void watchdog_step(long step, double step_s) {
     if (step_s > atomic_load(&g_longest)) atomic_store(&g_longest, step_s);
     atomic_store(&g_step, step);

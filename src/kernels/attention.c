@@ -63,6 +63,8 @@
  * calls. */
 #include "kernels/kernels.h"
 
+#include "core/watchdog.h"
+
 #include "attention_tiles.h"
 #include "dispatch.h"
 
@@ -81,7 +83,9 @@ void attention_set_progress(void (*fn)(void *), void *arg) {
 
 /* The progress hook, on thread 0 only (the main thread: MPI is initialised FUNNELED). */
 static inline void attn_progress(int tid) {
-    if (g_progress && tid == 0) g_progress(g_progress_arg);
+    if (tid != 0) return;
+    watchdog_tick(); /* a long attention is progress (core/watchdog.h) */
+    if (g_progress) g_progress(g_progress_arg);
 }
 
 /* Second backward scheme (private dQ buffers) when the KV heads cannot be split evenly. */

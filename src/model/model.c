@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/mem.h"
 #include "core/trace.h"
+#include "core/watchdog.h"
 #include "kernels/kernels.h"
 #include "memory/offload.h"
 
@@ -214,6 +215,7 @@ static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, const f
         float *gate, *up, *act;
         int n = mlp_tile(m, a, t0, &gate, &up, &act);
         size_t r = (size_t)t0 * C;
+        watchdog_tick();
         rmsnorm_forward(m->h + r, m->rstd2 + t0, x_mid + r, w->mlp_norm, n, C, c->eps);
         matmul_forward(gate, m->h + r, w->wg, n, C, F, 0);              // (n, F)
         matmul_forward(up, m->h + r, w->wu, n, C, F, 0);                // (n, F)
@@ -234,6 +236,7 @@ static void mlp_backward(model *m, const layer_weights *w, const layer_weights *
         int n = mlp_tile(m, a, t0, &gate, &up, &act);
         size_t r = (size_t)t0 * C;
         float *h2 = m->h + r;
+        watchdog_tick();
         // recompute h2 = rmsnorm(x_mid) (cheap, not saved) and, when tiled, gate, up, act
         rmsnorm_forward(h2, m->rstd2 + t0, a->x_mid + r, w->mlp_norm, n, C, c->eps);
         if (tiled) {
@@ -306,6 +309,7 @@ static void layer_forward(model *m, int l, float *x_in, float *x_out, layer_mode
     cp_attention_weights wa = attn_weights(&w);
     layer_acts *a = &m->acts[l];
     float *x_mid = mode == LAYER_PASS ? x_out : a->x_mid;
+    watchdog_tick();
 
     rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);    // h = rmsnorm(x) (T, C)
     if (store) offload_write_keep(store, l, x_in);                       // x_l to its slot
@@ -355,6 +359,7 @@ static double loss_forward_backward(model *m, const float *x_final, float grad_s
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
         uint64_t tt = trace_begin();
+        watchdog_tick();
         rmsnorm_forward(m->xf, m->rstdf, x_final + r, wn, n, C, c->eps);      // (n, C)
         matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
         loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
@@ -382,6 +387,7 @@ static double loss_forward(model *m, const float *x_final, double *loss, int32_t
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
         uint64_t tt = trace_begin();
+        watchdog_tick();
         rmsnorm_forward(m->xf, m->rstdf, x_final + r, wn, n, C, c->eps);      // (n, C)
         matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
         if (loss || pred)

@@ -55,6 +55,7 @@ static void run_start(train_run *r) {
                                 sizeof err) != 0)
         up_die_agreed(r->rank == 0 ? err : NULL);
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
+    watchdog_tick(); /* zeroing the buffers of a long run takes a while: progress */
     if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
     if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
     if (o->val_data) eval_alloc(&r->val);
@@ -68,6 +69,7 @@ static void run_start(train_run *r) {
     } else {
         model_init_random(&r->m, o->seed);
     }
+    watchdog_tick();
     comm_sum_double(&r->comm, &read_bytes);
     if (r->rank == 0 && !o->quiet) {
         print_summary(r);

@@ -51,4 +51,13 @@ dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 if [ "$rc" -ne 0 ] && grep -q "watchdog: step .* has waited .* in comm_" "$TMP/wd.out"; then
   ok "stalled rank: job stopped in ${dt} s: $(grep -o 'watchdog: .*hangs' "$TMP/wd.out" | head -n1)"
 else bad "stalled rank: exit $rc after ${dt} s"; cat "$TMP/wd.out"; fi
+# ---- a long step is progress, not a hang: one step of configs/bench.json at T = 4096 on one
+# thread takes several seconds with no MPI call inside it; the watchdog counts the attention's
+# tasks and each layer and tile as progress, so a floor of 2 s does not stop it (it did before) ----
+"$UPIPE" data recall --output "$TMP/r4k.bin" --tokens 20000 --distance 256 >/dev/null
+rc=0
+"$UPIPE" train --quiet --threads 1 --config "$SRC/configs/bench.json" --data "$TMP/r4k.bin" \
+  --seq-len 4096 --steps 1 --watchdog 2 >"$TMP/long.out" 2>&1 || rc=$?
+[ "$rc" = 0 ] && ok "a long step under --watchdog 2 runs to the end" \
+  || { bad "long step: exit $rc"; cat "$TMP/long.out"; }
 finish
