@@ -344,6 +344,15 @@ static void layer_backward(model *m, int l, const float *x_in) {
     rmsnorm_backward(m->dres, g.attn_norm, m->dh, x_in, w.attn_norm, m->rstd1, T, C);
 }
 
+/* The logits (n, V) of the loss tile at token t0: final norm into xf, then the LM head. */
+static void loss_tile_logits(model *m, const float *x_final, int t0, int n, const float *wn,
+                             const float *wlm) {
+    const model_config *c = &m->cfg;
+    watchdog_tick();
+    rmsnorm_forward(m->xf, m->rstdf, x_final + (size_t)t0 * c->C, wn, n, c->C, c->eps); // (n, C)
+    matmul_forward(m->logits, m->xf, wlm, n, c->C, c->V, 0);                         // (n, V)
+}
+
 /* Final norm, LM head and cross-entropy over tiles of tile_loss tokens; the loss's backward runs
  * here too, so the (T, V) logits never exist: dres := d loss / d x_final. */
 static double loss_forward_backward(model *m, const float *x_final, float grad_scale) {
@@ -359,9 +368,7 @@ static double loss_forward_backward(model *m, const float *x_final, float grad_s
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
         uint64_t tt = trace_begin();
-        watchdog_tick();
-        rmsnorm_forward(m->xf, m->rstdf, x_final + r, wn, n, C, c->eps);      // (n, C)
-        matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
+        loss_tile_logits(m, x_final, t0, n, wn, wlm);                        // (n, V)
         loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
         // logits = xf Wlm^T
         memset(m->dxf, 0, sizeof(float) * (size_t)n * C);
@@ -385,11 +392,8 @@ static double loss_forward(model *m, const float *x_final, double *loss, int32_t
     double sum = 0;
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
-        size_t r = (size_t)t0 * C;
         uint64_t tt = trace_begin();
-        watchdog_tick();
-        rmsnorm_forward(m->xf, m->rstdf, x_final + r, wn, n, C, c->eps);      // (n, C)
-        matmul_forward(m->logits, m->xf, wlm, n, C, V, 0);                    // (n, V)
+        loss_tile_logits(m, x_final, t0, n, wn, wlm);                        // (n, V)
         if (loss || pred)
             cross_entropy_rows(m->logits, m->targets + t0, n, V, loss ? loss + t0 : NULL,
                                pred ? pred + t0 : NULL);
