@@ -7,7 +7,7 @@ compare by their plans).
 usage: bench/bench_bytes.py [--upipe build/upipe] [--before OLD_BIN] [--T 1048576]
                             [--limit-gib 22]"""
 import argparse, os, tempfile
-from common import ROOT, make_data, train
+from common import ROOT, make_data, train, longest_fitting
 
 CATS = ["params", "grads", "optimizer", "checkpoints", "activations", "attention", "workspace",
         "comm", "runtime"]
@@ -25,16 +25,9 @@ def plan(upipe, cfg, data, T, extra, tmp):
 
 
 def longest_T(upipe, cfg, data, extra, tmp, limit, ceiling):
-    """Largest T (multiple of 1024) whose plan fits the limit: doubling, then bisection."""
-    fits = lambda T: plan(upipe, cfg, data, T, extra, tmp)["peak_bytes"] <= limit
-    lo, hi = 1024, 2048
-    while hi <= ceiling and fits(hi):
-        lo, hi = hi, hi * 2
-    hi = min(hi, ceiling)
-    while hi - lo > 1024:
-        mid = (lo + hi) // 2 // 1024 * 1024
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    """Largest T (multiple of 1024) whose plan fits the limit."""
+    return longest_fitting(lambda T: plan(upipe, cfg, data, T, extra, tmp)["peak_bytes"] <= limit,
+                           ceiling)
 
 
 def main():

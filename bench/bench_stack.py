@@ -5,7 +5,7 @@ and the longest T each stack fits in a 4 GiB per-rank limit (found with the plan
 Writes the table and an SVG bar chart (stacked categories per row).
 usage: bench/bench_stack.py [--upipe build/upipe] [--T 16384] [--limit-gib 4] [--svg out.svg]"""
 import argparse, os, tempfile
-from common import ROOT, make_data, write_config, train, gib
+from common import ROOT, make_data, write_config, train, gib, longest_fitting
 
 CATS = ["params", "grads", "optimizer", "checkpoints", "activations", "attention", "workspace",
         "comm"]
@@ -24,14 +24,10 @@ MAX_T = 1 << 22  # the data shard holds this many tokens (+1): the search's ceil
 
 
 def longest_T(a, cfg, data, extra, tmp, limit):
-    """Largest T (multiple of 1024) whose plan fits the limit, by doubling then bisection."""
+    """Largest T (multiple of 1024) whose plan fits the limit."""
     fits = lambda T: train(a.upipe, cfg, data, T, ranks=2, threads=1, extra=extra, tmp=tmp,
                            tag="plan", dry_run=True)["mem"]["peak_bytes"] <= limit
-    lo, hi = 1024, 2048
-    while fits(hi):
-        lo, hi = hi, hi * 2
-        if hi > MAX_T:
-            return lo
+    return longest_fitting(fits, MAX_T)
     while hi - lo > 1024:
         mid = (lo + hi) // 2 // 1024 * 1024
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)

@@ -55,3 +55,15 @@ def train(upipe, config, data, T, ranks=1, threads=2, steps=3, extra=(), tag="ru
 
 def gib(x):
     return x / 2**30
+
+
+def longest_fitting(fits, ceiling):
+    """Largest T (multiple of 1024, at most ceiling) with fits(T): doubling, then bisection."""
+    lo, hi = 1024, 2048
+    while hi <= ceiling and fits(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, ceiling)
+    while hi - lo > 1024:
+        mid = (lo + hi) // 2 // 1024 * 1024
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo

@@ -178,8 +178,13 @@ static int eval_parse_args(eval_options *o, int argc, char **argv) {
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", g_longopts, NULL)) != -1)
+    while ((c = getopt_long(argc, argv, ":", g_longopts, NULL)) != -1) {
+        const char *flag = opt_flag_as_value(argv);
+        if (flag)
+            up_die_all("%s needs a value but is followed by the flag %s: see upipe eval --help",
+                       flag, optarg);
         if (eval_flag(o, c, argc, argv)) return 1;
+    }
     if (optind < argc)
         up_die_all("unexpected argument '%s': flags are --name value (see upipe eval --help)",
                    argv[optind]);

@@ -118,6 +118,11 @@ void train_print_help(void) {
         TRAIN_VAL_WINDOWS);
 }
 
+const char *opt_flag_as_value(char **argv) {
+    if (!optarg || strncmp(optarg, "--", 2) != 0) return NULL;
+    return argv[optind - 1] == optarg ? argv[optind - 2] : argv[optind - 1]; /* --f v, --f=v */
+}
+
 long opt_long(const char *flag, const char *s, long lo, long hi) {
     char *end;
     errno = 0;
@@ -234,10 +239,10 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        /* "--offload --tile-mlp" would take the next flag as the directory */
-        if (optarg && strncmp(optarg, "--", 2) == 0)
+        const char *flag = opt_flag_as_value(argv);
+        if (flag)
             up_die_all("%s needs a value but is followed by the flag %s: see upipe train --help",
-                       argv[optind - 1] == optarg ? argv[optind - 2] : argv[optind - 1], optarg);
+                       flag, optarg);
         switch (c) {
         case OPT_CONFIG: o->config = optarg; break;
         case OPT_DATA: o->data = optarg; break;

@@ -48,6 +48,9 @@ void train_print_help(void);
 /* Flag values for every front end's getopt loop: a bad value stops every rank with a message
  * naming the flag and the range (up_die_all). */
 long opt_long(const char *flag, const char *s, long lo, long hi);
+/* After getopt_long returned a flag with a value: the flag's name when that value is itself a
+ * flag ("--offload --tile-mlp" would take --tile-mlp as the directory), else NULL. */
+const char *opt_flag_as_value(char **argv);
 double opt_double(const char *flag, const char *s, double lo, double hi);
 unsigned long long opt_size(const char *flag, const char *s); /* 6GiB, 512MiB, bytes */
 /* The value of a flag whose size is optional (getopt_long optional_argument): --flag=N,

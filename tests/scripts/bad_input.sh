@@ -32,6 +32,8 @@ expect_error recall_keys_too_few "--keys 10 is out of range" -- \
 # A flag where a value belongs ("--offload --tile-mlp" once took --tile-mlp as the directory).
 expect_error flag_as_value "--offload needs a value but is followed by the flag --tile-mlp" -- \
   $TRAIN --config "$CFG" --data "$TMP/d.bin" --offload --tile-mlp --seq-len 64
+expect_error eval_flag_as_value "--init needs a value but is followed by the flag --data" -- \
+  "$UPIPE" eval --threads 1 --config "$CFG" --init --data "$TMP/d.bin" --seq-len 64
 # UPIPE_KERNEL names a kernel path; an unknown one is refused, by train and by --version.
 expect_error kernel_unknown "UPIPE_KERNEL: unknown kernel path 'avx9000': use " -- \
   env UPIPE_KERNEL=avx9000 $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1
