@@ -63,10 +63,15 @@ static const char data_usage_recall[] =
     "  --tokens N               number of tokens to generate, N >= 16\n"
     "  --distance D             average tokens between a fact and its question\n"
     "                           (default min(512, N/2); 4 <= D <= N/2)\n"
+    "  --min-distance M         spread the distances over [M, D] instead: as many facts\n"
+    "                           asked in each octave [M, 2M), [2M, 4M) ... (4 <= M <= D);\n"
+    "                           short ones teach the lookup, long ones need the context\n"
     "  --keys K                 one token per key, ids 256 .. 256+K-1 (the model needs\n"
     "                           vocab_size >= 256+K), K >= D; default: keys of lowercase\n"
     "                           letters, as many as the distance needs (2 or more at D >= 7)\n"
-    "  --seed S                 random seed, the corpus is a function of it (default 1)\n";
+    "  --seed S                 random seed, the corpus is a function of it (default 1)\n"
+    "  --mask-output PATH       also write a loss mask that counts the answers only: 1 at\n"
+    "                           every V of a question, 0 elsewhere (train --loss-mask)\n";
 
 static int parse_u64(const char *s, uint64_t *out) {
     if (s == NULL || *s < '0' || *s > '9') return -1;
@@ -88,7 +93,7 @@ typedef struct {
     int ninputs;
     const char *output, *mask_output;
     int64_t sep; /* --doc-sep, or -1 */
-    uint64_t ntok, distance, seed, keys; /* keys: --keys, 0 for letter keys */
+    uint64_t ntok, distance, min_distance, seed, keys; /* keys: --keys, 0: letter keys */
 } data_args;
 
 static void data_print_help(const char *sub) {
@@ -155,7 +160,7 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
                        "(256 is the usual choice: the first id after the bytes)",
                        sub, val, INT32_MAX);
             a->sep = (int64_t)s;
-        } else if (a->kind == DATA_JSONL && strcmp(flag, "--mask-output") == 0)
+        } else if (a->kind != DATA_TEXT && strcmp(flag, "--mask-output") == 0)
             a->mask_output = val;
         else if (!docs && strcmp(flag, "--tokens") == 0) {
             if (parse_u64(val, &a->ntok) != 0)
@@ -165,6 +170,9 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
             if (parse_u64(val, &a->distance) != 0)
                 up_die("data: --distance \"%s\" is not a positive integer", val);
             have_distance = 1;
+        } else if (!docs && strcmp(flag, "--min-distance") == 0) {
+            if (parse_u64(val, &a->min_distance) != 0 || a->min_distance == 0)
+                up_die("data: --min-distance \"%s\" is not a positive integer", val);
         } else if (!docs && strcmp(flag, "--keys") == 0) {
             if (parse_u64(val, &a->keys) != 0 || a->keys == 0)
                 up_die("data: --keys \"%s\" is not a positive integer", val);
@@ -196,6 +204,12 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
         up_die("data recall: --distance %llu is out of range: use 4 .. min(tokens/2, 2^26) so "
                "that questions fit in the corpus",
                (unsigned long long)a->distance);
+    if (a->min_distance > 0 && (a->min_distance < 4 || a->min_distance > a->distance))
+        up_die("data recall: --min-distance %llu is out of range: use 4 .. --distance (%llu)",
+               (unsigned long long)a->min_distance, (unsigned long long)a->distance);
+    if (a->mask_output != NULL && strcmp(a->mask_output, a->output) == 0)
+        up_die("data recall: --mask-output and --output are the same file \"%s\": name two",
+               a->output);
     if (a->keys > 0 && (a->keys < a->distance || a->keys > (uint64_t)INT32_MAX - RECALL_KEY_TOKEN0))
         up_die("data recall: --keys %llu is out of range: use at least --distance (%llu) so that "
                "under 2/5 of the keys have an open question, at most %llu",
@@ -214,13 +228,34 @@ static void data_write_shard(const char *path, const uint32_t *tok, size_t n, in
 
 static int data_recall(const data_args *a) {
     size_t n = (size_t)a->ntok;
-    uint32_t *tok = corpus_make_recall(n, (size_t)a->distance, a->seed, (uint32_t)a->keys);
+    uint8_t *mask = NULL;
+    if (a->mask_output != NULL) {
+        mask = malloc(n);
+        if (mask == NULL) up_die("data recall: out of memory for the mask of %zu tokens", n);
+    }
+    uint32_t *tok = corpus_make_recall(n, (size_t)a->distance, (size_t)a->min_distance, a->seed,
+                                       (uint32_t)a->keys, mask);
     if (tok == NULL) up_die("data recall: out of memory for %zu tokens", n);
-    char sz[32];
+    char sz[32], dist[64];
     data_write_shard(a->output, tok, n, 2, sz, sizeof sz);
     free(tok);
-    printf("upipe data: wrote %zu tokens (recall, distance %llu, seed %llu) to %s (%s)\n", n,
-           (unsigned long long)a->distance, (unsigned long long)a->seed, a->output, sz);
+    if (a->min_distance > 0)
+        snprintf(dist, sizeof dist, "%llu .. %llu", (unsigned long long)a->min_distance,
+                 (unsigned long long)a->distance);
+    else
+        snprintf(dist, sizeof dist, "%llu", (unsigned long long)a->distance);
+    printf("upipe data: wrote %zu tokens (recall, distance %s, seed %llu) to %s (%s)\n", n, dist,
+           (unsigned long long)a->seed, a->output, sz);
+    if (mask != NULL) {
+        char err[1024];
+        size_t answers = 0;
+        for (size_t i = 0; i < n; i++)
+            answers += mask[i];
+        if (mask_write(a->mask_output, mask, n, err, sizeof err) != 0) up_die("%s", err);
+        free(mask);
+        printf("upipe data: wrote the answers-only loss mask (%zu of %zu targets) to %s\n", answers,
+               n, a->mask_output);
+    }
     return 0;
 }
 

@@ -117,17 +117,40 @@ static recall_item heap_pop(recall_item *h, size_t *n) {
 static const char recall_values[17] = "0123456789ABCDEF"; /* 16 value symbols */
 
 /* The recall corpus. Records are "key=V;" (a fact) and "key?V;" (its question), keys of klen
- * lowercase letters, values one of 16 symbols. Each fact's question is due `distance` tokens
- * later, jittered by +-50% so the gap is not a fixed offset a model could count. A record slot
- * holds the earliest due question if one is due, else a new fact about a key with no open
- * question, so a key is never restated between its fact and its question and the answer is
- * unambiguous. Open questions never exceed 1.5 * distance / record length (a push happens only
- * when nothing is due, so every open fact was pushed within the last gap + jitter slots); klen
- * grows with distance so that under ~1/5 of the key space is open at once. */
-uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed, uint32_t key_tokens) {
+ * lowercase letters (or "=KV;" / "?KV;" with one-token keys K), values one of 16 symbols.
+ * Each fact's question is due `distance` tokens later, jittered by +-50% so the gap is not a
+ * fixed offset a model could count; with min_distance > 0 the distance is drawn from the octaves
+ * [min_distance, 2 min_distance), [2 min_distance, 4 min_distance) ... up to `distance`, each
+ * octave as likely and uniform within it (about log-uniform: as many facts asked at 16-32
+ * tokens as at 1024-2048). A record slot holds the earliest due question if one is due, else a
+ * new fact about a key with no open question, so a key is never restated between its fact and
+ * its question and the answer is unambiguous. Open questions never exceed 1.5 * distance /
+ * record length (a push happens only when nothing is due, so every open fact was pushed within
+ * the last gap + jitter slots); klen grows with distance so that under ~1/5 of the key space is
+ * open at once. */
+static uint64_t recall_draw_gap(uint64_t *rng, size_t rec, uint64_t distance,
+                                uint64_t min_distance) {
+    uint64_t gap = (distance + rec - 1) / rec; /* in records */
+    if (min_distance == 0) {
+        uint64_t jitter = gap / 2;
+        return gap - jitter + rand_below(rng, 2 * jitter + 1);
+    }
+    int octaves = 1;
+    while ((min_distance << octaves) < distance)
+        octaves++;
+    uint64_t lo = min_distance << rand_below(rng, (uint64_t)octaves);
+    uint64_t hi = 2 * lo < distance ? 2 * lo : distance;
+    uint64_t d = lo + rand_below(rng, hi - lo + 1);
+    uint64_t g = (d + rec / 2) / rec;
+    return g > 0 ? g : 1;
+}
+
+uint32_t *corpus_make_recall(size_t n, size_t distance, size_t min_distance, uint64_t seed,
+                             uint32_t key_tokens, uint8_t *mask) {
     if (n == 0) return NULL;
     if (distance < 4) distance = 4;
     if (distance > ((size_t)1 << 26)) distance = (size_t)1 << 26;
+    if (min_distance > distance) min_distance = distance;
     int klen = 1;
     uint64_t nkeys = RECALL_KEY_SYMBOLS;
     if (key_tokens > 0)
@@ -139,7 +162,7 @@ uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed, uint32_t 
         }
     size_t rec = (size_t)klen + 3;             /* key, '=' or '?', value, ';' */
     uint64_t gap = (distance + rec - 1) / rec; /* in records */
-    uint64_t jitter = gap / 2;
+    uint64_t jitter = min_distance > 0 ? 0 : gap / 2;
 
     uint32_t *out = malloc(n * sizeof *out);
     uint8_t *open_keys =
@@ -168,7 +191,7 @@ uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed, uint32_t 
                 it.key = (uint32_t)rand_below(&rng, nkeys);
             while (open_keys[it.key / 8] & (1u << (it.key % 8)));
             it.value = (uint32_t)rand_below(&rng, 16);
-            it.due = slot + gap - jitter + rand_below(&rng, 2 * jitter + 1);
+            it.due = slot + recall_draw_gap(&rng, rec, distance, min_distance);
             UP_CHECK(nheap < heap_cap, "recall: %zu open questions exceed the bound %zu", nheap,
                      heap_cap);
             open_keys[it.key / 8] |= (uint8_t)(1u << (it.key % 8));
@@ -179,8 +202,10 @@ uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed, uint32_t 
         uint32_t keytok = RECALL_KEY_TOKEN0 + k;
         if (key_tokens > 0) {
             const uint32_t r[4] = {sep, keytok, (uint8_t)recall_values[it.value], ';'};
-            for (size_t c = 0; c < 4 && pos < n; c++)
-                out[pos++] = r[c];
+            for (size_t c = 0; c < 4 && pos < n; c++, pos++) {
+                out[pos] = r[c];
+                if (mask != NULL) mask[pos] = (uint8_t)(sep == '?' && c == 2);
+            }
             continue;
         }
         for (int c = klen - 1; c >= 0; c--) {
@@ -190,8 +215,10 @@ uint32_t *corpus_make_recall(size_t n, size_t distance, uint64_t seed, uint32_t 
         recbuf[klen] = sep;
         recbuf[klen + 1] = (uint8_t)recall_values[it.value];
         recbuf[klen + 2] = ';';
-        for (size_t c = 0; c < rec && pos < n; c++)
-            out[pos++] = recbuf[c];
+        for (size_t c = 0; c < rec && pos < n; c++, pos++) {
+            out[pos] = recbuf[c];
+            if (mask != NULL) mask[pos] = (uint8_t)(sep == '?' && c == (size_t)klen + 1);
+        }
     }
     free(open_keys);
     free(heap);

@@ -86,7 +86,7 @@ static void test_hand_made(void) {
  * corpus's. */
 static void test_corpus(uint32_t keys) {
     long T = 4096, D = 300;
-    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 7, keys);
+    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 0, 7, keys, NULL);
     int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
     for (long i = 0; i <= T; i++)
         tok[i] = (int32_t)c[i];
@@ -117,10 +117,51 @@ static void test_corpus(uint32_t keys) {
     free(c), free(tok), free(pred), free(q);
 }
 
+/* --min-distance: distances spread over [M, D] with about as many questions per octave, and the
+ * answers-only mask marks exactly the answer of every question (and nothing else). */
+static void test_spread(uint32_t keys) {
+    long T = 65536, M = 16, D = 2048, oct = 7; /* octaves [16,32) .. [1024,2048] */
+    uint8_t *mask = malloc((size_t)T + 1);
+    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, (size_t)M, 11, keys, mask);
+    int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
+    for (long i = 0; i <= T; i++)
+        tok[i] = (int32_t)c[i];
+    for (long i = 0; i < T; i++)
+        pred[i] = tok[i + 1];
+    recall_question *q = malloc((size_t)recall_max_questions(T) * sizeof *q);
+    long nq = score(tok, T, NULL, pred, 0, T, q), ok = 0, out = 0, per[16] = {0};
+    for (long i = 0; i < nq; i++) {
+        ok += q[i].correct;
+        long d = q[i].dist, o = 0;
+        /* a due question waits while others are due, and gaps round to whole records */
+        out += d < M - 4 || d > 2 * D;
+        while (o < oct - 1 && d >= (M << (o + 1)))
+            o++;
+        per[o]++;
+    }
+    CHECK(nq > 1000 && ok == nq && out == 0, "spread (keys %u): %ld right, %ld outside [M, 2D] of %ld",
+          keys, ok, out, nq);
+    for (long o = 0; o < oct; o++)
+        CHECK(per[o] > nq / oct / 2 && per[o] < 2 * nq / oct,
+              "spread (keys %u): %ld of %ld questions in octave [%ld, %ld)", keys, per[o], nq,
+              M << o, M << (o + 1));
+    /* the answer of the question at '?' position p is the target of the prediction at p */
+    long marked = 0, hit = 0;
+    for (long i = 0; i <= T; i++)
+        marked += mask[i];
+    for (long i = 0; i < nq; i++)
+        hit += mask[q[i].pos + 1] == 1;
+    CHECK(hit == nq && marked >= nq && marked <= nq + 2,
+          "mask (keys %u): %ld of %ld answers marked, %ld marks in all", keys, hit, nq, marked);
+    free(mask), free(c), free(tok), free(pred), free(q);
+}
+
 int main(void) {
     harness.verbose = 1;
     test_hand_made();
     test_corpus(0);
     test_corpus(512);
+    test_spread(0);
+    test_spread(4096);
     return harness_finish("test_recall");
 }
