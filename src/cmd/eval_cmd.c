@@ -59,7 +59,11 @@ static void eval_print_help(void) {
         "                         within a document, targets equal to S not counted\n"
         "  --loss-mask FILE       only targets whose mask byte is 1 count, as in training\n"
         "  --recall               score recall questions even when the first tokens of the shard\n"
-        "                         do not look like a recall corpus (detected otherwise)\n\n"
+        "                         do not look like a recall corpus (detected otherwise)\n"
+        "  --dtype f32|bf16       element type of the stored tensors (default f32); bf16 as in\n"
+        "                         training (upipe train --help): weights fp32 with a bf16 copy\n"
+        "                         for the matmuls, the residual stream and attention in bf16.\n"
+        "                         Its kernels are not built yet: bf16 works with --dry-run only\n\n"
         "outputs (the tables always go to the terminal unless --quiet)\n"
         "  --report FILE          JSON: {\"loss\", \"perplexity\", \"tokens\", \"windows\",\n"
         "                         \"buckets\": [{\"start\", \"end\", \"loss\"}], \"recall\":\n"
@@ -98,7 +102,7 @@ enum {
     OPT_CONFIG = 256, OPT_INIT, OPT_CKPT, OPT_DATA, OPT_SEQ, OPT_WINDOWS, OPT_DOC_SEP,
     OPT_LOSS_MASK, OPT_RECALL, OPT_REPORT, OPT_SVG, OPT_RECALL_SVG, OPT_MEMREP, OPT_QUIET, OPT_CP,
     OPT_UPIPE, OPT_OVERLAP, OPT_NO_OVERLAP, OPT_FSDP, OPT_TILE_MLP, OPT_TILE_LOSS, OPT_CKPTING,
-    OPT_OFFLOAD, OPT_DRY, OPT_MEMLIM, OPT_THREADS, OPT_TRACE, OPT_HELP
+    OPT_OFFLOAD, OPT_DRY, OPT_MEMLIM, OPT_THREADS, OPT_TRACE, OPT_DTYPE, OPT_HELP
 };
 
 static const struct option g_longopts[] = {
@@ -129,6 +133,7 @@ static const struct option g_longopts[] = {
     {"mem-limit", required_argument, 0, OPT_MEMLIM},
     {"threads", required_argument, 0, OPT_THREADS},
     {"trace", required_argument, 0, OPT_TRACE},
+    {"dtype", required_argument, 0, OPT_DTYPE},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0}};
 
@@ -162,6 +167,7 @@ static int eval_flag(eval_options *o, int c, int argc, char **argv) {
     case OPT_MEMLIM: o->mem_limit = opt_size("--mem-limit", optarg); break;
     case OPT_THREADS: o->threads = (int)opt_long("--threads", optarg, 1, 1024); break;
     case OPT_TRACE: o->trace = optarg; break;
+    case OPT_DTYPE: o->mopt.dtype = opt_dtype("--dtype", optarg); break;
     case OPT_HELP: return 1;
     case ':': up_die_all("%s needs a value: see upipe eval --help", argv[optind - 1]);
     default: up_die_all("unknown flag '%s': see upipe eval --help", argv[optind - 1]);
@@ -188,6 +194,7 @@ static int eval_parse_args(eval_options *o, int argc, char **argv) {
     if (optind < argc)
         up_die_all("unexpected argument '%s': flags are --name value (see upipe eval --help)",
                    argv[optind]);
+    opt_check_dtype_runs(o->mopt.dtype, o->dry_run);
     if (!o->init == !o->ckpt)
         up_die_all("%s: see upipe eval --help",
                    o->init ? "give --init or --ckpt, not both"
@@ -367,7 +374,7 @@ int eval_main(int argc, char **argv) {
     report_memory plan = eval_plan(j);
     if (j->o.dry_run) {
         if (j->rank == 0) {
-            report_print_plan(&plan, j->o.T, &j->cfg, j->P, j->T_loc);
+            report_print_plan(&plan, j->o.T, &j->cfg, j->P, j->T_loc, j->o.mopt.dtype);
             printf("forward only: no gradients or optimizer state, one layer's activations at a time\n");
         }
         if (j->o.mem_report) report_write_memory(j->o.mem_report, &j->comm, &plan, 1);

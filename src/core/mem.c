@@ -32,6 +32,22 @@ const char *mem_category_name(mem_category cat) {
     return (cat >= 0 && cat < MEM_COUNT) ? g_names[cat] : "?";
 }
 
+static const size_t g_dtype_size[MEM_DTYPE_COUNT] = {4, 2};
+static const char *g_dtype_names[MEM_DTYPE_COUNT] = {"f32", "bf16"};
+
+size_t mem_dtype_size(mem_dtype dt) {
+    UP_CHECK(dt >= 0 && dt < MEM_DTYPE_COUNT, "bad element type %d", (int)dt);
+    return g_dtype_size[dt];
+}
+
+const char *mem_dtype_name(mem_dtype dt) {
+    return (dt >= 0 && dt < MEM_DTYPE_COUNT) ? g_dtype_names[dt] : "?";
+}
+
+size_t mem_dtype_bytes(mem_dtype dt, size_t n) {
+    return up_mul(n, mem_dtype_size(dt));
+}
+
 void mem_fail_after(long n) { g_fail_after = n; }
 
 static void count_alloc(mem_category cat, size_t bytes) {
@@ -86,8 +102,12 @@ void *mem_alloc(mem_category cat, size_t bytes) {
     return p;
 }
 
+void *mem_alloc_n(mem_category cat, mem_dtype dt, size_t n) {
+    return mem_alloc(cat, mem_dtype_bytes(dt, n));
+}
+
 float *mem_alloc_f32(mem_category cat, size_t n) {
-    return mem_alloc(cat, up_mul(n, sizeof(float)));
+    return mem_alloc_n(cat, MEM_DTYPE_F32, n);
 }
 
 void mem_count(mem_category cat, long long delta) {

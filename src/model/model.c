@@ -14,10 +14,12 @@
 
 /* ---- buffers -------------------------------------------------------------------------------- */
 
-/* One row of the activation table: where the buffer goes, its category and size in floats. */
+/* One row of the activation table: where the buffer goes, its category, element type and size
+ * in elements. */
 typedef struct {
     float **dst;
     mem_category cat;
+    mem_dtype dt;
     size_t n;
 } buf_row;
 
@@ -26,14 +28,14 @@ typedef struct {
     int n, cap;
 } buf_table;
 
-static void want(buf_table *t, int cond, float **dst, mem_category cat, size_t n) {
+static void want(buf_table *t, int cond, float **dst, mem_category cat, mem_dtype dt, size_t n) {
     if (!cond) return;
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 64;
         t->rows = realloc(t->rows, sizeof *t->rows * (size_t)t->cap);
         UP_CHECK(t->rows, "out of memory");
     }
-    t->rows[t->n++] = (buf_row){dst, cat, n};
+    t->rows[t->n++] = (buf_row){dst, cat, dt, n};
 }
 
 /* With checkpointing and a tiled MLP the recompute's x_mid lives in dh: it is read only by the
@@ -45,48 +47,52 @@ static int x_mid_in_dh(const model *m) {
 
 /* Every buffer the model itself holds (the attention module, FSDP and the offload store hold
  * theirs): the saved tensors of each layer, one shared set when layers are recomputed, and the
- * scratch of the forward and backward lists (DESIGN.md §5). */
+ * scratch of the forward and backward lists (DESIGN.md §5). Element types (§5.1): st, the run's
+ * --dtype, for the residual stream, its gradient and every tensor the matmuls read or write
+ * (saved or scratch, tiled MLP or not: a tile holds what the untiled buffer would); fp32 for
+ * statistics (log-sum-exp, the norms' rstd), the RoPE tables and the loss tiles. */
 static void activation_table(model *m, buf_table *t, const cp_attention_shape *as) {
     const model_config *c = &m->cfg;
     size_t T = (size_t)m->T, C = c->C, F = c->F, V = c->V, HS = c->HS;
     size_t tm = (size_t)m->tile_mlp, tl = (size_t)m->tile_loss;
     int tiled_mlp = m->tile_mlp < m->T, ckpt = m->opt.checkpoint;
     int offload = m->opt.offload_dir != NULL, fwd = m->opt.forward_only;
+    const mem_dtype st = m->opt.dtype, f32 = MEM_DTYPE_F32;
     size_t att, lse, q, kv;
     cp_attention_saved_floats(as, &att, &lse, &q, &kv);
     for (int l = 0; l < c->L; l++) {
         layer_acts *a = &m->acts[l];
         int own = (!ckpt && !fwd) || l == 0; /* else the layer shares layer 0's set */
-        want(t, !offload && !fwd, &a->x_in, MEM_CHECKPOINTS, T * C); /* fwd: dres instead */
-        want(t, own && q, &a->attn.q, MEM_ATTENTION, q);
-        want(t, own && kv, &a->attn.k, MEM_ATTENTION, kv);
-        want(t, own && kv, &a->attn.v, MEM_ATTENTION, kv);
-        want(t, own, &a->attn.att, MEM_ACTIVATIONS, att);
-        want(t, own, &a->attn.lse, MEM_ACTIVATIONS, lse);
+        want(t, !offload && !fwd, &a->x_in, MEM_CHECKPOINTS, st, T * C); /* fwd: dres instead */
+        want(t, own && q, &a->attn.q, MEM_ATTENTION, st, q);
+        want(t, own && kv, &a->attn.k, MEM_ATTENTION, st, kv);
+        want(t, own && kv, &a->attn.v, MEM_ATTENTION, st, kv);
+        want(t, own, &a->attn.att, MEM_ACTIVATIONS, st, att);
+        want(t, own, &a->attn.lse, MEM_ACTIVATIONS, f32, lse);
         /* a layer's forward pass writes x_mid into its output (model_x_mid_in_dh: the recompute
          * puts it in dh), so only saved and untiled-recompute sets own one */
-        want(t, own && !fwd && !x_mid_in_dh(m), &a->x_mid, MEM_ACTIVATIONS, T * C);
-        want(t, own && !tiled_mlp, &a->gate, MEM_ACTIVATIONS, up_mul(T, F));
-        want(t, own && !tiled_mlp, &a->up, MEM_ACTIVATIONS, up_mul(T, F));
-        want(t, own && !tiled_mlp, &a->act, MEM_ACTIVATIONS, up_mul(T, F));
+        want(t, own && !fwd && !x_mid_in_dh(m), &a->x_mid, MEM_ACTIVATIONS, st, T * C);
+        want(t, own && !tiled_mlp, &a->gate, MEM_ACTIVATIONS, st, up_mul(T, F));
+        want(t, own && !tiled_mlp, &a->up, MEM_ACTIVATIONS, st, up_mul(T, F));
+        want(t, own && !tiled_mlp, &a->act, MEM_ACTIVATIONS, st, up_mul(T, F));
     }
-    want(t, 1, &m->h, MEM_WORKSPACE, T * C);
-    want(t, 1, &m->rstd1, MEM_WORKSPACE, T);
-    want(t, 1, &m->rstd2, MEM_WORKSPACE, T);
-    want(t, 1, &m->inv_freq, MEM_WORKSPACE, HS / 2);
-    want(t, 1, &m->rope_cos, MEM_WORKSPACE, up_mul(T, HS / 2));
-    want(t, 1, &m->rope_sin, MEM_WORKSPACE, up_mul(T, HS / 2));
-    want(t, tiled_mlp, &m->gate_t, MEM_WORKSPACE, up_mul(tm, F));
-    want(t, tiled_mlp, &m->up_t, MEM_WORKSPACE, up_mul(tm, F));
-    want(t, tiled_mlp, &m->act_t, MEM_WORKSPACE, up_mul(tm, F));
-    want(t, !fwd, &m->dact, MEM_WORKSPACE, up_mul(tm, F));
-    want(t, !fwd && tiled_mlp, &m->dh_t, MEM_WORKSPACE, tm * C);
-    want(t, 1, &m->xf, MEM_WORKSPACE, tl * C);
-    want(t, 1, &m->rstdf, MEM_WORKSPACE, tl);
-    want(t, 1, &m->logits, MEM_WORKSPACE, up_mul(tl, V));
-    want(t, !fwd, &m->dxf, MEM_WORKSPACE, tl * C);
-    want(t, 1, &m->dres, MEM_WORKSPACE, T * C); /* fwd: the residual stream */
-    want(t, !fwd, &m->dh, MEM_WORKSPACE, T * C);   /* also x_final, and x_mid (x_mid_in_dh) */
+    want(t, 1, &m->h, MEM_WORKSPACE, st, T * C);
+    want(t, 1, &m->rstd1, MEM_WORKSPACE, f32, T);
+    want(t, 1, &m->rstd2, MEM_WORKSPACE, f32, T);
+    want(t, 1, &m->inv_freq, MEM_WORKSPACE, f32, HS / 2);
+    want(t, 1, &m->rope_cos, MEM_WORKSPACE, f32, up_mul(T, HS / 2));
+    want(t, 1, &m->rope_sin, MEM_WORKSPACE, f32, up_mul(T, HS / 2));
+    want(t, tiled_mlp, &m->gate_t, MEM_WORKSPACE, st, up_mul(tm, F));
+    want(t, tiled_mlp, &m->up_t, MEM_WORKSPACE, st, up_mul(tm, F));
+    want(t, tiled_mlp, &m->act_t, MEM_WORKSPACE, st, up_mul(tm, F));
+    want(t, !fwd, &m->dact, MEM_WORKSPACE, st, up_mul(tm, F));
+    want(t, !fwd && tiled_mlp, &m->dh_t, MEM_WORKSPACE, st, tm * C);
+    want(t, 1, &m->xf, MEM_WORKSPACE, f32, tl * C);
+    want(t, 1, &m->rstdf, MEM_WORKSPACE, f32, tl);
+    want(t, 1, &m->logits, MEM_WORKSPACE, f32, up_mul(tl, V));
+    want(t, !fwd, &m->dxf, MEM_WORKSPACE, f32, tl * C);
+    want(t, 1, &m->dres, MEM_WORKSPACE, st, T * C);  /* fwd: the residual stream */
+    want(t, !fwd, &m->dh, MEM_WORKSPACE, st, T * C); /* also x_final, and x_mid (x_mid_in_dh) */
 }
 
 static void *owned_buffer(model *m, mem_category cat, size_t bytes) {
@@ -118,22 +124,26 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     m->tile_mlp = opt->tile_mlp > 0 && opt->tile_mlp < T ? opt->tile_mlp : T;
     m->tile_loss = opt->tile_loss > 0 && opt->tile_loss < T ? opt->tile_loss : T;
     const model_config *c = &m->cfg;
+    /* the kernels read and write fp32 only: a bf16 model exists as a plan (DESIGN.md §5.1) */
+    UP_CHECK(opt->dtype == MEM_DTYPE_F32 || mem_planning(),
+             "model_init: --dtype %s has no kernels yet; it can only be planned",
+             mem_dtype_name(opt->dtype));
 
     /* model state: this rank's shards (all of it without --fsdp) */
     param_table_build(&m->params, c);
     fsdp_init(&m->fsdp, comm, m->params.unit_off, m->params.nunits, opt->fsdp ? comm->R : 1,
-              c->tied ? 0 : -1, !opt->forward_only);
+              c->tied ? 0 : -1, !opt->forward_only, opt->dtype);
 
     /* the activation table, walked once */
     m->acts = calloc((size_t)c->L, sizeof *m->acts);
     UP_CHECK(m->acts, "out of memory");
     cp_attention_shape as = {T, m->P, c->C, c->NH, c->NKV, c->HS, opt->U ? opt->U : c->NH,
                              opt->U == 0, comm, NULL, NULL, NULL, opt->forward_only,
-                             opt->upipe_overlap};
+                             opt->upipe_overlap, opt->dtype};
     buf_table t = {0};
     activation_table(m, &t, &as);
     for (int i = 0; i < t.n; i++)
-        *t.rows[i].dst = owned_buffer(m, t.rows[i].cat, up_mul(t.rows[i].n, sizeof(float)));
+        *t.rows[i].dst = owned_buffer(m, t.rows[i].cat, mem_dtype_bytes(t.rows[i].dt, t.rows[i].n));
     free(t.rows);
     m->inputs = owned_buffer(m, MEM_WORKSPACE, up_mul((size_t)T, sizeof(int32_t)));
     m->targets = owned_buffer(m, MEM_WORKSPACE, up_mul((size_t)T, sizeof(int32_t)));
@@ -158,7 +168,7 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
 
     if (m->opt.offload_dir) {
         /* one resident buffer: the residual stream, written out while it is read (offload.h) */
-        size_t slot = up_mul3((size_t)T, (size_t)c->C, sizeof(float));
+        size_t slot = mem_dtype_bytes(opt->dtype, up_mul((size_t)T, (size_t)c->C)); /* x_l */
         if (mem_planning()) {
             mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot, 1));
             mem_add_offloaded((long long)offload_store_bytes(slot, c->L));

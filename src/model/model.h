@@ -9,6 +9,7 @@
 #define UP_MODEL_H
 
 #include "comm/comm.h"
+#include "core/mem.h"
 #include "io/config.h"
 #include "io/mask.h"
 #include "io/safetensors.h"
@@ -38,6 +39,10 @@ typedef struct {
     int forward_only;        /* evaluation: no gradients, optimizer state or tensors saved for a
                                 backward (checkpoint and offload do not apply); model_evaluate
                                 only */
+    mem_dtype dtype;         /* --dtype: element type of the stored tensors (activations,
+                                checkpoints, attention, the weights the matmuls read); master
+                                weights, gradients and AdamW moments stay fp32 (DESIGN.md §5.1).
+                                MEM_DTYPE_BF16 can only be planned until its kernels exist */
 } model_options;
 
 /* --upipe-overlap unless --no-upipe-overlap (DESIGN.md §3 says why this default). */

@@ -83,7 +83,10 @@ void cp_attention_saved_floats(const cp_attention_shape *s, size_t *att, size_t 
     *kv = s->keep_qkv ? up_mul3(Tg, (size_t)cp_attention_kv_heads_per_rank(s->NKV, s->P), HS) : 0;
 }
 
-static float *stage_buffer(size_t n) { return mem_alloc_f32(MEM_ATTENTION, n); }
+/* n elements of the stage tensors' type (DESIGN.md §5.1). */
+static float *stage_buffer(const cp_attention_shape *s, size_t n) {
+    return mem_alloc_n(MEM_ATTENTION, s->dtype, n);
+}
 
 cp_attention *cp_attention_init(const cp_attention_shape *s) {
     UP_CHECK(s->NH % s->U == 0 && (!s->keep_qkv || s->U == s->NH),
@@ -112,46 +115,48 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
      * are the projections themselves; under keep_qkv they are the saved tensors (and qs, ks, vs
      * serve the backward alone). */
     if (bwd || !(P1 && keep)) {
-        a->qs = stage_buffer(up_mul3(T, (size_t)s->U, HS));
-        a->ks = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
-        a->vs = stage_buffer(up_mul3(T, (size_t)a->Kc, HS));
+        a->qs = stage_buffer(s, up_mul3(T, (size_t)s->U, HS));
+        a->ks = stage_buffer(s, up_mul3(T, (size_t)a->Kc, HS));
+        a->vs = stage_buffer(s, up_mul3(T, (size_t)a->Kc, HS));
     }
     for (int b = 0; b <= a->overlap; b++) {
         if (!P1 && !keep) {
-            a->qh[b] = stage_buffer(qh);
+            a->qh[b] = stage_buffer(s, qh);
             if (b == 0 || kv2) {
-                a->kh[b] = stage_buffer(kvh);
-                a->vh[b] = stage_buffer(kvh);
+                a->kh[b] = stage_buffer(s, kvh);
+                a->vh[b] = stage_buffer(s, kvh);
             }
         }
         if (!(P1 && a->model_order) && (b == 0 || bwd)) /* else o is read in place */
-            a->oh[b] = stage_buffer(qh);
-        if (bwd && !P1) a->doh[b] = stage_buffer(qh); /* P == 1: do is dts itself */
+            a->oh[b] = stage_buffer(s, qh);
+        if (bwd && !P1) a->doh[b] = stage_buffer(s, qh); /* P == 1: do is dts itself */
     }
-    if (bwd) a->dts = stage_buffer(up_mul3(T, (size_t)s->U, HS));
+    if (bwd) a->dts = stage_buffer(s, up_mul3(T, (size_t)s->U, HS));
     if (bwd && !(P1 && keep)) { /* else dq, dk, dv land in qs, ks, vs */
-        a->dqh = stage_buffer(qh);
-        a->dkh = stage_buffer(kvh);
-        a->dvh = stage_buffer(kvh);
+        a->dqh = stage_buffer(s, qh);
+        a->dkh = stage_buffer(s, kvh);
+        a->dvh = stage_buffer(s, kvh);
     }
     if (bwd && a->stages_per_chunk > 1) {
-        a->dkh_s = stage_buffer(kvh);
-        a->dvh_s = stage_buffer(kvh);
+        a->dkh_s = stage_buffer(s, kvh);
+        a->dvh_s = stage_buffer(s, kvh);
     }
     if (!P1) {
         size_t pq = comm_pack_floats(s->comm, s->T_loc, s->U, s->HS);
         size_t pkv = comm_pack_floats(s->comm, s->T_loc, a->Kc, s->HS);
-        a->pack = stage_buffer(pq > pkv ? pq : pkv);
+        a->pack = stage_buffer(s, pq > pkv ? pq : pkv);
         if (kv2) {
-            a->pack_k = stage_buffer(pkv);
-            a->pack_v = stage_buffer(pkv);
+            a->pack_k = stage_buffer(s, pkv);
+            a->pack_v = stage_buffer(s, pkv);
         }
         if (a->overlap && bwd) {
-            a->pack_o = stage_buffer(pq);
-            a->pack_do = stage_buffer(pq);
+            a->pack_o = stage_buffer(s, pq);
+            a->pack_do = stage_buffer(s, pq);
         }
     }
-    a->ws = stage_buffer(attention_workspace_floats(a->Tg, a->U_loc, a->Kc_loc, s->HS));
+    /* scores, probabilities, running statistics and accumulators: fp32 whatever the dtype */
+    a->ws =
+        mem_alloc_f32(MEM_ATTENTION, attention_workspace_floats(a->Tg, a->U_loc, a->Kc_loc, s->HS));
     for (int i = 0; a->overlap && i < (int)(sizeof a->inflight / sizeof a->inflight[0]); i++)
         comm_exchange_init(s->comm, &a->inflight[i]);
     return a;

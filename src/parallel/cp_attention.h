@@ -25,6 +25,7 @@
 #define UP_CP_ATTENTION_H
 
 #include "comm/comm.h"
+#include "core/mem.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -42,6 +43,8 @@ typedef struct {
     int overlap;               /* the pipe (staged path, P > 1, more than one stage): the next
                                   stage's inputs are exchanged during this stage's attention,
                                   on a second set of head-layout buffers; else ignored */
+    mem_dtype dtype;           /* element type of q, k, v, o, their gradients and the exchange
+                                  packs (DESIGN.md §5.1); the kernels' workspace is fp32 */
 } cp_attention_shape;
 
 /* What the forward of one layer saves for its backward (buffers owned by the caller). */
@@ -67,11 +70,12 @@ typedef struct cp_attention cp_attention;
 int cp_attention_check(int NH, int NKV, int P, int U, char *err, size_t errlen);
 /* KV heads per rank in head layout: NKV/P, or 1 when each KV head is replicated (P > NKV). */
 int cp_attention_kv_heads_per_rank(int NKV, int P);
-/* Floats of each saved tensor of one layer (att, lse, and q, k, v under keep_qkv; else 0). */
+/* Elements of each saved tensor of one layer (att, lse, and q, k, v under keep_qkv; else 0). */
 void cp_attention_saved_floats(const cp_attention_shape *s, size_t *att, size_t *lse, size_t *q,
                                size_t *kv);
 
-/* The stage buffers (category attention; counted, not allocated, under mem plan mode). */
+/* The stage buffers (category attention, elements of s->dtype, the workspace fp32; counted, not
+ * allocated, under mem plan mode). */
 cp_attention *cp_attention_init(const cp_attention_shape *s);
 void cp_attention_free(cp_attention *a);
 

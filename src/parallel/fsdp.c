@@ -9,7 +9,7 @@
 #include <string.h>
 
 void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits, int R,
-               int tied_unit, int grads) {
+               int tied_unit, int grads, mem_dtype wtype) {
     memset(f, 0, sizeof *f);
     UP_CHECK(R == 1 || R == comm->R, "fsdp: %d ranks, the world has %d", R, comm->R);
     f->comm = comm;
@@ -17,6 +17,7 @@ void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits
     f->rank = R > 1 ? comm->rank : 0;
     f->nunits = nunits;
     f->tied_unit = tied_unit;
+    f->wtype = wtype;
     f->unit_off = calloc((size_t)nunits + 1, sizeof *f->unit_off);
     f->shard_n = calloc((size_t)nunits, sizeof *f->shard_n);
     f->shard_off = calloc((size_t)nunits, sizeof *f->shard_off);
@@ -35,6 +36,7 @@ void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits
         f->req[k] = MPI_REQUEST_NULL;
     }
     f->params = mem_alloc_f32(MEM_PARAMS, f->nshard);
+    if (R == 1 && wtype != MEM_DTYPE_F32) f->wcopy = mem_alloc_n(MEM_PARAMS, wtype, f->nshard);
     if (grads) {
         f->grads = mem_alloc_f32(MEM_GRADS, f->nshard);
         f->m = mem_alloc_f32(MEM_OPTIMIZER, f->nshard);
@@ -45,15 +47,15 @@ void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits
     }
     if (R == 1) return;
     size_t full = up_mul(maxs, (size_t)R);
-    f->gbuf[0] = mem_alloc_f32(MEM_COMM, full);
-    f->gbuf[1] = mem_alloc_f32(MEM_COMM, full);
+    f->gbuf[0] = mem_alloc_n(MEM_COMM, wtype, full);
+    f->gbuf[1] = mem_alloc_n(MEM_COMM, wtype, full);
     if (grads) {
         f->gradbuf = mem_alloc_f32(MEM_COMM, full);
         f->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
     }
     if (tied_unit >= 0) {
         size_t e = up_mul(f->shard_n[tied_unit], (size_t)R);
-        f->gbuf[2] = mem_alloc_f32(MEM_COMM, e);
+        f->gbuf[2] = mem_alloc_n(MEM_COMM, wtype, e);
         if (grads) f->tied_gradbuf = mem_alloc_f32(MEM_COMM, e);
     }
 }
@@ -62,6 +64,7 @@ void fsdp_free(fsdp_state *f) {
     float *bufs[] = {f->params, f->grads,   f->m,      f->v,           f->gbuf[0],
                      f->gbuf[1], f->gbuf[2], f->gradbuf, f->tied_gradbuf, f->rs_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    mem_free(f->wcopy);
     mem_count(MEM_COMM, -(long long)f->mpi_temp);
     free(f->unit_off);
     free(f->shard_n);

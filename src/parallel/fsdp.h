@@ -19,6 +19,7 @@
 #define UP_FSDP_H
 
 #include "comm/comm.h"
+#include "core/mem.h"
 
 #include <mpi.h>
 #include <stddef.h>
@@ -33,7 +34,9 @@ typedef struct {
     size_t *shard_off; /* (nunits) offsets of the shards in the slabs */
     size_t nshard;     /* floats of a slab */
     float *params, *grads, *m, *v; /* this rank's shards (the full layout when R == 1) */
-    float *gbuf[3];    /* gather slots (R > 1) */
+    mem_dtype wtype; /* element type of the weights the matmuls read (DESIGN.md §5.1) */
+    void *wcopy;     /* R == 1, wtype bf16: the slab's copy in wtype (NULL: the slab itself) */
+    float *gbuf[3];  /* gather slots (R > 1), elements of wtype */
     int gbuf_unit[3], gbuf_pending[3];
     MPI_Request req[3];
     float *gradbuf;      /* (R * max shard_n) full gradients of the unit in backward */
@@ -43,12 +46,16 @@ typedef struct {
 } fsdp_state;
 
 /* Builds the shard tables for units at unit_off (nunits + 1 offsets) over R ranks (R == 1 or
- * comm's world size) and allocates the slabs (params, grads, optimizer: zero) and, when R > 1,
- * the gather and gradient buffers (comm). Without grads (evaluation) only the parameter slab and
- * the gather slots exist: no gradients, moments or reduce buffers (fsdp_grads, fsdp_reduce and
- * fsdp_gather_slab must not be called). Under mem plan mode nothing is allocated. */
+ * comm's world size) and allocates the slabs (params, grads, optimizer: zero, fp32) and, when
+ * R > 1, the gather and gradient buffers (comm). Without grads (evaluation) only the parameter
+ * slab and the gather slots exist: no gradients, moments or reduce buffers (fsdp_grads,
+ * fsdp_reduce and fsdp_gather_slab must not be called). wtype is the element type of the weights
+ * the matmuls read: with bf16 the gather slots hold bf16 (each rank converts its shard into its
+ * own place in the slot and the gather runs in place, so no bf16 shard is kept), and unsharded
+ * (R == 1) a bf16 copy of the slab is kept beside it (category params). Gradients and their
+ * buffers stay fp32 (the reductions add in fp32). Under mem plan mode nothing is allocated. */
 void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits, int R,
-               int tied_unit, int grads);
+               int tied_unit, int grads, mem_dtype wtype);
 void fsdp_free(fsdp_state *f);
 
 /* Global (full-layout) range [g0, g1) of unit u that this rank owns. */

@@ -28,7 +28,13 @@ void train_print_help(void) {
         "                         --mask-output`): target t counts only where its byte is 1\n"
         "  --init FILE            start from these weights (safetensors, HF names, F32/BF16);\n"
         "                         default: random init from --seed\n"
-        "  --seed S               seed of the random init (default 1234)\n\n"
+        "  --seed S               seed of the random init (default 1234)\n"
+        "  --dtype f32|bf16       element type of the stored tensors (default f32). bf16: master\n"
+        "                         weights, gradients and AdamW moments fp32, a bf16 copy of the\n"
+        "                         weights for the matmuls (gathered in bf16 under --fsdp),\n"
+        "                         activations, checkpoints, the offload store and the attention's\n"
+        "                         q/k/v/o and exchanges bf16; statistics and loss tiles fp32.\n"
+        "                         Its kernels are not built yet: bf16 works with --dry-run only\n\n"
         "optimisation\n"
         "  --steps N              training steps (default 10)\n"
         "  --grad-accum B         sequences per replica per step, gradients accumulated\n"
@@ -148,6 +154,18 @@ unsigned long long opt_size(const char *flag, const char *s) {
     return v;
 }
 
+mem_dtype opt_dtype(const char *flag, const char *s) {
+    for (int dt = 0; dt < MEM_DTYPE_COUNT; dt++)
+        if (strcmp(s, mem_dtype_name((mem_dtype)dt)) == 0) return (mem_dtype)dt;
+    up_die_all("%s expects f32 or bf16, got '%s'", flag, s);
+}
+
+void opt_check_dtype_runs(mem_dtype dt, int dry_run) {
+    if (dt != MEM_DTYPE_F32 && !dry_run)
+        up_die_all("--dtype %s: the %s kernels are not built yet; use --dry-run to plan a %s run",
+                   mem_dtype_name(dt), mem_dtype_name(dt), mem_dtype_name(dt));
+}
+
 int opt_optional_count(const char *flag, int argc, char **argv) {
     if (optarg) return (int)opt_long(flag, optarg, 1, 1 << 30);
     if (optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9')
@@ -162,7 +180,7 @@ enum {
     OPT_TILE_LOSS, OPT_UPIPE, OPT_OVERLAP, OPT_NO_OVERLAP, OPT_DRY, OPT_MEMLIM, OPT_FSDP,
     OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP,
     OPT_LOSS_MASK, OPT_WATCHDOG, OPT_NONFINITE, OPT_MAX_SKIPS, OPT_VAL_DATA, OPT_VAL_EVERY,
-    OPT_VAL_WINDOWS, OPT_TRACE
+    OPT_VAL_WINDOWS, OPT_TRACE, OPT_DTYPE
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -233,6 +251,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         {"val-every", required_argument, 0, OPT_VAL_EVERY},
         {"val-windows", required_argument, 0, OPT_VAL_WINDOWS},
         {"trace", required_argument, 0, OPT_TRACE},
+        {"dtype", required_argument, 0, OPT_DTYPE},
         {"help", no_argument, 0, OPT_HELP},
         {0, 0, 0, 0}};
     optind = 1;
@@ -297,6 +316,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_VAL_EVERY: o->val_every = opt_long("--val-every", optarg, 1, INT_MAX); break;
         case OPT_VAL_WINDOWS: o->val_windows = opt_long("--val-windows", optarg, 1, INT_MAX); break;
         case OPT_TRACE: o->trace = optarg; break;
+        case OPT_DTYPE: o->mopt.dtype = opt_dtype("--dtype", optarg); break;
         case OPT_HELP: return 1;
         case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
         default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
@@ -305,6 +325,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     if (optind < argc)
         up_die_all("unexpected argument '%s': flags are --name value (see upipe train --help)",
                    argv[optind]);
+    opt_check_dtype_runs(o->mopt.dtype, o->dry_run);
     if (!o->config) up_die_all("--config FILE is required (an HF config.json): see upipe train --help");
     if (!o->data)
         up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "

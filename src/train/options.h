@@ -18,7 +18,8 @@ typedef struct {
     int threads; /* 0: default */
     int cp;      /* context-parallel degree; 0: all ranks */
     int accum;   /* sequences per replica per step (gradient accumulation) */
-    model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads */
+    model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,
+                           --dtype */
     int dry_run;
     unsigned long long mem_limit; /* bytes, 0: none */
     int quiet;
@@ -53,6 +54,11 @@ long opt_long(const char *flag, const char *s, long lo, long hi);
 const char *opt_flag_as_value(char **argv);
 double opt_double(const char *flag, const char *s, double lo, double hi);
 unsigned long long opt_size(const char *flag, const char *s); /* 6GiB, 512MiB, bytes */
+/* --dtype: "f32" or "bf16". */
+mem_dtype opt_dtype(const char *flag, const char *s);
+/* After parsing: stops every rank with a message when dt has no kernels yet (bf16: a plan only)
+ * and the run is not a --dry-run. */
+void opt_check_dtype_runs(mem_dtype dt, int dry_run);
 /* The value of a flag whose size is optional (getopt_long optional_argument): --flag=N,
  * --flag N, or --flag alone (-1: the default). */
 int opt_optional_count(const char *flag, int argc, char **argv);

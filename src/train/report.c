@@ -26,11 +26,13 @@ static const char *g_shrink[MEM_COUNT] = {
     "--tile-mlp / --tile-loss",              "fewer ranks per group",
     "fewer --threads (each BLAS thread holds its packing buffers)"};
 
-void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc) {
+void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc,
+                       mem_dtype dt) {
     char b[32], t[32];
     double per = T_loc > 0 ? 1.0 / T_loc : 0; /* this rank's tokens */
-    printf("memory plan per rank: T=%ld (T_loc=%d, cp=%d), C=%d L=%d NH=%d NKV=%d F=%d V=%d\n",
-           T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V);
+    printf("memory plan per rank: T=%ld (T_loc=%d, cp=%d), C=%d L=%d NH=%d NKV=%d F=%d V=%d, "
+           "dtype %s\n",
+           T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V, mem_dtype_name(dt));
     printf("  %-12s %12s %12s\n", "category", "bytes", "per token");
     for (int k = 0; k < MEM_COUNT; k++)
         printf("  %-12s %12s %12s\n", mem_category_name((mem_category)k),

@@ -15,8 +15,10 @@ typedef struct {
 
 /* The counters' peaks now (per category, total, offloaded); rss left 0. */
 report_memory report_capture(void);
-/* Prints the plan per category on stdout (call on rank 0). T_loc = T / P. */
-void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc);
+/* Prints the plan per category on stdout (call on rank 0). T_loc = T / P; dt, the run's --dtype,
+ * is named in the header. */
+void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc,
+                       mem_dtype dt);
 /* When mem_limit (bytes, --mem-limit) is set and the plan's peak exceeds it, stops every rank
  * (up_die_all) with the two largest categories and the flags that shrink them. Call on every
  * rank. */

@@ -335,7 +335,7 @@ int train_main(int argc, char **argv) {
     run_setup(&r);
     report_memory plan = run_plan(&r);
     if (r.o.dry_run) {
-        if (r.rank == 0) report_print_plan(&plan, r.o.T, &r.cfg, r.P, r.T_loc);
+        if (r.rank == 0) report_print_plan(&plan, r.o.T, &r.cfg, r.P, r.T_loc, r.o.mopt.dtype);
         if (r.o.mem_report) report_write_memory(r.o.mem_report, &r.comm, &plan, 1);
     } else {
         report_check_mem_limit(&plan, r.o.mem_limit, r.o.T);
