@@ -34,6 +34,13 @@ expect_error flag_as_value "--offload needs a value but is followed by the flag 
   $TRAIN --config "$CFG" --data "$TMP/d.bin" --offload --tile-mlp --seq-len 64
 expect_error eval_flag_as_value "--init needs a value but is followed by the flag --data" -- \
   "$UPIPE" eval --threads 1 --config "$CFG" --init --data "$TMP/d.bin" --seq-len 64
+# --dtype: f32 or bf16; bf16 has no kernels yet, so only its plan (--dry-run) runs.
+expect_error dtype_unknown "--dtype expects f32 or bf16, got 'fp8'" -- \
+  $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --dtype fp8
+expect_error eval_dtype_unknown "--dtype expects f32 or bf16, got 'fp8'" -- \
+  "$UPIPE" eval --threads 1 --config "$CFG" --init /dev/null --data "$TMP/d.bin" --seq-len 64 --dtype fp8
+expect_error dtype_bf16_run "--dtype bf16: the bf16 kernels are not built yet; use --dry-run" -- \
+  $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --dtype bf16
 # UPIPE_KERNEL names a kernel path; an unknown one is refused, by train and by --version.
 expect_error kernel_unknown "UPIPE_KERNEL: unknown kernel path 'avx9000': use " -- \
   env UPIPE_KERNEL=avx9000 $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1
