@@ -69,9 +69,14 @@ static const char data_usage_recall[] =
     "  --keys K                 one token per key, ids 256 .. 256+K-1 (the model needs\n"
     "                           vocab_size >= 256+K), K >= D; default: keys of lowercase\n"
     "                           letters, as many as the distance needs (2 or more at D >= 7)\n"
+    "  --echo                   with --keys: every record repeats its key after the value,\n"
+    "                           \"=KVK;\" and \"?KVK;\"; predicting the echo teaches a model to\n"
+    "                           carry each token's predecessor, half of the lookup (an\n"
+    "                           induction head), so a small model learns to answer far sooner\n"
     "  --seed S                 random seed, the corpus is a function of it (default 1)\n"
     "  --mask-output PATH       also write a loss mask that counts the answers only: 1 at\n"
-    "                           every V of a question, 0 elsewhere (train --loss-mask)\n";
+    "                           every V of a question (and, with --echo, at every echoed\n"
+    "                           key), 0 elsewhere (train --loss-mask)\n";
 
 static int parse_u64(const char *s, uint64_t *out) {
     if (s == NULL || *s < '0' || *s > '9') return -1;
@@ -92,8 +97,9 @@ typedef struct {
     const char **inputs; /* (ninputs) argv strings; the array is malloc'd */
     int ninputs;
     const char *output, *mask_output;
-    int64_t sep; /* --doc-sep, or -1 */
+    int64_t sep;                                       /* --doc-sep, or -1 */
     uint64_t ntok, distance, min_distance, seed, keys; /* keys: --keys, 0: letter keys */
+    int echo;                                          /* --echo */
 } data_args;
 
 static void data_print_help(const char *sub) {
@@ -133,6 +139,10 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
+        if (!docs && strcmp(arg, "--echo") == 0) {
+            a->echo = 1;
+            continue;
+        }
         /* --flag value or --flag=value */
         const char *val = NULL;
         char flag[64];
@@ -204,6 +214,9 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
         up_die("data recall: --distance %llu is out of range: use 4 .. min(tokens/2, 2^26) so "
                "that questions fit in the corpus",
                (unsigned long long)a->distance);
+    if (a->echo && a->keys == 0)
+        up_die("data recall: --echo needs --keys K (one token per key): the echo repeats that "
+               "token");
     if (a->min_distance > 0 && (a->min_distance < 4 || a->min_distance > a->distance))
         up_die("data recall: --min-distance %llu is out of range: use 4 .. --distance (%llu)",
                (unsigned long long)a->min_distance, (unsigned long long)a->distance);
@@ -233,8 +246,12 @@ static int data_recall(const data_args *a) {
         mask = malloc(n);
         if (mask == NULL) up_die("data recall: out of memory for the mask of %zu tokens", n);
     }
-    uint32_t *tok = corpus_make_recall(n, (size_t)a->distance, (size_t)a->min_distance, a->seed,
-                                       (uint32_t)a->keys, mask);
+    const recall_spec spec = {.distance = (size_t)a->distance,
+                              .min_distance = (size_t)a->min_distance,
+                              .seed = a->seed,
+                              .key_tokens = (uint32_t)a->keys,
+                              .echo = a->echo};
+    uint32_t *tok = corpus_make_recall(n, &spec, mask);
     if (tok == NULL) up_die("data recall: out of memory for %zu tokens", n);
     char sz[32], dist[64];
     data_write_shard(a->output, tok, n, 2, sz, sizeof sz);
@@ -244,8 +261,8 @@ static int data_recall(const data_args *a) {
                  (unsigned long long)a->distance);
     else
         snprintf(dist, sizeof dist, "%llu", (unsigned long long)a->distance);
-    printf("upipe data: wrote %zu tokens (recall, distance %s, seed %llu) to %s (%s)\n", n, dist,
-           (unsigned long long)a->seed, a->output, sz);
+    printf("upipe data: wrote %zu tokens (recall%s, distance %s, seed %llu) to %s (%s)\n", n,
+           a->echo ? " with the echo" : "", dist, (unsigned long long)a->seed, a->output, sz);
     if (mask != NULL) {
         char err[1024];
         size_t answers = 0;
@@ -253,8 +270,8 @@ static int data_recall(const data_args *a) {
             answers += mask[i];
         if (mask_write(a->mask_output, mask, n, err, sizeof err) != 0) up_die("%s", err);
         free(mask);
-        printf("upipe data: wrote the answers-only loss mask (%zu of %zu targets) to %s\n", answers,
-               n, a->mask_output);
+        printf("upipe data: wrote the loss mask (%zu of %zu targets: the answers%s) to %s\n",
+               answers, n, a->echo ? " and the echoes" : "", a->mask_output);
     }
     return 0;
 }

@@ -117,7 +117,8 @@ static recall_item heap_pop(recall_item *h, size_t *n) {
 static const char recall_values[17] = "0123456789ABCDEF"; /* 16 value symbols */
 
 /* The recall corpus. Records are "key=V;" (a fact) and "key?V;" (its question), keys of klen
- * lowercase letters (or "=KV;" / "?KV;" with one-token keys K), values one of 16 symbols.
+ * lowercase letters (or "=KV;" / "?KV;" with one-token keys K, "=KVK;" / "?KVK;" with the echo),
+ * values one of 16 symbols.
  * Each fact's question is due `distance` tokens later, jittered by +-50% so the gap is not a
  * fixed offset a model could count; with min_distance > 0 the distance is drawn from the octaves
  * [min_distance, 2 min_distance), [2 min_distance, 4 min_distance) ... up to `distance`, each
@@ -145,9 +146,11 @@ static uint64_t recall_draw_gap(uint64_t *rng, size_t rec, uint64_t distance,
     return g > 0 ? g : 1;
 }
 
-uint32_t *corpus_make_recall(size_t n, size_t distance, size_t min_distance, uint64_t seed,
-                             uint32_t key_tokens, uint8_t *mask) {
+uint32_t *corpus_make_recall(size_t n, const recall_spec *spec, uint8_t *mask) {
     if (n == 0) return NULL;
+    size_t distance = spec->distance, min_distance = spec->min_distance;
+    uint32_t key_tokens = spec->key_tokens;
+    int echo = key_tokens > 0 && spec->echo;
     if (distance < 4) distance = 4;
     if (distance > ((size_t)1 << 26)) distance = (size_t)1 << 26;
     if (min_distance > distance) min_distance = distance;
@@ -160,8 +163,8 @@ uint32_t *corpus_make_recall(size_t n, size_t distance, size_t min_distance, uin
             klen++;
             nkeys *= RECALL_KEY_SYMBOLS;
         }
-    size_t rec = (size_t)klen + 3;             /* key, '=' or '?', value, ';' */
-    uint64_t gap = (distance + rec - 1) / rec; /* in records */
+    size_t rec = (size_t)klen + 3 + (size_t)echo; /* key, '=' or '?', value, (key,) ';' */
+    uint64_t gap = (distance + rec - 1) / rec;    /* in records */
     uint64_t jitter = min_distance > 0 ? 0 : gap / 2;
 
     uint32_t *out = malloc(n * sizeof *out);
@@ -175,7 +178,7 @@ uint32_t *corpus_make_recall(size_t n, size_t distance, size_t min_distance, uin
         free(heap);
         return NULL;
     }
-    uint64_t rng = seed;
+    uint64_t rng = spec->seed;
     size_t nheap = 0, pos = 0;
     for (uint64_t slot = 0; pos < n; slot++) {
         uint8_t recbuf[RECALL_MAX_KEY_LEN + 3];
@@ -201,10 +204,11 @@ uint32_t *corpus_make_recall(size_t n, size_t distance, size_t min_distance, uin
         uint32_t k = it.key;
         uint32_t keytok = RECALL_KEY_TOKEN0 + k;
         if (key_tokens > 0) {
-            const uint32_t r[4] = {sep, keytok, (uint8_t)recall_values[it.value], ';'};
-            for (size_t c = 0; c < 4 && pos < n; c++, pos++) {
+            const uint32_t value = (uint8_t)recall_values[it.value];
+            const uint32_t r[5] = {sep, keytok, value, echo ? keytok : ';', ';'};
+            for (size_t c = 0; c < rec && pos < n; c++, pos++) {
                 out[pos] = r[c];
-                if (mask != NULL) mask[pos] = (uint8_t)(sep == '?' && c == 2);
+                if (mask != NULL) mask[pos] = (uint8_t)((sep == '?' && c == 2) || (echo && c == 3));
             }
             continue;
         }

@@ -174,11 +174,12 @@ static void test_tokenize(void) {
 /* Parses the corpus and checks every question: its key was stated earlier, its answer is the
  * value of the latest statement, and the question is about `distance` tokens after the fact. */
 static void check_recall(size_t n, size_t distance, uint64_t seed) {
-    uint32_t *t = corpus_make_recall(n, distance, 0, seed, 0, NULL);
+    uint32_t *t = corpus_make_recall(n, &(recall_spec){.distance = distance, .seed = seed}, NULL);
     CHECK(t != NULL, "corpus_make_recall returned NULL");
     if (t == NULL) return;
-    uint32_t *t2 = corpus_make_recall(n, distance, 0, seed, 0, NULL);
-    uint32_t *t3 = corpus_make_recall(n, distance, 0, seed + 1, 0, NULL);
+    uint32_t *t2 = corpus_make_recall(n, &(recall_spec){.distance = distance, .seed = seed}, NULL);
+    uint32_t *t3 =
+        corpus_make_recall(n, &(recall_spec){.distance = distance, .seed = seed + 1}, NULL);
     CHECK(t2 && memcmp(t, t2, n * 4) == 0, "recall corpus not deterministic in seed");
     CHECK(t3 && memcmp(t, t3, n * 4) != 0, "recall corpus ignores the seed");
     free(t2);

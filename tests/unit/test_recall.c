@@ -86,7 +86,8 @@ static void test_hand_made(void) {
  * corpus's. */
 static void test_corpus(uint32_t keys) {
     long T = 4096, D = 300;
-    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, 0, 7, keys, NULL);
+    uint32_t *c = corpus_make_recall(
+        (size_t)T + 1, &(recall_spec){.distance = (size_t)D, .seed = 7, .key_tokens = keys}, NULL);
     int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
     for (long i = 0; i <= T; i++)
         tok[i] = (int32_t)c[i];
@@ -118,11 +119,18 @@ static void test_corpus(uint32_t keys) {
 }
 
 /* --min-distance: distances spread over [M, D] with about as many questions per octave, and the
- * answers-only mask marks exactly the answer of every question (and nothing else). */
-static void test_spread(uint32_t keys) {
+ * mask marks exactly the answer of every question and, with the echo, the echoed key of every
+ * record "=KVK;" (and nothing else). */
+static void test_spread(uint32_t keys, int echo) {
     long T = 65536, M = 16, D = 2048, oct = 7; /* octaves [16,32) .. [1024,2048] */
     uint8_t *mask = malloc((size_t)T + 1);
-    uint32_t *c = corpus_make_recall((size_t)T + 1, (size_t)D, (size_t)M, 11, keys, mask);
+    uint32_t *c = corpus_make_recall((size_t)T + 1,
+                                     &(recall_spec){.distance = (size_t)D,
+                                                    .min_distance = (size_t)M,
+                                                    .seed = 11,
+                                                    .key_tokens = keys,
+                                                    .echo = echo},
+                                     mask);
     int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
     for (long i = 0; i <= T; i++)
         tok[i] = (int32_t)c[i];
@@ -139,20 +147,31 @@ static void test_spread(uint32_t keys) {
             o++;
         per[o]++;
     }
-    CHECK(nq > 1000 && ok == nq && out == 0, "spread (keys %u): %ld right, %ld outside [M, 2D] of %ld",
-          keys, ok, out, nq);
+    CHECK(nq > 1000 && ok == nq && out == 0,
+          "spread (keys %u, echo %d): %ld right, %ld outside [M, 2D] of %ld", keys, echo, ok, out,
+          nq);
     for (long o = 0; o < oct; o++)
         CHECK(per[o] > nq / oct / 2 && per[o] < 2 * nq / oct,
               "spread (keys %u): %ld of %ld questions in octave [%ld, %ld)", keys, per[o], nq,
               M << o, M << (o + 1));
     /* the answer of the question at '?' position p is the target of the prediction at p */
-    long marked = 0, hit = 0;
+    long marked = 0, hit = 0, echoes = 0, bad_echo = 0;
     for (long i = 0; i <= T; i++)
         marked += mask[i];
     for (long i = 0; i < nq; i++)
         hit += mask[q[i].pos + 1] == 1;
-    CHECK(hit == nq && marked >= nq && marked <= nq + 2,
-          "mask (keys %u): %ld of %ld answers marked, %ld marks in all", keys, hit, nq, marked);
+    for (long i = 0; echo && i + 4 <= T; i++)
+        if ((tok[i] == '=' || tok[i] == '?') && tok[i + 1] >= 256) {
+            int ok_rec = tok[i + 3] == tok[i + 1] && tok[i + 4] == ';' && mask[i + 3] == 1;
+            echoes += ok_rec;
+            bad_echo += !ok_rec;
+        }
+    CHECK(bad_echo == 0 && (echo ? echoes > T / 6 : echoes == 0),
+          "echo (keys %u, echo %d): %ld records echo their key, %ld do not", keys, echo, echoes,
+          bad_echo);
+    CHECK(hit == nq && marked >= nq + echoes && marked <= nq + echoes + 3,
+          "mask (keys %u, echo %d): %ld of %ld answers and %ld echoes marked, %ld marks in all",
+          keys, echo, hit, nq, echoes, marked);
     free(mask), free(c), free(tok), free(pred), free(q);
 }
 
@@ -161,7 +180,8 @@ int main(void) {
     test_hand_made();
     test_corpus(0);
     test_corpus(512);
-    test_spread(0);
-    test_spread(4096);
+    test_spread(0, 0);
+    test_spread(4096, 0);
+    test_spread(4096, 1);
     return harness_finish("test_recall");
 }
