@@ -50,7 +50,8 @@ void train_print_help(void) {
         "  --on-nonfinite MODE    a step whose loss or gradient norm is NaN/Inf: stop (default;\n"
         "                         names the step and the first tensor with a bad gradient) or\n"
         "                         skip (no update for that step, logged as \"skipped\": 1)\n"
-        "  --max-skips K          with skip: stop when K steps in a row were skipped (default 5)\n\n"
+        "  --max-skips K          with skip: stop when K steps in a row were skipped (default "
+        "5)\n\n"
         "validation (forward only, between steps; training's results do not change)\n"
         "  --val-data FILE        a token shard to validate on: the mean loss (and, on a recall\n"
         "                         corpus, the recall accuracy; see upipe eval --help) over its\n"
@@ -73,6 +74,8 @@ void train_print_help(void) {
         "                         UPipe stages, all-to-alls, FSDP, offload I/O, loss tiles and\n"
         "                         the optimizer, with bytes (cost: well under 1%% of a step)\n"
         "  --quiet                no summary and no per-step lines on the terminal\n"
+        "  --print-every N        the per-step terminal line every N steps, the first and the\n"
+        "                         last (default 1; --log still records every step)\n"
         "  (every output path is checked for writability before the first step)\n\n"
         "checkpoints and resume\n"
         "  --ckpt-dir DIR         write checkpoints DIR/step-NNNNNNNN/ (weights, AdamW moments,\n"
@@ -113,7 +116,8 @@ void train_print_help(void) {
         "                         (ZeRO-3): each layer is gathered before its forward and\n"
         "                         backward and its gradients reduce-scattered after\n\n"
         "machine\n"
-        "  --watchdog SECONDS     stop the job with a message naming the step and the collective a\n"
+        "  --watchdog SECONDS     stop the job with a message naming the step and the collective "
+        "a\n"
         "                         rank waits in when no progress came for max(SECONDS, 10 x the\n"
         "                         longest step) (default 600; 0 = off): a stalled rank or a\n"
         "                         hung collective ends the job instead of spinning forever\n"
@@ -174,13 +178,55 @@ int opt_optional_count(const char *flag, int argc, char **argv) {
 }
 
 enum {
-    OPT_CONFIG = 256, OPT_DATA, OPT_SEQ, OPT_STEPS, OPT_LR, OPT_WARMUP, OPT_MINLR, OPT_WD,
-    OPT_B1, OPT_B2, OPT_EPS, OPT_CLIP, OPT_SEED, OPT_INIT, OPT_SAVE, OPT_SAVE_GRADS, OPT_LOG,
-    OPT_MEMREP, OPT_THREADS, OPT_QUIET, OPT_HELP, OPT_CP, OPT_ACCUM, OPT_CKPT, OPT_OFFLOAD, OPT_TILE_MLP,
-    OPT_TILE_LOSS, OPT_UPIPE, OPT_OVERLAP, OPT_NO_OVERLAP, OPT_DRY, OPT_MEMLIM, OPT_FSDP,
-    OPT_CKPT_DIR, OPT_CKPT_EVERY, OPT_CKPT_KEEP, OPT_RESUME, OPT_STOP_AT, OPT_DOC_SEP,
-    OPT_LOSS_MASK, OPT_WATCHDOG, OPT_NONFINITE, OPT_MAX_SKIPS, OPT_VAL_DATA, OPT_VAL_EVERY,
-    OPT_VAL_WINDOWS, OPT_TRACE, OPT_DTYPE
+    OPT_CONFIG = 256,
+    OPT_DATA,
+    OPT_SEQ,
+    OPT_STEPS,
+    OPT_LR,
+    OPT_WARMUP,
+    OPT_MINLR,
+    OPT_WD,
+    OPT_B1,
+    OPT_B2,
+    OPT_EPS,
+    OPT_CLIP,
+    OPT_SEED,
+    OPT_INIT,
+    OPT_SAVE,
+    OPT_SAVE_GRADS,
+    OPT_LOG,
+    OPT_MEMREP,
+    OPT_THREADS,
+    OPT_QUIET,
+    OPT_HELP,
+    OPT_CP,
+    OPT_ACCUM,
+    OPT_CKPT,
+    OPT_OFFLOAD,
+    OPT_TILE_MLP,
+    OPT_TILE_LOSS,
+    OPT_UPIPE,
+    OPT_OVERLAP,
+    OPT_NO_OVERLAP,
+    OPT_DRY,
+    OPT_MEMLIM,
+    OPT_FSDP,
+    OPT_CKPT_DIR,
+    OPT_CKPT_EVERY,
+    OPT_CKPT_KEEP,
+    OPT_RESUME,
+    OPT_STOP_AT,
+    OPT_DOC_SEP,
+    OPT_LOSS_MASK,
+    OPT_WATCHDOG,
+    OPT_NONFINITE,
+    OPT_MAX_SKIPS,
+    OPT_VAL_DATA,
+    OPT_VAL_EVERY,
+    OPT_PRINT_EVERY,
+    OPT_VAL_WINDOWS,
+    OPT_TRACE,
+    OPT_DTYPE
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -204,56 +250,56 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     o->on_nonfinite = NONFINITE_STOP;
     o->max_skips = 5;
     int max_skips_set = 0;
-    static const struct option longopts[] = {
-        {"config", required_argument, 0, OPT_CONFIG},
-        {"data", required_argument, 0, OPT_DATA},
-        {"seq-len", required_argument, 0, OPT_SEQ},
-        {"steps", required_argument, 0, OPT_STEPS},
-        {"lr", required_argument, 0, OPT_LR},
-        {"warmup", required_argument, 0, OPT_WARMUP},
-        {"min-lr-frac", required_argument, 0, OPT_MINLR},
-        {"weight-decay", required_argument, 0, OPT_WD},
-        {"beta1", required_argument, 0, OPT_B1},
-        {"beta2", required_argument, 0, OPT_B2},
-        {"adam-eps", required_argument, 0, OPT_EPS},
-        {"grad-clip", required_argument, 0, OPT_CLIP},
-        {"seed", required_argument, 0, OPT_SEED},
-        {"init", required_argument, 0, OPT_INIT},
-        {"save", required_argument, 0, OPT_SAVE},
-        {"save-grads", required_argument, 0, OPT_SAVE_GRADS},
-        {"log", required_argument, 0, OPT_LOG},
-        {"mem-report", required_argument, 0, OPT_MEMREP},
-        {"threads", required_argument, 0, OPT_THREADS},
-        {"quiet", no_argument, 0, OPT_QUIET},
-        {"cp", required_argument, 0, OPT_CP},
-        {"grad-accum", required_argument, 0, OPT_ACCUM},
-        {"checkpoint", no_argument, 0, OPT_CKPT},
-        {"offload", required_argument, 0, OPT_OFFLOAD},
-        {"tile-mlp", optional_argument, 0, OPT_TILE_MLP},
-        {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
-        {"upipe-heads", required_argument, 0, OPT_UPIPE},
-        {"upipe-overlap", no_argument, 0, OPT_OVERLAP},
-        {"no-upipe-overlap", no_argument, 0, OPT_NO_OVERLAP},
-        {"dry-run", no_argument, 0, OPT_DRY},
-        {"fsdp", no_argument, 0, OPT_FSDP},
-        {"mem-limit", required_argument, 0, OPT_MEMLIM},
-        {"doc-sep", required_argument, 0, OPT_DOC_SEP},
-        {"watchdog", required_argument, 0, OPT_WATCHDOG},
-        {"loss-mask", required_argument, 0, OPT_LOSS_MASK},
-        {"ckpt-dir", required_argument, 0, OPT_CKPT_DIR},
-        {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY},
-        {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP},
-        {"resume", no_argument, 0, OPT_RESUME},
-        {"stop-at", required_argument, 0, OPT_STOP_AT},
-        {"on-nonfinite", required_argument, 0, OPT_NONFINITE},
-        {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
-        {"val-data", required_argument, 0, OPT_VAL_DATA},
-        {"val-every", required_argument, 0, OPT_VAL_EVERY},
-        {"val-windows", required_argument, 0, OPT_VAL_WINDOWS},
-        {"trace", required_argument, 0, OPT_TRACE},
-        {"dtype", required_argument, 0, OPT_DTYPE},
-        {"help", no_argument, 0, OPT_HELP},
-        {0, 0, 0, 0}};
+    static const struct option longopts[] = {{"config", required_argument, 0, OPT_CONFIG},
+                                             {"data", required_argument, 0, OPT_DATA},
+                                             {"seq-len", required_argument, 0, OPT_SEQ},
+                                             {"steps", required_argument, 0, OPT_STEPS},
+                                             {"lr", required_argument, 0, OPT_LR},
+                                             {"warmup", required_argument, 0, OPT_WARMUP},
+                                             {"min-lr-frac", required_argument, 0, OPT_MINLR},
+                                             {"weight-decay", required_argument, 0, OPT_WD},
+                                             {"beta1", required_argument, 0, OPT_B1},
+                                             {"beta2", required_argument, 0, OPT_B2},
+                                             {"adam-eps", required_argument, 0, OPT_EPS},
+                                             {"grad-clip", required_argument, 0, OPT_CLIP},
+                                             {"seed", required_argument, 0, OPT_SEED},
+                                             {"init", required_argument, 0, OPT_INIT},
+                                             {"save", required_argument, 0, OPT_SAVE},
+                                             {"save-grads", required_argument, 0, OPT_SAVE_GRADS},
+                                             {"log", required_argument, 0, OPT_LOG},
+                                             {"mem-report", required_argument, 0, OPT_MEMREP},
+                                             {"threads", required_argument, 0, OPT_THREADS},
+                                             {"quiet", no_argument, 0, OPT_QUIET},
+                                             {"cp", required_argument, 0, OPT_CP},
+                                             {"grad-accum", required_argument, 0, OPT_ACCUM},
+                                             {"checkpoint", no_argument, 0, OPT_CKPT},
+                                             {"offload", required_argument, 0, OPT_OFFLOAD},
+                                             {"tile-mlp", optional_argument, 0, OPT_TILE_MLP},
+                                             {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
+                                             {"upipe-heads", required_argument, 0, OPT_UPIPE},
+                                             {"upipe-overlap", no_argument, 0, OPT_OVERLAP},
+                                             {"no-upipe-overlap", no_argument, 0, OPT_NO_OVERLAP},
+                                             {"dry-run", no_argument, 0, OPT_DRY},
+                                             {"fsdp", no_argument, 0, OPT_FSDP},
+                                             {"mem-limit", required_argument, 0, OPT_MEMLIM},
+                                             {"doc-sep", required_argument, 0, OPT_DOC_SEP},
+                                             {"watchdog", required_argument, 0, OPT_WATCHDOG},
+                                             {"loss-mask", required_argument, 0, OPT_LOSS_MASK},
+                                             {"ckpt-dir", required_argument, 0, OPT_CKPT_DIR},
+                                             {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY},
+                                             {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP},
+                                             {"resume", no_argument, 0, OPT_RESUME},
+                                             {"stop-at", required_argument, 0, OPT_STOP_AT},
+                                             {"on-nonfinite", required_argument, 0, OPT_NONFINITE},
+                                             {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
+                                             {"val-data", required_argument, 0, OPT_VAL_DATA},
+                                             {"val-every", required_argument, 0, OPT_VAL_EVERY},
+                                             {"print-every", required_argument, 0, OPT_PRINT_EVERY},
+                                             {"val-windows", required_argument, 0, OPT_VAL_WINDOWS},
+                                             {"trace", required_argument, 0, OPT_TRACE},
+                                             {"dtype", required_argument, 0, OPT_DTYPE},
+                                             {"help", no_argument, 0, OPT_HELP},
+                                             {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -263,76 +309,178 @@ int train_parse_args(train_options *o, int argc, char **argv) {
             up_die_all("%s needs a value but is followed by the flag %s: see upipe train --help",
                        flag, optarg);
         switch (c) {
-        case OPT_CONFIG: o->config = optarg; break;
-        case OPT_DATA: o->data = optarg; break;
-        case OPT_SEQ: o->T = opt_long("--seq-len", optarg, 1, 1L << 30); break;
-        case OPT_STEPS: o->steps = opt_long("--steps", optarg, 1, INT_MAX); break;
-        case OPT_LR: o->lr = opt_double("--lr", optarg, 0, 10); break;
-        case OPT_WARMUP: o->warmup = opt_long("--warmup", optarg, 0, INT_MAX); break;
-        case OPT_MINLR: o->min_lr_frac = opt_double("--min-lr-frac", optarg, 0, 1); break;
-        case OPT_WD: o->weight_decay = opt_double("--weight-decay", optarg, 0, 10); break;
-        case OPT_B1: o->beta1 = opt_double("--beta1", optarg, 0, 0.999999); break;
-        case OPT_B2: o->beta2 = opt_double("--beta2", optarg, 0, 0.999999999); break;
-        case OPT_EPS: o->adam_eps = opt_double("--adam-eps", optarg, 0, 1); break;
-        case OPT_CLIP: o->grad_clip = opt_double("--grad-clip", optarg, 0, 1e30); break;
-        case OPT_SEED: o->seed = (uint64_t)opt_long("--seed", optarg, 0, 0x7fffffffffffffffL); break;
-        case OPT_INIT: o->init = optarg; break;
-        case OPT_SAVE: o->save = optarg; break;
-        case OPT_SAVE_GRADS: o->save_grads = optarg; break;
-        case OPT_LOG: o->log = optarg; break;
-        case OPT_MEMREP: o->mem_report = optarg; break;
-        case OPT_THREADS: o->threads = (int)opt_long("--threads", optarg, 1, 1024); break;
-        case OPT_QUIET: o->quiet = 1; break;
-        case OPT_CP: o->cp = (int)opt_long("--cp", optarg, 1, 1 << 20); break;
-        case OPT_ACCUM: o->accum = (int)opt_long("--grad-accum", optarg, 1, 1 << 20); break;
-        case OPT_CKPT: o->mopt.checkpoint = 1; break;
-        case OPT_OFFLOAD: o->mopt.offload_dir = optarg; break;
-        case OPT_TILE_MLP: o->mopt.tile_mlp = opt_optional_count("--tile-mlp", argc, argv); break;
-        case OPT_TILE_LOSS: o->mopt.tile_loss = opt_optional_count("--tile-loss", argc, argv); break;
-        case OPT_UPIPE: o->mopt.U = (int)opt_long("--upipe-heads", optarg, 1, 1 << 20); break;
-        case OPT_OVERLAP: o->mopt.upipe_overlap = 1; break;
-        case OPT_NO_OVERLAP: o->mopt.upipe_overlap = 0; break;
-        case OPT_DRY: o->dry_run = 1; break;
-        case OPT_FSDP: o->mopt.fsdp = 1; break;
-        case OPT_MEMLIM: o->mem_limit = opt_size("--mem-limit", optarg); break;
-        case OPT_DOC_SEP: o->doc_sep = opt_long("--doc-sep", optarg, 0, INT32_MAX); break;
-        case OPT_LOSS_MASK: o->loss_mask = optarg; break;
-        case OPT_WATCHDOG: o->watchdog = opt_double("--watchdog", optarg, 0, 1e9); break;
-        case OPT_CKPT_DIR: o->ckpt_dir = optarg; break;
-        case OPT_CKPT_EVERY: o->ckpt_every = opt_long("--ckpt-every", optarg, 1, INT_MAX); break;
-        case OPT_CKPT_KEEP: o->ckpt_keep = (int)opt_long("--ckpt-keep", optarg, 1, 1000); break;
-        case OPT_RESUME: o->resume = 1; break;
-        case OPT_STOP_AT: o->stop_at = opt_long("--stop-at", optarg, 1, INT_MAX); break;
+        case OPT_CONFIG:
+            o->config = optarg;
+            break;
+        case OPT_DATA:
+            o->data = optarg;
+            break;
+        case OPT_SEQ:
+            o->T = opt_long("--seq-len", optarg, 1, 1L << 30);
+            break;
+        case OPT_STEPS:
+            o->steps = opt_long("--steps", optarg, 1, INT_MAX);
+            break;
+        case OPT_LR:
+            o->lr = opt_double("--lr", optarg, 0, 10);
+            break;
+        case OPT_WARMUP:
+            o->warmup = opt_long("--warmup", optarg, 0, INT_MAX);
+            break;
+        case OPT_MINLR:
+            o->min_lr_frac = opt_double("--min-lr-frac", optarg, 0, 1);
+            break;
+        case OPT_WD:
+            o->weight_decay = opt_double("--weight-decay", optarg, 0, 10);
+            break;
+        case OPT_B1:
+            o->beta1 = opt_double("--beta1", optarg, 0, 0.999999);
+            break;
+        case OPT_B2:
+            o->beta2 = opt_double("--beta2", optarg, 0, 0.999999999);
+            break;
+        case OPT_EPS:
+            o->adam_eps = opt_double("--adam-eps", optarg, 0, 1);
+            break;
+        case OPT_CLIP:
+            o->grad_clip = opt_double("--grad-clip", optarg, 0, 1e30);
+            break;
+        case OPT_SEED:
+            o->seed = (uint64_t)opt_long("--seed", optarg, 0, 0x7fffffffffffffffL);
+            break;
+        case OPT_INIT:
+            o->init = optarg;
+            break;
+        case OPT_SAVE:
+            o->save = optarg;
+            break;
+        case OPT_SAVE_GRADS:
+            o->save_grads = optarg;
+            break;
+        case OPT_LOG:
+            o->log = optarg;
+            break;
+        case OPT_MEMREP:
+            o->mem_report = optarg;
+            break;
+        case OPT_THREADS:
+            o->threads = (int)opt_long("--threads", optarg, 1, 1024);
+            break;
+        case OPT_QUIET:
+            o->quiet = 1;
+            break;
+        case OPT_CP:
+            o->cp = (int)opt_long("--cp", optarg, 1, 1 << 20);
+            break;
+        case OPT_ACCUM:
+            o->accum = (int)opt_long("--grad-accum", optarg, 1, 1 << 20);
+            break;
+        case OPT_CKPT:
+            o->mopt.checkpoint = 1;
+            break;
+        case OPT_OFFLOAD:
+            o->mopt.offload_dir = optarg;
+            break;
+        case OPT_TILE_MLP:
+            o->mopt.tile_mlp = opt_optional_count("--tile-mlp", argc, argv);
+            break;
+        case OPT_TILE_LOSS:
+            o->mopt.tile_loss = opt_optional_count("--tile-loss", argc, argv);
+            break;
+        case OPT_UPIPE:
+            o->mopt.U = (int)opt_long("--upipe-heads", optarg, 1, 1 << 20);
+            break;
+        case OPT_OVERLAP:
+            o->mopt.upipe_overlap = 1;
+            break;
+        case OPT_NO_OVERLAP:
+            o->mopt.upipe_overlap = 0;
+            break;
+        case OPT_DRY:
+            o->dry_run = 1;
+            break;
+        case OPT_FSDP:
+            o->mopt.fsdp = 1;
+            break;
+        case OPT_MEMLIM:
+            o->mem_limit = opt_size("--mem-limit", optarg);
+            break;
+        case OPT_DOC_SEP:
+            o->doc_sep = opt_long("--doc-sep", optarg, 0, INT32_MAX);
+            break;
+        case OPT_LOSS_MASK:
+            o->loss_mask = optarg;
+            break;
+        case OPT_WATCHDOG:
+            o->watchdog = opt_double("--watchdog", optarg, 0, 1e9);
+            break;
+        case OPT_CKPT_DIR:
+            o->ckpt_dir = optarg;
+            break;
+        case OPT_CKPT_EVERY:
+            o->ckpt_every = opt_long("--ckpt-every", optarg, 1, INT_MAX);
+            break;
+        case OPT_CKPT_KEEP:
+            o->ckpt_keep = (int)opt_long("--ckpt-keep", optarg, 1, 1000);
+            break;
+        case OPT_RESUME:
+            o->resume = 1;
+            break;
+        case OPT_STOP_AT:
+            o->stop_at = opt_long("--stop-at", optarg, 1, INT_MAX);
+            break;
         case OPT_NONFINITE:
-            if (strcmp(optarg, "stop") == 0) o->on_nonfinite = NONFINITE_STOP;
-            else if (strcmp(optarg, "skip") == 0) o->on_nonfinite = NONFINITE_SKIP;
-            else up_die_all("--on-nonfinite expects stop or skip, got '%s'", optarg);
+            if (strcmp(optarg, "stop") == 0)
+                o->on_nonfinite = NONFINITE_STOP;
+            else if (strcmp(optarg, "skip") == 0)
+                o->on_nonfinite = NONFINITE_SKIP;
+            else
+                up_die_all("--on-nonfinite expects stop or skip, got '%s'", optarg);
             break;
         case OPT_MAX_SKIPS:
             o->max_skips = (int)opt_long("--max-skips", optarg, 1, INT_MAX);
             max_skips_set = 1;
             break;
-        case OPT_VAL_DATA: o->val_data = optarg; break;
-        case OPT_VAL_EVERY: o->val_every = opt_long("--val-every", optarg, 1, INT_MAX); break;
-        case OPT_VAL_WINDOWS: o->val_windows = opt_long("--val-windows", optarg, 1, INT_MAX); break;
-        case OPT_TRACE: o->trace = optarg; break;
-        case OPT_DTYPE: o->mopt.dtype = opt_dtype("--dtype", optarg); break;
-        case OPT_HELP: return 1;
-        case ':': up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
-        default: up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
+        case OPT_VAL_DATA:
+            o->val_data = optarg;
+            break;
+        case OPT_VAL_EVERY:
+            o->val_every = opt_long("--val-every", optarg, 1, INT_MAX);
+            break;
+        case OPT_PRINT_EVERY:
+            o->print_every = opt_long("--print-every", optarg, 1, INT_MAX);
+            break;
+        case OPT_VAL_WINDOWS:
+            o->val_windows = opt_long("--val-windows", optarg, 1, INT_MAX);
+            break;
+        case OPT_TRACE:
+            o->trace = optarg;
+            break;
+        case OPT_DTYPE:
+            o->mopt.dtype = opt_dtype("--dtype", optarg);
+            break;
+        case OPT_HELP:
+            return 1;
+        case ':':
+            up_die_all("%s needs a value: see upipe train --help", argv[optind - 1]);
+        default:
+            up_die_all("unknown flag '%s': see upipe train --help", argv[optind - 1]);
         }
     }
     if (optind < argc)
         up_die_all("unexpected argument '%s': flags are --name value (see upipe train --help)",
                    argv[optind]);
     opt_check_dtype_runs(o->mopt.dtype, o->dry_run);
-    if (!o->config) up_die_all("--config FILE is required (an HF config.json): see upipe train --help");
+    if (!o->config)
+        up_die_all("--config FILE is required (an HF config.json): see upipe train --help");
     if (!o->data)
         up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "
                    "--output data.bin`)");
     if ((o->resume || o->stop_at || o->ckpt_every) && !o->ckpt_dir)
-        up_die_all("%s needs --ckpt-dir DIR (where the checkpoints are)",
-                   o->resume ? "--resume" : o->stop_at ? "--stop-at" : "--ckpt-every");
+        up_die_all("%s needs --ckpt-dir DIR (where the checkpoints are)", o->resume ? "--resume"
+                                                                          : o->stop_at
+                                                                              ? "--stop-at"
+                                                                              : "--ckpt-every");
     if (o->stop_at > o->steps)
         up_die_all("--stop-at %ld is past --steps %ld: use a step in 1..%ld", o->stop_at, o->steps,
                    o->steps);

@@ -15,14 +15,15 @@ typedef struct {
     double lr, min_lr_frac, weight_decay, beta1, beta2, adam_eps, grad_clip;
     long warmup; /* -1: default */
     uint64_t seed;
-    int threads; /* 0: default */
-    int cp;      /* context-parallel degree; 0: all ranks */
-    int accum;   /* sequences per replica per step (gradient accumulation) */
+    int threads;        /* 0: default */
+    int cp;             /* context-parallel degree; 0: all ranks */
+    int accum;          /* sequences per replica per step (gradient accumulation) */
     model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,
                            --dtype */
     int dry_run;
     unsigned long long mem_limit; /* bytes, 0: none */
     int quiet;
+    long print_every;     /* the per-step terminal line every N steps (and the first and last) */
     const char *ckpt_dir; /* --ckpt-dir: checkpoints; NULL: none */
     long ckpt_every;      /* write one every N steps (0: only at the end, --stop-at, a signal) */
     int ckpt_keep;        /* complete checkpoints kept (default 2) */

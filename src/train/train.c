@@ -17,11 +17,11 @@
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Index of the b-th sequence of this replica at step k: ((k*D + d)*B + b). */
 static unsigned long long step_seq(long step, const comm_ctx *comm, int accum, int b) {
@@ -39,9 +39,10 @@ static void read_tokens(const train_run *r, unsigned long long seq, model *m) {
 /* The mathematics of this run, for a checkpoint's state and the resume check. */
 static ckpt_state run_state(const train_run *r, long step) {
     const train_options *o = &r->o;
-    ckpt_state st = {step,         o->steps,     o->T,       (long)r->comm.D * o->accum,
-                     o->warmup,    o->lr,        o->min_lr_frac, o->weight_decay,
-                     o->beta1,     o->beta2,     o->adam_eps, o->grad_clip, o->seed};
+    ckpt_state st = {step,      o->steps, o->T,           (long)r->comm.D * o->accum,
+                     o->warmup, o->lr,    o->min_lr_frac, o->weight_decay,
+                     o->beta1,  o->beta2, o->adam_eps,    o->grad_clip,
+                     o->seed};
     return st;
 }
 
@@ -51,8 +52,8 @@ static void run_start(train_run *r) {
     mem_count(MEM_RUNTIME, (long long)r->runtime); /* as in the plan */
     char err[1024];
     /* before the model: the offload store's I/O thread takes its track as it starts */
-    if (o->trace && trace_start(o->trace, r->comm.world, o->mopt.offload_dir != NULL, err,
-                                sizeof err) != 0)
+    if (o->trace &&
+        trace_start(o->trace, r->comm.world, o->mopt.offload_dir != NULL, err, sizeof err) != 0)
         up_die_agreed(r->rank == 0 ? err : NULL);
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
     watchdog_tick(); /* zeroing the buffers of a long run takes a while: progress */
@@ -140,7 +141,8 @@ static train_step_stats run_step(train_run *r, long step) {
     long long valid = 0;
     for (int b = 0; b < o->accum; b++) {
         read_tokens(r, step_seq(step, comm, o->accum, b), m);
-        for (int i = 0; i < r->T_loc; i++) valid += m->targets[i] >= 0;
+        for (int i = 0; i < r->T_loc; i++)
+            valid += m->targets[i] >= 0;
     }
     double zero = 0;
     comm_reduce_loss(comm, &zero, &valid);
@@ -172,8 +174,8 @@ static train_step_stats run_step(train_run *r, long step) {
     else
         r->skips_in_row = 0;
     float clip = clip_factor(s.norm, (float)o->grad_clip);
-    s.lr = lr_schedule((int)step, (int)o->steps, (float)o->lr, (int)o->warmup,
-                       (float)o->min_lr_frac);
+    s.lr =
+        lr_schedule((int)step, (int)o->steps, (float)o->lr, (int)o->warmup, (float)o->min_lr_frac);
     if (o->lr > 0 && !s.skipped) {
         r->hp.lr = s.lr;
         model_optimizer_step(m, &r->hp, (int)step + 1, clip);
@@ -219,7 +221,10 @@ static void run_record(train_run *r, const train_step_stats *s) {
                    s->loss, s->step + 1);
     if (r->rank != 0) return;
     double tps = r->tokens / s->dt;
-    if (!r->o.quiet) print_step_line(r, s, tps);
+    long done = s->step + 1;
+    int print = r->o.print_every <= 1 || done % r->o.print_every == 0 || s->step == r->start_step ||
+                done == r->o.steps;
+    if (!r->o.quiet && print) print_step_line(r, s, tps);
     if (!r->o.quiet && s->val) print_val_line(r, s);
     if (!r->o.quiet && s->ckpt_bytes > 0) {
         printf("checkpoint %s/step-%08ld: %.1f MiB in %.2f s (%.2f GB/s)\n", r->o.ckpt_dir,
@@ -351,8 +356,10 @@ int train_main(int argc, char **argv) {
             run_record(&r, &s);
             trace_step(); /* writes the trace so far when a buffer is half full */
         }
-        if (stopped) run_stop(&r, stopped);
-        else run_finish(&r);
+        if (stopped)
+            run_stop(&r, stopped);
+        else
+            run_finish(&r);
         watchdog_stop();
     }
     comm_free(&r.comm);

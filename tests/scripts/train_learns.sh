@@ -36,4 +36,14 @@ if "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/text.bin" --seq
 else
   bad "training run failed"; cat "$TMP/out"
 fi
+# --print-every 3 over 7 steps: the terminal shows steps 1, 3, 6 and 7; the log has all 7.
+if "$UPIPE" train --config "$SRC/configs/tiny.json" --data "$TMP/text.bin" --seq-len 32 \
+    --steps 7 --threads 1 --print-every 3 --log "$TMP/pe.jsonl" >"$TMP/pe.out" 2>&1; then
+  shown=$(sed -n 's/^step *\([0-9]*\)\/7 .*/\1/p' "$TMP/pe.out" | tr '\n' ' ')
+  [ "$shown" = "1 3 6 7 " ] && [ "$(wc -l <"$TMP/pe.jsonl")" -eq 7 ] &&
+    ok "--print-every 3: steps $shown on the terminal, 7 log records" ||
+    bad "--print-every 3: steps \"$shown\" on the terminal, $(wc -l <"$TMP/pe.jsonl") log records"
+else
+  bad "--print-every run failed"; cat "$TMP/pe.out"
+fi
 finish
