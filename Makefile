@@ -1,4 +1,5 @@
-# Thin wrapper over CMake. `make` builds ./build/upipe; `make run` trains a small default model;
+# Thin wrapper over CMake. `make` builds ./build/upipe; `make run` is the long-context demo
+# (tools/run-demo.sh);
 # `make test` runs the CI test suite (labels unit, golden, train, mpi; not slow); `make sanitize`
 # the ASan+UBSan run of CI (build-asan/); `make fuzz` each libFuzzer harness for FUZZ_SECONDS
 # (default 60; clang, build-fuzz/).
@@ -21,7 +22,7 @@ $(BUILD)/upipe: deps $(BUILD)/Makefile FORCE
 FORCE:
 
 run: $(BUILD)/upipe
-	bash tools/run-default.sh $(BUILD)/upipe
+	bash tools/run-demo.sh $(BUILD)/upipe
 
 test: $(BUILD)/upipe
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
