@@ -42,8 +42,8 @@ void print_summary(const train_run *r) {
            up_fmt_bytes(b2, sizeof b2,
                         (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) +
                                  mem_live(MEM_OPTIMIZER))));
-    printf("  layout  %d ranks: %d replica(s) x context-parallel %d, T_loc=%d", r->world,
-           r->comm.D, r->P, r->T_loc);
+    printf("  layout  %d rank%s: %d replica(s) x context-parallel %d, T_loc=%d", r->world,
+           r->world == 1 ? "" : "s", r->comm.D, r->P, r->T_loc);
     if (m->opt.U)
         printf(", UPipe stages of %d heads%s", m->opt.U,
                cp_attention_overlaps(m->attn) ? ", next stage's exchange overlapped" : "");
