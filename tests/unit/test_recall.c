@@ -81,6 +81,18 @@ static void test_hand_made(void) {
     free(tok), free(pred), free(doc), free(tok2);
 }
 
+/* The generated tokens c[0..T] as a window, and the oracle's predictions (the next token) in
+ * *pred: every question answered right. Both malloc'd. */
+static int32_t *oracle_window(const uint32_t *c, long T, int32_t **pred) {
+    int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok);
+    *pred = malloc((size_t)T * sizeof **pred);
+    for (long i = 0; i <= T; i++)
+        tok[i] = (int32_t)c[i];
+    for (long i = 0; i < T; i++)
+        (*pred)[i] = tok[i + 1];
+    return tok;
+}
+
 /* The generated corpus (letter keys, or one token per key): an oracle (the next token) answers
  * every question; a constant guess is right about 1/16 of the time; distances sit around the
  * corpus's. */
@@ -88,11 +100,7 @@ static void test_corpus(uint32_t keys) {
     long T = 4096, D = 300;
     uint32_t *c = corpus_make_recall(
         (size_t)T + 1, &(recall_spec){.distance = (size_t)D, .seed = 7, .key_tokens = keys}, NULL);
-    int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
-    for (long i = 0; i <= T; i++)
-        tok[i] = (int32_t)c[i];
-    for (long i = 0; i < T; i++)
-        pred[i] = tok[i + 1];
+    int32_t *pred = NULL, *tok = oracle_window(c, T, &pred);
     recall_question *q = malloc((size_t)recall_max_questions(T) * sizeof *q);
     long nq = score(tok, T, NULL, pred, 0, T, q), ok = 0, near = 0;
     for (long i = 0; i < nq; i++) {
@@ -131,11 +139,7 @@ static void test_spread(uint32_t keys, int echo) {
                                                     .key_tokens = keys,
                                                     .echo = echo},
                                      mask);
-    int32_t *tok = malloc((size_t)(T + 1) * sizeof *tok), *pred = malloc((size_t)T * sizeof *pred);
-    for (long i = 0; i <= T; i++)
-        tok[i] = (int32_t)c[i];
-    for (long i = 0; i < T; i++)
-        pred[i] = tok[i + 1];
+    int32_t *pred = NULL, *tok = oracle_window(c, T, &pred);
     recall_question *q = malloc((size_t)recall_max_questions(T) * sizeof *q);
     long nq = score(tok, T, NULL, pred, 0, T, q), ok = 0, out = 0, per[16] = {0};
     for (long i = 0; i < nq; i++) {
