@@ -67,8 +67,9 @@ static const char data_usage_recall[] =
     "                           asked in each octave [M, 2M), [2M, 4M) ... (4 <= M <= D);\n"
     "                           short ones teach the lookup, long ones need the context\n"
     "  --keys K                 one token per key, ids 256 .. 256+K-1 (the model needs\n"
-    "                           vocab_size >= 256+K), K at least twice the questions open\n"
-    "                           at once (~0.75 D; ~0.5 D with --min-distance, less with --echo);\n"
+    "                           vocab_size >= 256+K), K at least four times the questions\n"
+    "                           open at once on average (D/2 for a fixed distance, fewer with\n"
+    "                           --min-distance or --echo: the error names the least);\n"
     "                           default: keys of lowercase\n"
     "                           letters, as many as the distance needs (2 or more at D >= 7)\n"
     "  --echo                   with --keys: every record repeats its key after the value,\n"
@@ -225,17 +226,14 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
     if (a->mask_output != NULL && strcmp(a->mask_output, a->output) == 0)
         up_die("data recall: --mask-output and --output are the same file \"%s\": name two",
                a->output);
-    /* One-token keys: a new fact draws a key with no open question, so the keys must outnumber
-     * the open questions; twice their bound (a question is due at most D * 1.5 tokens after its
-     * fact, D without the jitter of a fixed distance) keeps the draw to ~2 tries at worst. */
-    uint64_t rec = 4 + (uint64_t)a->echo, gap = (a->distance + rec - 1) / rec;
-    uint64_t min_keys = 2 * (gap + (a->min_distance > 0 ? 0 : gap / 2) + 2);
+    const recall_spec spec = {
+        .distance = (size_t)a->distance, .min_distance = (size_t)a->min_distance, .echo = a->echo};
+    uint64_t min_keys = corpus_recall_min_keys(&spec);
     if (a->keys > 0 && (a->keys < min_keys || a->keys > (uint64_t)INT32_MAX - RECALL_KEY_TOKEN0))
-        up_die("data recall: --keys %llu is out of range: use %llu .. %llu (at least twice the "
-               "questions open at once at --distance %llu)",
+        up_die("data recall: --keys %llu is out of range: use %llu .. %llu (four times the "
+               "questions open at once at these distances)",
                (unsigned long long)a->keys, (unsigned long long)min_keys,
-               (unsigned long long)(INT32_MAX - RECALL_KEY_TOKEN0),
-               (unsigned long long)a->distance);
+               (unsigned long long)(INT32_MAX - RECALL_KEY_TOKEN0));
     return 0;
 }
 

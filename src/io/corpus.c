@@ -184,12 +184,14 @@ uint32_t *corpus_make_recall(size_t n, const recall_spec *spec, uint8_t *mask) {
         uint8_t recbuf[RECALL_MAX_KEY_LEN + 3];
         recall_item it;
         uint8_t sep;
-        if (nheap > 0 && heap[0].due <= slot) {
+        /* the earliest open question is asked when due, or early when half the keys are open
+         * (rare with --keys >= corpus_recall_min_keys; it keeps the key draw below short) */
+        if (nheap > 0 && (heap[0].due <= slot || 2 * (uint64_t)nheap >= nkeys)) {
             it = heap_pop(heap, &nheap);
             open_keys[it.key / 8] &= (uint8_t) ~(1u << (it.key % 8));
             sep = '?';
         } else {
-            /* under 1/5 of the keys are open, so this takes ~1.2 draws on average */
+            /* under half the keys are open, so this takes under 2 draws on average */
             do
                 it.key = (uint32_t)rand_below(&rng, nkeys);
             while (open_keys[it.key / 8] & (1u << (it.key % 8)));
@@ -227,4 +229,23 @@ uint32_t *corpus_make_recall(size_t n, const recall_spec *spec, uint8_t *mask) {
     free(open_keys);
     free(heap);
     return out;
+}
+
+uint64_t corpus_recall_min_keys(const recall_spec *spec) {
+    uint64_t rec = 4 + (uint64_t)(spec->echo != 0), d = spec->distance, m = spec->min_distance;
+    double mean = (double)d; /* fixed distance: its mean is D */
+    if (m > 0 && m < d) {    /* the mean of the octaves' midpoints, as recall_draw_gap draws */
+        int octaves = 1;
+        while ((m << octaves) < d)
+            octaves++;
+        double sum = 0;
+        for (int o = 0; o < octaves; o++) {
+            uint64_t lo = m << o, hi = 2 * lo < d ? 2 * lo : d;
+            sum += 0.5 * (double)(lo + hi);
+        }
+        mean = sum / octaves;
+    }
+    /* about half the record slots state a fact, so mean / rec / 2 questions are open on
+     * average; four times that keeps "half the keys open" (an early question) rare */
+    return 2 * (uint64_t)(mean / (double)rec + 0.5) + 8;
 }

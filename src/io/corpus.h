@@ -30,5 +30,9 @@ typedef struct {
  * every answer V of a question and at every echoed key, 0 elsewhere: the loss mask that trains
  * on what the lookup predicts. NULL when n == 0 or out of memory. */
 uint32_t *corpus_make_recall(size_t n, const recall_spec *spec, uint8_t *mask);
+/* The fewest one-token keys for spec (`--keys`): four times the questions open at once on
+ * average. With fewer, questions would often be asked early: when half the keys are open the
+ * generator asks the earliest open question before it is due. */
+uint64_t corpus_recall_min_keys(const recall_spec *spec);
 
 #endif

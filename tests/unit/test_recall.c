@@ -179,6 +179,26 @@ static void test_spread(uint32_t keys, int echo) {
     free(mask), free(c), free(tok), free(pred), free(q);
 }
 
+/* The fewest keys --keys accepts (corpus_recall_min_keys): a question is asked early only when
+ * half the keys are open, so the draw of a free key always ends, every answer is still the
+ * latest fact's, and early questions (shorter than the least distance) stay rare. */
+static void test_tight_keys(void) {
+    long T = 65536, M = 16, D = 2048;
+    recall_spec spec = {.distance = (size_t)D, .min_distance = (size_t)M, .seed = 5, .echo = 1};
+    spec.key_tokens = (uint32_t)corpus_recall_min_keys(&spec);
+    uint32_t *c = corpus_make_recall((size_t)T + 1, &spec, NULL);
+    int32_t *pred = NULL, *tok = oracle_window(c, T, &pred);
+    recall_question *q = malloc((size_t)recall_max_questions(T) * sizeof *q);
+    long nq = score(tok, T, NULL, pred, 0, T, q), ok = 0, early = 0;
+    for (long i = 0; i < nq; i++) {
+        ok += q[i].correct;
+        early += q[i].dist < M - 4;
+    }
+    CHECK(nq > 1000 && ok == nq && early * 100 < nq,
+          "tight keys (%u): %ld of %ld right, %ld asked early", spec.key_tokens, ok, nq, early);
+    free(c), free(tok), free(pred), free(q);
+}
+
 int main(void) {
     harness.verbose = 1;
     test_hand_made();
@@ -187,5 +207,6 @@ int main(void) {
     test_spread(0, 0);
     test_spread(4096, 0);
     test_spread(4096, 1);
+    test_tight_keys();
     return harness_finish("test_recall");
 }
