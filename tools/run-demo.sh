@@ -3,7 +3,7 @@
 # far back in its context, and what the memory stack costs and saves on the way.
 #
 # The task is `upipe data recall --echo`: facts "=KVK;" (a one-token key K, one of 16 value
-# symbols V, the key again) and, 4 .. 1260 tokens later, questions "?KVK;" whose answer V only
+# symbols V, the key again) and, 4 .. 2520 tokens later, questions "?KVK;" whose answer V only
 # the fact reveals (chance: 1/16). The loss counts the answers and the echoed keys (the echo
 # teaches the model to carry each token's predecessor forward: half of the lookup).
 #
@@ -38,7 +38,7 @@ say() { printf '\n== %s\n' "$*"; }
 
 T_SHORT=64
 T_LONG=${DEMO_T:-4096}
-D_LONG=1260 # the farthest fact: 512 keys cover the questions open at once up to here
+D_LONG=2520 # the farthest fact
 KEYS=512
 STEPS=${DEMO_STEPS:-600}
 COMMON="--threads 1 --grad-clip 0 --weight-decay 0 --lr 3e-3 --print-every 100"
