@@ -1,0 +1,229 @@
+/* bf16.c — fp32 <-> bf16 conversions (contract and rounding rules: bf16.h). Each x86-64 path is
+ * compiled for its instruction sets with a function-level target attribute, so the file builds
+ * for baseline x86-64 and the CPU test picks the path at run time. */
+#include "kernels/bf16.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define BF16_X86 1
+#endif
+
+/* ---- portable: the reference twin ----------------------------------------------------------- */
+
+/* The SDM's convert_fp32_to_bfloat16 (VCVTNEPS2BF16), step for step. Adding 0x7fff plus the
+ * kept part's lowest bit rounds to nearest with ties to even; a carry out of the mantissa moves
+ * the exponent up, and out of the largest finite value gives Inf (0x7f80). */
+static inline uint16_t round_bits(uint32_t u) {
+    uint32_t a = u & 0x7fffffffu;
+    if (a < 0x00800000u) return (uint16_t)((u >> 16) & 0x8000u); // zero or denormal: signed zero
+    if (a > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); // NaN: truncated, made quiet
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);   // normal or Inf (no carry)
+}
+
+uint16_t bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return round_bits(u);
+}
+
+float bf16_widen(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static void from_f32_portable(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_round(src[i]);
+}
+
+static void to_f32_portable(const uint16_t *src, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = bf16_widen(src[i]);
+}
+
+static int cpu_any(void) {
+    return 1;
+}
+
+#ifdef BF16_X86
+
+/* ---- avx2: 8 lanes, the same integer steps; tails element by element ------------------------- */
+
+#define TARGET_AVX2 __attribute__((target("avx2")))
+
+TARGET_AVX2 static inline __m256i round_avx2(__m256i u) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1);
+    __m256i a = _mm256_and_si256(u, abs_mask);
+    __m256i hi = _mm256_srli_epi32(u, 16);
+    __m256i r =
+        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, one)));
+    r = _mm256_srli_epi32(r, 16);
+    // a is non-negative, so the signed compares order it as unsigned ones would
+    __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
+    __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), a);
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x0040)), nan);
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(hi, _mm256_set1_epi32(0x8000)), tiny);
+    return r; // 16-bit results in the low halves of the lanes
+}
+
+TARGET_AVX2 static void from_f32_avx2(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i r0 = round_avx2(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m256i r1 = round_avx2(_mm256_loadu_si256((const __m256i *)(src + i + 8)));
+        // packus works per 128-bit half (r0 lo, r1 lo, r0 hi, r1 hi): put the quarters in order
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8);
+        _mm256_storeu_si256((__m256i *)(dst + i), p);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256i r = round_avx2(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(p));
+    }
+    for (; i < n; i++)
+        dst[i] = bf16_round(src[i]);
+}
+
+TARGET_AVX2 static void to_f32_avx2(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + i)));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm256_slli_epi32(w, 16));
+    }
+    for (; i < n; i++)
+        dst[i] = bf16_widen(src[i]);
+}
+
+static int cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+
+/* ---- avx512: 16 lanes in integer ops; tails under a lane mask -------------------------------- */
+
+#define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+TARGET_AVX512 static inline __m512i round_avx512(__m512i u) {
+    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1))));
+    r = _mm512_srli_epi32(r, 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
+    __mmask16 tiny = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x00800000));
+    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x0040));
+    r = _mm512_mask_and_epi32(r, tiny, hi, _mm512_set1_epi32(0x8000));
+    return r;
+}
+
+TARGET_AVX512 static void from_f32_avx512(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i r = round_avx512(_mm512_loadu_si512(src + i));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512i r = round_avx512(_mm512_maskz_loadu_epi32(m, src + i));
+        _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, r);
+    }
+}
+
+TARGET_AVX512 static void to_f32_avx512(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_si512(dst + i, _mm512_slli_epi32(w, 16));
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
+        _mm512_mask_storeu_epi32(dst + i, m, _mm512_slli_epi32(w, 16));
+    }
+}
+
+static int cpu_has_avx512(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+}
+
+/* ---- avx512bf16: the instructions themselves; bf16 -> fp32 is the avx512 shift --------------- */
+
+#define TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+
+TARGET_AVX512BF16 static void from_f32_avx512bf16(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        // VCVTNE2PS2BF16: the second operand fills the low 16 words
+        __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+        _mm512_storeu_si512(dst + i, (__m512i)r);
+    }
+    for (; i < n; i += 16) {
+        size_t left = n - i;
+        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __m256bh r = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+        _mm256_mask_storeu_epi16(dst + i, m, (__m256i)r);
+    }
+}
+
+static int cpu_has_avx512bf16(void) {
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+}
+
+#endif /* BF16_X86 */
+
+/* ---- choice ---------------------------------------------------------------------------------- */
+
+static const bf16_ops paths[] = {
+#ifdef BF16_X86
+    {"avx512bf16", "AVX-512 F, BW, DQ, VL and BF16", cpu_has_avx512bf16, from_f32_avx512bf16,
+     to_f32_avx512},
+    {"avx512", "AVX-512 F, BW, DQ and VL", cpu_has_avx512, from_f32_avx512, to_f32_avx512},
+    {"avx2", "AVX2", cpu_has_avx2, from_f32_avx2, to_f32_avx2},
+#endif
+    {"portable", "nothing", cpu_any, from_f32_portable, to_f32_portable},
+};
+enum { NPATHS = sizeof paths / sizeof paths[0] };
+
+int bf16_path_count(void) {
+    return NPATHS;
+}
+
+const bf16_ops *bf16_path(int i) {
+    return i >= 0 && i < NPATHS ? &paths[i] : NULL;
+}
+
+static const bf16_ops *chosen; // NULL until the first call; atomics: any thread may call first
+
+const bf16_ops *bf16_path_current(void) {
+    const bf16_ops *p = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+    if (p) return p;
+    // UPIPE_KERNEL caps the choice where it names one of these paths (the attention paths'
+    // names are among them); other names are the attention dispatch's to refuse
+    int first = 0;
+    const char *env = getenv("UPIPE_KERNEL");
+    for (int i = 0; env && i < NPATHS; i++)
+        if (!strcmp(paths[i].name, env)) first = i;
+    p = &paths[NPATHS - 1];
+    for (int i = first; i < NPATHS; i++)
+        if (paths[i].runs()) {
+            p = &paths[i];
+            break;
+        }
+    __atomic_store_n(&chosen, p, __ATOMIC_RELEASE);
+    return p;
+}
+
+void bf16_from_f32(const float *src, uint16_t *dst, size_t n) {
+    bf16_path_current()->from_f32(src, dst, n);
+}
+
+void f32_from_bf16(const uint16_t *src, float *dst, size_t n) {
+    bf16_path_current()->to_f32(src, dst, n);
+}
