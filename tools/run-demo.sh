@@ -69,9 +69,9 @@ plan() { # ranks T flags...: the plan's peak
   $MPIEXEC -n "$n" "$upipe" train --config $cfg --data "$out/long.bin" --seq-len "$T" --dry-run \
     "$@" | sed -n 's/^  peak *\([0-9.]* [KMGT]*i*B\).*/\1/p'
 }
-printf '  %-10s %16s %16s %16s\n' "T" "1 rank, plain" "2 ranks, Ulysses" "2, whole stack"
+printf '  %-10s %18s %18s %18s\n' "T" "1 rank, plain" "2 ranks, Ulysses" "2 ranks, stack"
 for T in $T_LONG 1048576; do
-  printf '  %-10s %16s %16s %16s\n' $T "$(plan 1 $T)" "$(plan 2 $T --cp 2)" "$(plan 2 $T $STACK)"
+  printf '  %-10s %18s %18s %18s\n' $T "$(plan 1 $T)" "$(plan 2 $T --cp 2)" "$(plan 2 $T $STACK)"
 done
 
 say "1. long windows: T=$T_LONG, $STEPS steps on 2 ranks with the whole stack"
