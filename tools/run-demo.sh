@@ -48,7 +48,8 @@ say "data: recall corpora with the echo ($KEYS one-token keys, facts 4 .. $D_LON
 "$upipe" data recall --output "$out/long.bin" --mask-output "$out/long.mask" --echo \
   --keys $KEYS --distance $D_LONG --min-distance 4 --seed 2 \
   --tokens $((STEPS * (T_LONG + 1) + 1))
-"$upipe" data recall --output "$out/heldout.bin" --echo --keys $KEYS --distance $D_LONG \
+"$upipe" data recall --output "$out/heldout.bin" --mask-output "$out/heldout.mask" --echo \
+  --keys $KEYS --distance $D_LONG \
   --min-distance 4 --seed 3 --tokens $((16 * T_LONG + 1))
 
 init=configs/demo-short.safetensors
@@ -87,8 +88,8 @@ run2 train --config $cfg --init $init --data "$out/long.bin" --loss-mask "$out/l
 say "3. recall on 16 held-out windows of T=$T_LONG, by distance from question to fact"
 for m in long twin; do
   run2 eval --config $cfg --init "$out/$m.safetensors" --data "$out/heldout.bin" \
-    --seq-len $T_LONG --threads 1 --report "$out/eval-$m.json" --svg "$out/loss-$m.svg" \
-    --recall-svg "$out/recall-$m.svg" >"$out/eval-$m.txt"
+    --loss-mask "$out/heldout.mask" --seq-len $T_LONG --threads 1 --report "$out/eval-$m.json" \
+    --svg "$out/loss-$m.svg" --recall-svg "$out/recall-$m.svg" >"$out/eval-$m.txt"
 done
 "$upipe" plot --log "$out/long.jsonl" --svg "$out/train-long.svg" >/dev/null
 # The two tables side by side: the rows after each "distance" header.

@@ -35,7 +35,8 @@ void print_summary(const train_run *r) {
     printf("  init    %s\n", r->resumed_from[0] ? r->resumed_from
                           : o->init                ? o->init
                                                    : "random (seed)");
-    printf("  machine %d threads, kernels: %s, %s\n", r->threads, kernel_path_name(),
+    printf("  machine %d thread%s, kernels: %s, %s\n", r->threads, r->threads == 1 ? "" : "s",
+           kernel_path_name(),
            blas_describe());
     printf("  memory  %s accounted after allocation (model state %s)\n",
            up_fmt_bytes(b1, sizeof b1, (double)mem_live_total()),
