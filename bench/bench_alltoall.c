@@ -1,14 +1,11 @@
 /* bench_alltoall — a plain MPI_Alltoall of a given block size, the yardstick of the Ulysses
  * exchange's achieved bandwidth. usage: mpiexec -n P bench_alltoall BLOCK_FLOATS [reps]
  * Prints (rank 0) one JSON line: bytes each rank sends per call and GB/s (median). */
+#include "bench_util.h"
+
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);

@@ -3,23 +3,13 @@
  * stays in L1/L2); prints the CPU model, then per size, path and direction GB/s of bytes read
  * plus written (6 per element), the median of 15 after a warm-up (calls of a small n are
  * repeated to about 16M elements per timing). */
+#include "bench_util.h"
 #include "kernels/bf16.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* "model name (family F, model M)" from /proc/cpuinfo: virtual machines often hide the name. */
 static void cpu_model(char *buf, size_t len) {

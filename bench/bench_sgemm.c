@@ -1,6 +1,7 @@
 /* bench_sgemm — the machine's cblas_sgemm rate on training shapes, the yardstick of the model
  * benchmark's "fraction of sgemm". usage: bench_sgemm [threads] [M K N] ; prints GFLOP/s
  * (median of 7 after a warm-up) as one JSON line. */
+#include "bench_util.h"
 #include "kernels/kernels.h"
 
 #include <cblas.h>
@@ -8,17 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     blas_check_core(argv); /* the core upipe itself runs on */
