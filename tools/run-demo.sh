@@ -41,7 +41,7 @@ T_LONG=${DEMO_T:-4096}
 D_LONG=2520 # the farthest fact
 KEYS=512
 STEPS=${DEMO_STEPS:-600}
-COMMON="--threads 1 --grad-clip 0 --weight-decay 0 --lr 3e-3 --print-every 100"
+COMMON="--threads 1 --grad-clip 0 --weight-decay 0 --lr 3e-3"
 STACK="--cp 2 --upipe-heads 2 --fsdp --checkpoint --offload $out --tile-mlp --tile-loss"
 
 say "data: recall corpora with the echo ($KEYS one-token keys, facts 4 .. $D_LONG tokens back)"
@@ -77,13 +77,13 @@ done
 
 say "1. long windows: T=$T_LONG, $STEPS steps on 2 ranks with the whole stack"
 run2 train --config $cfg --init $init --data "$out/long.bin" --loss-mask "$out/long.mask" \
-  --seq-len $T_LONG --steps $STEPS $COMMON $STACK --save "$out/long.safetensors" \
+  --seq-len $T_LONG --steps $STEPS $COMMON --print-every 100 $STACK --save "$out/long.safetensors" \
   --log "$out/long.jsonl" --mem-report "$out/long-mem.json"
 
 say "2. the twin: $STEPS steps of $((T_LONG / T_SHORT)) windows of T=$T_SHORT on the same corpus"
 run2 train --config $cfg --init $init --data "$out/long.bin" --loss-mask "$out/long.mask" \
   --cp 1 --seq-len $T_SHORT --grad-accum $((T_LONG / T_SHORT)) --steps $STEPS $COMMON \
-  --save "$out/twin.safetensors" --log "$out/twin.jsonl"
+  --print-every 100 --save "$out/twin.safetensors" --log "$out/twin.jsonl"
 
 say "3. recall on 16 held-out windows of T=$T_LONG, by distance from question to fact"
 for m in long twin; do

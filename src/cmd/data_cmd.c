@@ -113,6 +113,15 @@ static void data_print_help(const char *sub) {
     if (all || strcmp(sub, "recall") == 0) fputs(data_usage_recall, stdout);
 }
 
+/* The corpus the recall flags describe. */
+static recall_spec data_recall_spec(const data_args *a) {
+    return (recall_spec){.distance = (size_t)a->distance,
+                         .min_distance = (size_t)a->min_distance,
+                         .seed = a->seed,
+                         .key_tokens = (uint32_t)a->keys,
+                         .echo = a->echo};
+}
+
 /* Fills a from argv (argv[0] == "data"). Returns 1 for --help, else 0; a bad or missing flag
  * stops the process with a message. */
 static int data_parse_args(data_args *a, int argc, char **argv) {
@@ -226,8 +235,7 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
     if (a->mask_output != NULL && strcmp(a->mask_output, a->output) == 0)
         up_die("data recall: --mask-output and --output are the same file \"%s\": name two",
                a->output);
-    const recall_spec spec = {
-        .distance = (size_t)a->distance, .min_distance = (size_t)a->min_distance, .echo = a->echo};
+    const recall_spec spec = data_recall_spec(a);
     uint64_t min_keys = corpus_recall_min_keys(&spec);
     if (a->keys > 0 && (a->keys < min_keys || a->keys > (uint64_t)INT32_MAX - RECALL_KEY_TOKEN0))
         up_die("data recall: --keys %llu is out of range: use %llu .. %llu (four times the "
@@ -252,11 +260,7 @@ static int data_recall(const data_args *a) {
         mask = malloc(n);
         if (mask == NULL) up_die("data recall: out of memory for the mask of %zu tokens", n);
     }
-    const recall_spec spec = {.distance = (size_t)a->distance,
-                              .min_distance = (size_t)a->min_distance,
-                              .seed = a->seed,
-                              .key_tokens = (uint32_t)a->keys,
-                              .echo = a->echo};
+    const recall_spec spec = data_recall_spec(a);
     uint32_t *tok = corpus_make_recall(n, &spec, mask);
     if (tok == NULL) up_die("data recall: out of memory for %zu tokens", n);
     char sz[32], dist[64];
