@@ -34,6 +34,26 @@ void matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const flo
 void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float *dout, int ldd,
                         const float *inp, int ldi, const float *w, int ldw, int N, int IC, int OC);
 
+/* C (M, N) fp32 = alpha * op(A) @ op(B) + beta * C, cblas row-major semantics; A, B bf16 (bf16.h).
+ * op(X) = X or X^T (transa/transb nonzero = transposed): A is (M, K) or, transposed, (K, M),
+ * rows lda apart; B (K, N) or (N, K), rows ldb apart; C rows ldc apart. beta == 0 never reads C.
+ * Products of bf16 values are exact in fp32 and every path sums them in fp32.
+ * ws: caller-owned fp32 workspace of GEMM_BF16_WS_FLOATS floats (any content; a fixed size,
+ * independent of the shape: the memory plan counts it), used only by the path that converts
+ * panels to fp32. Threads: oneDNN's and OpenBLAS's, as for the fp32 matmuls (OpenMP threads, BLAS
+ * threads). Results do not depend on the thread count (DESIGN.md §5.1). Main thread only. */
+enum {
+    GEMM_BF16_MB = 1024, // the converted path's blocks of M, N and K (DESIGN.md §5.1)
+    GEMM_BF16_NB = 1024,
+    GEMM_BF16_KB = 1024,
+    GEMM_BF16_WS_FLOATS = GEMM_BF16_MB * GEMM_BF16_KB + GEMM_BF16_KB * GEMM_BF16_NB,
+};
+void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
+               int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws);
+/* The path gemm_bf16 runs, for benchmark and run headers ("onednn 2.6 avx512_core_bf16",
+ * "openblas sgemm on converted panels (bf16 avx512bf16)"); chooses it first if needed. */
+const char *gemm_bf16_path(void);
+
 /* Threads of the BLAS library for the calls above (the OpenMP kernels follow omp_set_num_threads),
  * and a one-line description of the BLAS build, for the run summary. */
 void blas_set_threads(int n);

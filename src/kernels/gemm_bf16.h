@@ -1,0 +1,34 @@
+/* gemm_bf16.h — the paths behind gemm_bf16 (kernels.h), for tests and benchmarks: every path the
+ * CPU runs is walked and compared, and the converted-panel fallback is timed at other block sizes.
+ * The model calls gemm_bf16 only. */
+#ifndef UP_KERNELS_GEMM_BF16_H
+#define UP_KERNELS_GEMM_BF16_H
+
+#include <stdint.h>
+
+typedef void (*gemm_bf16_fn)(int transa, int transb, int M, int N, int K, float alpha,
+                             const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                             float *C, int ldc, float *ws);
+
+/* A path: its name (UPIPE_KERNEL-independent; "onednn", "converted"), what the CPU needs, whether
+ * this CPU runs it and its product (arguments already checked by gemm_bf16). */
+typedef struct {
+    const char *name;
+    const char *needs;
+    int (*runs)(void);
+    gemm_bf16_fn fn;
+} gemm_bf16_ops;
+
+int gemm_bf16_path_count(void);
+const gemm_bf16_ops *gemm_bf16_path_at(int i);
+/* Makes the named path the one gemm_bf16 runs (tests, benchmarks); 0, or -1 if the binary lacks
+ * it or this CPU cannot run it. */
+int gemm_bf16_path_set(const char *name);
+
+/* The converted-panel product with explicit blocks (mb, nb, kb >= 1): ws holds mb*kb + kb*nb
+ * floats. gemm_bf16's fallback is this with GEMM_BF16_MB, _NB, _KB. */
+void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, float alpha,
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                                float *C, int ldc, float *ws, int mb, int nb, int kb);
+
+#endif

@@ -1,0 +1,142 @@
+/* test_gemm_bf16.c — the bf16 GEMM of kernels.h (gemm_bf16) on every path this CPU runs.
+ *
+ * Each path, and the converted panels with small blocks (so that M, N and K split into several
+ * blocks and the K blocks accumulate through C), against a double-precision reference on the
+ * widened bf16 inputs: all four trans combinations, M, N, K in {1, 7, 33, 129, 300}, leading
+ * dimensions past the row length (the gaps of C must stay untouched), alpha and beta from
+ * {0, 1, 0.5} (and -2 for alpha), C full of NaN whenever beta is 0 (beta 0 must not read C).
+ * Edge cases: K = 0 (C = beta C) and M or N = 0 (nothing written).
+ *
+ * The bound. A product of two bf16 values (8-bit significands) has at most 16 significant bits:
+ * exact in fp32, so the only errors are the fp32 additions (VDPBF16PS is two fp32 FMAs per pair,
+ * the avx512_core kernels widen and FMA, the converted path runs sgemm: fp32 sums in every case,
+ * in some order). Any order of summing K terms in fp32 errs by at most (K-1) u sum|a b| (u =
+ * 2^-24, to first order); the converted path sums blocks of kb terms and then adds the nblocks
+ * block results into C one by one (nblocks more roundings of partial sums of the same terms), and
+ * alpha's product and beta C's sum round once more each: (kb - 1 + nblocks + 2) u, below (K + 2)
+ * u since kb + K/kb <= K + 1. So |err| <= (K + 2) 2^-23 (|alpha| sum|a b| + |beta c|), twice that
+ * with room for the second-order terms. Values are uniform in [-1, 1): no products near the
+ * denormals that VDPBF16PS flushes. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bf16.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/kernels.h"
+
+#include "harness.h"
+#include "kernels_util.h"
+
+static const int dims[] = {1, 7, 33, 129, 300};
+enum { NDIMS = sizeof dims / sizeof dims[0] };
+static const float alphas[] = {1.0f, 0.5f, 0.0f, -2.0f};
+static const float betas[] = {0.0f, 1.0f, 0.5f};
+
+static uint16_t *rand_bf16(size_t n) {
+    uint16_t *x = xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(rng_unif(-1.0f, 1.0f));
+    return x;
+}
+
+/* A product under test: the path's function, or the converted panels at blocks b (b > 0). */
+typedef struct {
+    const char *name;
+    int block;
+} variant;
+
+static void call(const variant *v, int ta, int tb, int M, int N, int K, float alpha,
+                 const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                 int ldc, float *ws) {
+    if (v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
+        gemm_bf16_converted_blocks(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws,
+                                   v->block, v->block + 16, v->block - 8);
+    else
+        gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
+}
+
+/* One case; returns 1 if it passed (one CHECK). */
+static int one_case(const variant *v, int ta, int tb, int M, int N, int K, float alpha,
+                    float beta, float *ws) {
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+    int arows = ta ? K : M, brows = tb ? N : K;
+    uint16_t *A = rand_bf16((size_t)arows * lda), *B = rand_bf16((size_t)brows * ldb);
+    float *C = xmalloc((size_t)M * ldc * sizeof(float)), *C0 = xmalloc((size_t)M * ldc * sizeof(float));
+    for (size_t i = 0; i < (size_t)M * ldc; i++) C0[i] = rng_unif(-1.0f, 1.0f);
+    for (int i = 0; i < M; i++) // the gaps past N: a marker that must survive
+        for (int j = N; j < ldc; j++) C0[(size_t)i * ldc + j] = 12345.0f;
+    if (beta == 0.0f) // beta 0 must not read C
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C0[(size_t)i * ldc + j] = NAN;
+    memcpy(C, C0, (size_t)M * ldc * sizeof(float));
+    call(v, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
+
+    double worst = 0.0; // the largest err / bound
+    int bad_i = -1, bad_j = -1;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double s = 0.0, sabs = 0.0;
+            for (int k = 0; k < K; k++) {
+                double a = bf16_widen(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+                double b = bf16_widen(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
+                s += a * b, sabs += fabs(a * b);
+            }
+            double c0 = beta == 0.0f ? 0.0 : C0[(size_t)i * ldc + j];
+            double want = (double)alpha * s + (double)beta * c0;
+            double bound = 2.0 * (K + 2) * 0x1p-23 * (fabs(alpha) * sabs + fabs(beta * c0));
+            double got = C[(size_t)i * ldc + j], err = fabs(got - want);
+            double r = bound > 0.0 ? err / bound : (err > 0.0 ? INFINITY : 0.0);
+            if (!(r <= worst)) worst = r, bad_i = i, bad_j = j; // NaN counts as worst too
+        }
+        for (int j = N; j < ldc; j++)
+            if (C[(size_t)i * ldc + j] != 12345.0f) worst = INFINITY, bad_i = i, bad_j = j;
+    }
+    int ok = worst <= 1.0;
+    CHECK(ok, "%s: trans %c%c M=%d N=%d K=%d alpha=%g beta=%g: err/bound %.3g at (%d, %d)",
+          v->name, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, beta, worst, bad_i, bad_j);
+    free(A), free(B), free(C), free(C0);
+    return ok;
+}
+
+/* Every shape and trans combination, the alpha and beta values dealt round so each shape gets
+ * one pair and every pair meets every trans combination many times. */
+static void run_variant(const variant *v, float *ws) {
+    int n = 0, fails = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int im = 0; im < NDIMS; im++)
+                for (int in = 0; in < NDIMS; in++)
+                    for (int ik = 0; ik < NDIMS; ik++, n++) {
+                        float alpha = alphas[n % 4], beta = betas[(n / 4) % 3];
+                        fails += !one_case(v, ta, tb, dims[im], dims[in], dims[ik], alpha, beta,
+                                           ws);
+                    }
+    // empty products: K = 0 gives beta C, M or N = 0 touches nothing
+    fails += !one_case(v, 0, 1, 7, 33, 0, 1.0f, 0.5f, ws);
+    fails += !one_case(v, 1, 0, 7, 33, 0, 1.0f, 0.0f, ws);
+    fails += !one_case(v, 0, 0, 0, 33, 7, 1.0f, 0.5f, ws);
+    fails += !one_case(v, 1, 1, 7, 0, 7, 1.0f, 0.5f, ws);
+    printf("%-24s %d cases, %d failed\n", v->name, n + 4, fails);
+}
+
+int main(void) {
+    float *ws = xmalloc((size_t)GEMM_BF16_WS_FLOATS * sizeof(float));
+    printf("gemm_bf16 default: %s\n", gemm_bf16_path());
+    for (int i = 0; i < gemm_bf16_path_count(); i++) {
+        const gemm_bf16_ops *p = gemm_bf16_path_at(i);
+        if (!p->runs()) {
+            printf("%-24s skipped: this CPU lacks %s\n", p->name, p->needs);
+            continue;
+        }
+        CHECK(gemm_bf16_path_set(p->name) == 0, "gemm_bf16_path_set(%s)", p->name);
+        variant v = {p->name, 0};
+        run_variant(&v, ws);
+    }
+    // several blocks along M, N and K (24, 40 and 16: 300 splits into 13, 8 and 19)
+    variant small = {"converted, small blocks", 24};
+    run_variant(&small, ws);
+    free(ws);
+    return harness_finish("test_gemm_bf16");
+}
