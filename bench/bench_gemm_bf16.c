@@ -1,0 +1,248 @@
+/* bench_gemm_bf16 — the bf16 GEMM candidates (kernels.h gemm_bf16, DESIGN.md §5.1) on the linear
+ * layers of configs/bench.json (C 512, F 1408, NH*HS 512, NKV*HS 256, V 4096), the three products
+ * of each layer (IC -> OC) with T tokens:
+ *   fwd   out (T, OC) = inp (T, IC) @ W^T          (A plain, B transposed, beta 0)
+ *   dinp  dinp (T, IC) = dout (T, OC) @ W          (plain, plain, beta 1)
+ *   dW    dW (OC, IC) += dout^T (OC, T) @ inp      (transposed, plain, beta 1)
+ * at T = 4096 and at a row tile of 256. Columns, GFLOP/s (2 M N K per product), the median of
+ * the repetitions after a warm-up, the methods taking turns:
+ *   sgemm      cblas_sgemm on fp32 operands (the fp32 run's matmuls: the baseline)
+ *   onednn     dnnl_gemm_bf16bf16f32 as the library picks its kernels (DNNL_MAX_CPU_ISA caps it)
+ *   conv       gemm_bf16's converted panels (fp32 in a workspace, cblas_sgemm), default blocks
+ *   conv512, conv2048   the same with 512 and 2048 blocks (the block size measurement)
+ * Then determinism (bits of 1 against 2 threads, and of repeated calls) and the resident memory
+ * oneDNN's first call adds. usage: bench_gemm_bf16 [threads (2)] [reps (7)]. UPIPE_KERNEL and
+ * DNNL_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA apply as in a run. libxsmm 1.17 is not here: its
+ * libxsmm_xgemm refuses bf16 in, fp32 out ("unsupported data-type"), and its bf16 JIT kernels
+ * (libxsmm_bsmmdispatch) are small column-major blocks that need A packed in VNNI pairs, so it
+ * would need a GEMM of our own around them (DESIGN.md §5.1). */
+#include "bench_util.h"
+#include "kernels/bf16.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/kernels.h"
+
+#include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N,
+                                           dnnl_dim_t K, float alpha, const uint16_t *A,
+                                           dnnl_dim_t lda, const uint16_t *B, dnnl_dim_t ldb,
+                                           float beta, float *C, dnnl_dim_t ldc);
+
+/* "model name (family F, model M)" from /proc/cpuinfo (as bench_convert). */
+static void cpu_model(char *buf, size_t len) {
+    char name[128] = "unknown", family[16] = "?", model[16] = "?", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        char *v = colon + 1 + (colon[1] == ' ');
+        v[strcspn(v, "\n")] = '\0';
+        if (!strncmp(line, "model name", 10))
+            snprintf(name, sizeof name, "%s", v);
+        else if (!strncmp(line, "cpu family", 10))
+            snprintf(family, sizeof family, "%s", v);
+        else if (!strncmp(line, "model\t", 6))
+            snprintf(model, sizeof model, "%s", v);
+        else if (!strncmp(line, "processor", 9) && strcmp(v, "0"))
+            break;
+    }
+    if (f) fclose(f);
+    snprintf(buf, len, "%s (family %s, model %s)", name, family, model);
+}
+
+/* VmRSS of this process in KiB. */
+static long rss_kib(void) {
+    char line[256];
+    long kib = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kib = strtol(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kib;
+}
+
+typedef struct {
+    int ta, tb, M, N, K;
+    float beta;
+    const uint16_t *A, *B;
+    const float *Af, *Bf;
+    int lda, ldb;
+    float *C, *ws;
+} product;
+
+enum { M_SGEMM, M_ONEDNN, M_CONV, M_CONV512, M_CONV2048, NMETHODS };
+static const char *const method_names[NMETHODS] = {"sgemm", "onednn", "conv", "conv512",
+                                                   "conv2048"};
+
+static int g_onednn_ok = 1; // the last oneDNN call succeeded
+
+static void run(int method, const product *p) {
+    switch (method) {
+    case M_SGEMM:
+        cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans,
+                    p->tb ? CblasTrans : CblasNoTrans, p->M, p->N, p->K, 1.0f, p->Af, p->lda,
+                    p->Bf, p->ldb, p->beta, p->C, p->N);
+        break;
+    case M_ONEDNN: // below avx512_core it returns dnnl_unimplemented: the column says n/a
+        g_onednn_ok = dnnl_gemm_bf16bf16f32(p->ta ? 'T' : 'N', p->tb ? 'T' : 'N', p->M, p->N, p->K,
+                                            1.0f, p->A, p->lda, p->B, p->ldb, p->beta, p->C,
+                                            p->N) == dnnl_success;
+        break;
+    default: {
+        int b = method == M_CONV ? 0 : method == M_CONV512 ? 512 : 2048;
+        if (b == 0)
+            gemm_bf16_converted_blocks(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B,
+                                       p->ldb, p->beta, p->C, p->N, p->ws, GEMM_BF16_MB,
+                                       GEMM_BF16_NB, GEMM_BF16_KB);
+        else
+            gemm_bf16_converted_blocks(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B,
+                                       p->ldb, p->beta, p->C, p->N, p->ws, b, b, b);
+    }
+    }
+}
+
+static int g_reps = 7;
+
+/* GFLOP/s of every method on p: median of g_reps after a warm-up. The methods take turns within
+ * each repetition, so that a busy host slows them alike. */
+static void gflops_all(const product *p, double *out) {
+    double r[NMETHODS][64];
+    for (int k = -1; k < g_reps; k++)
+        for (int m = 0; m < NMETHODS; m++) {
+            double t0 = now_s();
+            run(m, p);
+            double t = now_s() - t0;
+            if (k >= 0) r[m][k] = 2.0 * p->M * (double)p->N * p->K / t / 1e9;
+        }
+    for (int m = 0; m < NMETHODS; m++) {
+        qsort(r[m], (size_t)g_reps, sizeof r[m][0], cmp_double);
+        out[m] = r[m][g_reps / 2];
+    }
+}
+
+/* Operands large enough for every product: bf16 values in [-1, 1) and their fp32 widening. */
+static uint16_t *g_a, *g_b;
+static float *g_af, *g_bf, *g_c, *g_ws;
+enum { MAXE = 4096 * 4096 };
+
+static void fill(void) {
+    g_a = malloc(MAXE * sizeof(uint16_t)), g_b = malloc(MAXE * sizeof(uint16_t));
+    g_af = malloc(MAXE * sizeof(float)), g_bf = malloc(MAXE * sizeof(float));
+    g_c = malloc(MAXE * sizeof(float));
+    g_ws = malloc((size_t)2 * 2048 * 2048 * sizeof(float)); // the largest blocks timed
+    if (!g_a || !g_b || !g_af || !g_bf || !g_c || !g_ws)
+        fprintf(stderr, "bench_gemm_bf16: out of memory\n"), exit(1);
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < MAXE; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        g_af[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        g_bf[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
+    }
+    bf16_from_f32(g_af, g_a, MAXE), bf16_from_f32(g_bf, g_b, MAXE);
+    f32_from_bf16(g_a, g_af, MAXE), f32_from_bf16(g_b, g_bf, MAXE);
+    memset(g_c, 0, MAXE * sizeof(float));
+}
+
+/* The product `kind` (0 fwd, 1 dinp, 2 dW) of a layer IC -> OC over T rows. */
+static product layer_product(int kind, int T, int IC, int OC) {
+    product p = {0};
+    p.A = g_a, p.B = g_b, p.Af = g_af, p.Bf = g_bf, p.C = g_c, p.ws = g_ws;
+    if (kind == 0) p.ta = 0, p.tb = 1, p.M = T, p.N = OC, p.K = IC, p.beta = 0.0f;
+    if (kind == 1) p.ta = 0, p.tb = 0, p.M = T, p.N = IC, p.K = OC, p.beta = 1.0f;
+    if (kind == 2) p.ta = 1, p.tb = 0, p.M = OC, p.N = IC, p.K = T, p.beta = 1.0f;
+    p.lda = p.ta ? p.M : p.K;
+    p.ldb = p.tb ? p.K : p.N;
+    return p;
+}
+
+static const struct {
+    const char *name;
+    int ic, oc;
+} layers[] = {
+    {"wq/wo 512->512", 512, 512},  {"wk/wv 512->256", 512, 256},  {"gate/up 512->1408", 512, 1408},
+    {"down 1408->512", 1408, 512}, {"lm_head 512->4096", 512, 4096},
+};
+static const char *const kinds[] = {"fwd", "dinp", "dW"};
+
+static void table(int T) {
+    printf("\nT = %d rows\n%-18s %-5s %5s %5s %5s", T, "layer", "prod", "M", "N", "K");
+    for (int m = 0; m < NMETHODS; m++) printf(" %9s", method_names[m]);
+    printf("\n");
+    for (size_t l = 0; l < sizeof layers / sizeof *layers; l++)
+        for (int k = 0; k < 3; k++) {
+            product p = layer_product(k, T, layers[l].ic, layers[l].oc);
+            printf("%-18s %-5s %5d %5d %5d", layers[l].name, kinds[k], p.M, p.N, p.K);
+            double g[NMETHODS];
+            gflops_all(&p, g);
+            for (int m = 0; m < NMETHODS; m++)
+                if (m == M_ONEDNN && !g_onednn_ok) printf(" %9s", "n/a");
+                else printf(" %9.1f", g[m]);
+            printf("\n");
+            fflush(stdout);
+        }
+}
+
+/* 1 if the method gives the same bits with 1 and nthreads threads and over repeated calls. */
+static void determinism(int method, int nthreads) {
+    size_t n = (size_t)4096 * 4096;
+    float *c1 = malloc(n * sizeof(float)), *c2 = malloc(n * sizeof(float));
+    int same_threads = 1, same_calls = 1;
+    for (size_t l = 0; l < sizeof layers / sizeof *layers; l++)
+        for (int k = 0; k < 3; k++) {
+            product p = layer_product(k, 4096, layers[l].ic, layers[l].oc);
+            p.beta = 0.0f; // plain products: the C left by earlier timings does not matter
+            size_t cn = (size_t)p.M * (size_t)p.N;
+            omp_set_num_threads(1), blas_set_threads(1);
+            run(method, &p), memcpy(c1, p.C, cn * sizeof(float));
+            omp_set_num_threads(nthreads), blas_set_threads(nthreads);
+            run(method, &p), memcpy(c2, p.C, cn * sizeof(float));
+            if (memcmp(c1, c2, cn * sizeof(float))) same_threads = 0;
+            run(method, &p);
+            if (memcmp(c2, p.C, cn * sizeof(float))) same_calls = 0;
+        }
+    printf("%-8s 1 vs %d threads: %s; repeated calls: %s\n", method_names[method], nthreads,
+           same_threads ? "bit-identical" : "DIFFER", same_calls ? "bit-identical" : "DIFFER");
+    free(c1), free(c2);
+}
+
+int main(int argc, char **argv) {
+    blas_check_core(argv); /* the core upipe itself runs on */
+    int threads = argc > 1 ? atoi(argv[1]) : 2;
+    if (argc > 2) g_reps = atoi(argv[2]);
+    if (threads < 1 || g_reps < 1 || g_reps > 64)
+        return fprintf(stderr, "usage: bench_gemm_bf16 [threads] [reps <= 64]\n"), 2;
+    char model[192];
+    cpu_model(model, sizeof model);
+    omp_set_num_threads(threads), blas_set_threads(threads);
+    fill();
+    const char *isa = getenv("DNNL_MAX_CPU_ISA") ? getenv("DNNL_MAX_CPU_ISA")
+                                                 : getenv("ONEDNN_MAX_CPU_ISA");
+    // oneDNN's first call: its JIT kernels, thread-local buffers; resident memory it adds
+    long rss0 = rss_kib();
+    product p = layer_product(0, 4096, 512, 4096);
+    run(M_ONEDNN, &p);
+    long rss1 = rss_kib();
+    p = layer_product(2, 4096, 1408, 512);
+    run(M_ONEDNN, &p);
+    long rss2 = rss_kib();
+    printf("cpu: %s\n%d threads; GFLOP/s, median of %d after a warm-up\n", model, threads, g_reps);
+    printf("gemm_bf16 chooses: %s\nonednn max ISA: %s\nblas: %s\n", gemm_bf16_path(),
+           isa ? isa : "(library default)", blas_describe());
+    if (!g_onednn_ok) printf("onednn: dnnl_gemm_bf16bf16f32 returns unimplemented at this ISA\n");
+    printf("resident memory oneDNN's first calls added: %ld KiB (first), %ld KiB (after a dW)\n",
+           rss1 - rss0, rss2 - rss0);
+    table(4096);
+    table(256);
+    printf("\ndeterminism on the T = 4096 products (beta 0):\n");
+    if (g_onednn_ok) determinism(M_ONEDNN, threads);
+    determinism(M_CONV, threads);
+    determinism(M_SGEMM, threads);
+    printf("resident memory now: %ld KiB above the start of the measurement\n", rss_kib() - rss0);
+    return 0;
+}
