@@ -8,8 +8,9 @@
  * the repetitions after a warm-up, the methods taking turns:
  *   sgemm      cblas_sgemm on fp32 operands (the fp32 run's matmuls: the baseline)
  *   onednn     dnnl_gemm_bf16bf16f32 as the library picks its kernels (DNNL_MAX_CPU_ISA caps it)
- *   conv       gemm_bf16's converted panels (fp32 in a workspace, cblas_sgemm), default blocks
- *   conv512, conv2048   the same with 512 and 2048 blocks (the block size measurement)
+ *   conv       gemm_bf16's converted panels (fp32 in its workspace, cblas_sgemm): K and N blocks
+ *              up to 1024, A's rows filling the rest of the 8 MiB
+ *   conv512, conv2048   the same with square 512 and 2048 blocks (the block size measurement)
  * Then determinism (bits of 1 against 2 threads, and of repeated calls) and the resident memory
  * oneDNN's first call adds. usage: bench_gemm_bf16 [threads (2)] [reps (7)]. UPIPE_KERNEL and
  * DNNL_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA apply as in a run. libxsmm 1.17 is not here: its
@@ -95,11 +96,11 @@ static void run(int method, const product *p) {
         break;
     default: {
         int b = method == M_CONV ? 0 : method == M_CONV512 ? 512 : 2048;
-        if (b == 0)
-            gemm_bf16_converted_blocks(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B,
-                                       p->ldb, p->beta, p->C, p->N, p->ws, GEMM_BF16_MB,
-                                       GEMM_BF16_NB, GEMM_BF16_KB);
-        else
+        if (b == 0) {
+            gemm_bf16_path_set("converted");
+            gemm_bf16(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B, p->ldb, p->beta,
+                      p->C, p->N, p->ws);
+        } else
             gemm_bf16_converted_blocks(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B,
                                        p->ldb, p->beta, p->C, p->N, p->ws, b, b, b);
     }

@@ -1,12 +1,14 @@
 /* gemm_bf16.c — C (fp32) = alpha op(A) op(B) + beta C with bf16 A and B (contract: kernels.h).
  *
- * Two paths (DESIGN.md §5.1 has the measurements behind the choice):
- *  - "onednn": oneDNN's dnnl_gemm_bf16bf16f32, JIT kernels for avx512_core (bf16 widened in
- *    registers) and avx512_core_bf16 (VDPBF16PS); no workspace.
+ * Two paths, best first (DESIGN.md §5.1 has the measurements behind the order):
  *  - "converted": panels of A and B widened to fp32 in the caller's workspace, cblas_sgemm on
- *    them; any CPU. Where oneDNN has no AVX-512 it runs a reference gemm, far slower than this.
- * The first call chooses: oneDNN where the CPU has AVX-512 F/BW/DQ/VL and UPIPE_KERNEL does not
- * name a narrower path (avx2, portable), else the converted panels. */
+ *    them; any CPU. 0.74-1.0x of fp32 sgemm on the model's shapes (2 threads).
+ *  - "onednn": oneDNN 2.6's dnnl_gemm_bf16bf16f32, JIT kernels from avx512_core up (VDPBF16PS on
+ *    avx512_core_bf16); no workspace; below AVX-512 it is unimplemented. Measured at 0.6-0.85x of
+ *    the converted panels on an AVX512_BF16 host, so never the default: tests and benchmarks run
+ *    it (gemm_bf16_path_set) so that a faster oneDNN shows up and can take the lead.
+ * Every CPU runs the first. The conversions inside follow UPIPE_KERNEL (bf16.h), OpenBLAS's
+ * kernels the CPU (OPENBLAS_CORETYPE). */
 #include "kernels/kernels.h"
 
 #include "kernels/bf16.h"
@@ -15,7 +17,6 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -40,10 +41,11 @@ static void gemm_onednn(int transa, int transb, int M, int N, int K, float alpha
 
 /* ---- converted panels ----------------------------------------------------------------------- */
 
-/* dst (rows, cols), rows packed = the bf16 block at src (row stride ld) widened; rows split over
- * the OpenMP threads (the conversion is a few percent of the product's time at these blocks). */
+/* dst (rows, cols), rows packed = the bf16 block at src (row stride ld) widened. On the calling
+ * thread: a panel feeds a product of 2 x its size x the other block's width in flops (>= 256 in
+ * the model), so the widening is a few percent of the sgemm; an OpenMP region of its own would
+ * add a barrier per panel, which costs milliseconds on a busy host (measured). */
 static void widen_block(float *dst, const uint16_t *src, int ld, int rows, int cols) {
-#pragma omp parallel for schedule(static) if ((size_t)rows * (size_t)cols >= 65536)
     for (int r = 0; r < rows; r++)
         f32_from_bf16(src + (size_t)r * (size_t)ld, dst + (size_t)r * (size_t)cols, (size_t)cols);
 }
@@ -85,11 +87,17 @@ void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, flo
     }
 }
 
+/* Blocks of K and N up to GEMM_BF16_KB and _NB, and as many rows of A as the rest of the
+ * workspace holds (at least GEMM_BF16_KB, since it is twice KB * NB): the fewest sgemm calls the
+ * workspace allows. Few calls matter: each is an OpenMP region whose barrier costs milliseconds
+ * when another process holds a core (measured, docs/BENCHMARKS.md). */
 static void gemm_converted(int transa, int transb, int M, int N, int K, float alpha,
                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                            float *C, int ldc, float *ws) {
+    int kb = imin(K, GEMM_BF16_KB), nb = imin(N, GEMM_BF16_NB);
+    int mb = (GEMM_BF16_WS_FLOATS - kb * nb) / kb;
     gemm_bf16_converted_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws,
-                               GEMM_BF16_MB, GEMM_BF16_NB, GEMM_BF16_KB);
+                               mb, nb, kb);
 }
 
 /* ---- choice --------------------------------------------------------------------------------- */
@@ -108,8 +116,8 @@ static int cpu_any(void) {
 }
 
 static const gemm_bf16_ops paths[] = {
-    {"onednn", "AVX-512 F, BW, DQ and VL", onednn_runs, gemm_onednn},
     {"converted", "nothing", cpu_any, gemm_converted},
+    {"onednn", "AVX-512 F, BW, DQ and VL", onednn_runs, gemm_onednn},
 };
 enum { NPATHS = sizeof paths / sizeof paths[0] };
 
@@ -132,14 +140,12 @@ int gemm_bf16_path_set(const char *name) {
     return -1;
 }
 
-/* UPIPE_KERNEL=avx2 or portable stands for a host without AVX-512: the converted panels, as such
- * a host would run them (its conversions follow UPIPE_KERNEL too, bf16.h). */
+/* The first path this CPU runs (the list is best first). */
 static const gemm_bf16_ops *path_current(void) {
     const gemm_bf16_ops *p = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
     if (p) return p;
-    const char *env = getenv("UPIPE_KERNEL");
-    int narrow = env && (!strcmp(env, "avx2") || !strcmp(env, "portable"));
-    p = !narrow && paths[0].runs() ? &paths[0] : &paths[1];
+    for (int i = NPATHS - 1; i >= 0; i--)
+        if (paths[i].runs()) p = &paths[i];
     __atomic_store_n(&chosen, p, __ATOMIC_RELEASE);
     return p;
 }

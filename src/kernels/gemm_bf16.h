@@ -1,5 +1,5 @@
 /* gemm_bf16.h — the paths behind gemm_bf16 (kernels.h), for tests and benchmarks: every path the
- * CPU runs is walked and compared, and the converted-panel fallback is timed at other block sizes.
+ * CPU runs is walked and compared, and the converted panels are timed at other block sizes.
  * The model calls gemm_bf16 only. */
 #ifndef UP_KERNELS_GEMM_BF16_H
 #define UP_KERNELS_GEMM_BF16_H
@@ -10,7 +10,7 @@ typedef void (*gemm_bf16_fn)(int transa, int transb, int M, int N, int K, float 
                              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                              float *C, int ldc, float *ws);
 
-/* A path: its name (UPIPE_KERNEL-independent; "onednn", "converted"), what the CPU needs, whether
+/* A path: its name ("converted", "onednn"), what the CPU needs, whether
  * this CPU runs it and its product (arguments already checked by gemm_bf16). */
 typedef struct {
     const char *name;
@@ -26,7 +26,7 @@ const gemm_bf16_ops *gemm_bf16_path_at(int i);
 int gemm_bf16_path_set(const char *name);
 
 /* The converted-panel product with explicit blocks (mb, nb, kb >= 1): ws holds mb*kb + kb*nb
- * floats. gemm_bf16's fallback is this with GEMM_BF16_MB, _NB, _KB. */
+ * floats. gemm_bf16's converted path is this with blocks that fill GEMM_BF16_WS_FLOATS. */
 void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, float alpha,
                                 const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                                 float *C, int ldc, float *ws, int mb, int nb, int kb);

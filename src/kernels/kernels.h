@@ -38,20 +38,22 @@ void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float 
  * op(X) = X or X^T (transa/transb nonzero = transposed): A is (M, K) or, transposed, (K, M),
  * rows lda apart; B (K, N) or (N, K), rows ldb apart; C rows ldc apart. beta == 0 never reads C.
  * Products of bf16 values are exact in fp32 and every path sums them in fp32.
+ * The path (DESIGN.md §5.1): bf16 panels widened to fp32 in ws and cblas_sgemm on them, on every
+ * CPU (oneDNN's bf16 gemm measured slower; it stays a tested second path, gemm_bf16.h).
  * ws: caller-owned fp32 workspace of GEMM_BF16_WS_FLOATS floats (any content; a fixed size,
  * independent of the shape: the memory plan counts it), used only by the path that converts
- * panels to fp32. Threads: oneDNN's and OpenBLAS's, as for the fp32 matmuls (OpenMP threads, BLAS
- * threads). Results do not depend on the thread count (DESIGN.md §5.1). Main thread only. */
+ * panels to fp32. Threads: OpenBLAS's (blas_set_threads), as for the fp32 matmuls; oneDNN's are
+ * the OpenMP threads. Repeated calls give the same bits; across thread counts they do where
+ * OpenBLAS's sgemm does (its SkylakeX kernels: yes; Haswell: no, fp32 alike). Main thread only. */
 enum {
-    GEMM_BF16_MB = 1024, // the converted path's blocks of M, N and K (DESIGN.md §5.1)
-    GEMM_BF16_NB = 1024,
-    GEMM_BF16_KB = 1024,
-    GEMM_BF16_WS_FLOATS = GEMM_BF16_MB * GEMM_BF16_KB + GEMM_BF16_KB * GEMM_BF16_NB,
+    GEMM_BF16_KB = 1024, // the converted path's largest blocks of K and N; M takes the rest
+    GEMM_BF16_NB = 1024, // of the workspace (DESIGN.md §5.1): 8 MiB
+    GEMM_BF16_WS_FLOATS = 2 * GEMM_BF16_KB * GEMM_BF16_NB,
 };
 void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
                int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws);
-/* The path gemm_bf16 runs, for benchmark and run headers ("onednn 2.6 avx512_core_bf16",
- * "openblas sgemm on converted panels (bf16 avx512bf16)"); chooses it first if needed. */
+/* The path gemm_bf16 runs, for benchmark and run headers ("openblas sgemm on converted panels
+ * (bf16 avx512bf16)", "onednn 2.6 avx512_core_bf16"); chooses it first if needed. */
 const char *gemm_bf16_path(void);
 
 /* Threads of the BLAS library for the calls above (the OpenMP kernels follow omp_set_num_threads),
