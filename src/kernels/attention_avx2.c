@@ -110,6 +110,23 @@ static inline __m256i attn_lanes_below(int n) {
 
 /* ---- micro-kernels --------------------------------------------------------------------------- */
 
+/* attn_widen_rows (attention_tiles.h) in registers: 8 bf16 zero-extended to 32 bits and
+ * shifted up per step (exact), the tail element by element; no call per row. */
+static inline void attn_widen_rows_v(float *dst, const uint16_t *src, size_t ld, int n, int HS) {
+    for (int r = 0; r < n; r++) {
+        const uint16_t *s = src + (size_t)r * ld;
+        float *d = dst + (size_t)r * HS;
+        int e = 0;
+        for (; e + 8 <= HS; e += 8)
+            _mm256_storeu_si256(
+                (__m256i *)(d + e),
+                _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + e))),
+                                  16));
+        for (; e < HS; e++)
+            d[e] = attn_widen(s[e]);
+    }
+}
+
 #define ATTN_INLINE static inline __attribute__((always_inline))
 enum { ATTN_QC = 16, ATTN_R = 6, ATTN_RH = 4 }; // chunk (2 vectors); rows per register tile
 
@@ -345,8 +362,8 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
                 attn_prefetch_rows_bf16(kb16 + (size_t)B * sh->ldk, nn, HS, sh->ldk);
                 attn_prefetch_rows_bf16(vb16 + (size_t)B * sh->ldk, nn, HS, sh->ldk);
             }
-            attn_widen_rows(kb, kb16, sh->ldk, bk, HS);
-            attn_widen_rows(vb, vb16, sh->ldk, bk, HS);
+            attn_widen_rows_v(kb, kb16, sh->ldk, bk, HS);
+            attn_widen_rows_v(vb, vb16, sh->ldk, bk, HS);
             kj = kb;
             vj = vb;
             kld = (size_t)HS;
@@ -442,7 +459,7 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
         const uint16_t *kb16 = (const uint16_t *)k + koff, *vb16 = (const uint16_t *)v + koff;
         attn_pack_t_bf16(kt, LD, kb16, sh->ldk, bk, HS, sh->scale);
         attn_pack_t_bf16(vt, LD, vb16, sh->ldk, bk, HS, 1.0f);
-        attn_widen_rows(kp, kb16, sh->ldk, bk, HS);
+        attn_widen_rows_v(kp, kb16, sh->ldk, bk, HS);
         dkj = dka;
         dvj = dva;
         dld = (size_t)HS;
@@ -483,8 +500,8 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
                     attn_prefetch_rows_bf16(db16 + nxt, nn, HS, sh->ldq);
                     attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
                 }
-                attn_widen_rows(qp, qb16, sh->ldq, bq, HS);
-                attn_widen_rows(dop, db16, sh->ldq, bq, HS);
+                attn_widen_rows_v(qp, qb16, sh->ldq, bq, HS);
+                attn_widen_rows_v(dop, db16, sh->ldq, bq, HS);
             } else {
                 const float *qi = (const float *)q + qoff; // (bq, HS) rows strided by ldq
                 const float *doi = (const float *)dout + qoff;

@@ -58,6 +58,26 @@ static inline __m512 attn_exp16(__m512 x) {
     return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, fn)); // p * 2^n
 }
 
+/* attn_widen_rows (attention_tiles.h) in registers: 16 bf16 zero-extended to 32 bits and
+ * shifted up per step (exact), a masked tail; no call per row. */
+static inline void attn_widen_rows_v(float *dst, const uint16_t *src, size_t ld, int n, int HS) {
+    const __mmask16 tail = (__mmask16)((1u << (HS % 16)) - 1);
+    for (int r = 0; r < n; r++) {
+        const uint16_t *s = src + (size_t)r * ld;
+        float *d = dst + (size_t)r * HS;
+        int e = 0;
+        for (; e + 16 <= HS; e += 16)
+            _mm512_storeu_si512(d + e, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                                             (const __m256i *)(s + e))),
+                                                         16));
+        if (tail)
+            _mm512_mask_storeu_epi32(
+                d + e, tail,
+                _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail, s + e)),
+                                  16));
+    }
+}
+
 /* ---- AVX-512 micro-kernels ------------------------------------------------------------------- */
 
 #define ATTN_INLINE static inline __attribute__((always_inline))
@@ -243,8 +263,8 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
                 attn_prefetch_rows_bf16(kb16 + (size_t)B * sh->ldk, nn, HS, sh->ldk);
                 attn_prefetch_rows_bf16(vb16 + (size_t)B * sh->ldk, nn, HS, sh->ldk);
             }
-            attn_widen_rows(kb, kb16, sh->ldk, bk, HS);
-            attn_widen_rows(vb, vb16, sh->ldk, bk, HS);
+            attn_widen_rows_v(kb, kb16, sh->ldk, bk, HS);
+            attn_widen_rows_v(vb, vb16, sh->ldk, bk, HS);
             kj = kb;
             vj = vb;
             kld = (size_t)HS;
@@ -379,7 +399,7 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
         const uint16_t *kb16 = (const uint16_t *)k + koff, *vb16 = (const uint16_t *)v + koff;
         attn_pack_t_bf16(kt, LD, kb16, sh->ldk, bk, HS, sh->scale);
         attn_pack_t_bf16(vt, LD, vb16, sh->ldk, bk, HS, 1.0f);
-        attn_widen_rows(kp, kb16, sh->ldk, bk, HS);
+        attn_widen_rows_v(kp, kb16, sh->ldk, bk, HS);
         kj = kp;
         dkj = dka;
         dvj = dva;
@@ -422,8 +442,8 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
                     attn_prefetch_rows_bf16(db16 + nxt, nn, HS, sh->ldq);
                     attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
                 }
-                attn_widen_rows(qp, qb16, sh->ldq, bq, HS);
-                attn_widen_rows(dop, db16, sh->ldq, bq, HS);
+                attn_widen_rows_v(qp, qb16, sh->ldq, bq, HS);
+                attn_widen_rows_v(dop, db16, sh->ldq, bq, HS);
                 qi = qp;
                 doi = dop;
                 qld = (size_t)HS;
