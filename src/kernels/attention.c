@@ -120,12 +120,11 @@ static attn_shape attn_shape_of(int T, int NH, int NKV, int HS, const int32_t *d
 /* D[h, t] = dO[t, h, :] . O[t, h, :] for the NH heads of token t. A plain loop compiled per CPU
  * (KERNEL_CLONES), as the other elementwise kernels; its lanes set the order of the fp32 sum. */
 KERNEL_CLONES
-static void attn_row_dots(float *D, const float *out, const float *dout, long ti, int T, int NH,
+static void attn_row_dots(float *D, const float *orow, const float *drow, long ti, int T, int NH,
                           int HS) {
-    const size_t row = (size_t)NH * HS;
     for (int h = 0; h < NH; h++) {
-        const float *o = out + (size_t)ti * row + (size_t)h * HS;
-        const float *d = dout + (size_t)ti * row + (size_t)h * HS;
+        const float *o = orow + (size_t)h * HS;
+        const float *d = drow + (size_t)h * HS;
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
         for (int e = 0; e < HS; e++)
@@ -236,7 +235,7 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
         // tasks accumulate into them).
 #pragma omp for schedule(static)
         for (long ti = 0; ti < (long)T; ti++) {
-            attn_row_dots(D, out, dout, ti, T, NH, HS);
+            attn_row_dots(D, out + (size_t)ti * row, dout + (size_t)ti * row, ti, T, NH, HS);
             memset(dq + (size_t)ti * row, 0, row * sizeof(float));
             if (buffered)
                 for (int t = 1; t < nth; t++)
@@ -266,6 +265,149 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                         dst[e] += src[e];
                 }
             }
+        }
+    }
+}
+
+/* ---- bf16 operands ----------------------------------------------------------------------------
+ * The same drivers on bf16 q, k, v, out, dout, dq, dk, dv (kernels.h). The blocks widen their
+ * operands per tile and round their outputs once (attention_tiles.h); what is summed stays fp32
+ * here too: D is attn_row_dots on the widened rows of out and dout (the fp32 kernel's D on
+ * those values, bit for bit), and dQ accumulates in an fp32 (T, NH, HS) buffer of the workspace
+ * (every key block adds to it), rounded into dq once, after the last addition. Schedule, schemes
+ * and sums are those of the fp32 drivers: the results are bf16_round of the fp32 kernel's on the
+ * widened inputs, and as reproducible across thread counts as those.
+ *
+ * Workspace (floats): per thread the path's bf16 scratch and two widened token rows (2 NH*HS,
+ * for D); D (NH, T); the fp32 dQ (T, NH, HS); in the second backward scheme (nt-1) more. */
+
+static size_t attn_rows_floats(int NH, int HS) {
+    return attn_round16(up_mul(2, up_mul((size_t)NH, (size_t)HS)));
+}
+
+size_t attention_workspace_floats_bf16(int T, int NH, int NKV, int HS) {
+    UP_CHECK(T >= 1 && NH >= 1 && NKV >= 1 && HS >= 1,
+             "attention: bad sizes T=%d NH=%d NKV=%d HS=%d", T, NH, NKV, HS);
+    const int nt = omp_get_max_threads();
+    const size_t nq = up_mul3((size_t)T, (size_t)NH, (size_t)HS);
+    size_t n = up_mul((size_t)nt,
+                      up_add(attn_ops_current()->thread_floats_bf16(HS), attn_rows_floats(NH, HS)));
+    n = up_add(n, attn_round16(up_mul((size_t)NH, (size_t)T))); // D (NH, T)
+    n = up_add(n, attn_round16(nq));                            // fp32 dQ
+    if (attn_uses_dq_buffers(NKV, nt)) n = up_add(n, up_mul((size_t)(nt - 1), nq));
+    return n;
+}
+
+void attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                            const uint16_t *v, const int32_t *doc_start, int T, int NH, int NKV,
+                            int HS, float *ws) {
+    attn_check_args(out, lse, q, k, v, T, NH, NKV, HS, ws);
+    attn_check_docs(doc_start, T);
+    const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
+    const attn_ops *ops = attn_ops_current();
+    (void)bf16_path_current(); // the conversions' path, chosen before the threads use it
+    const int nb = (T + ops->fq - 1) / ops->fq;
+    const long ntasks = (long)NH * nb;
+    const int nt = omp_get_max_threads();
+    const size_t per_thread = up_add(ops->thread_floats_bf16(HS), attn_rows_floats(NH, HS));
+#pragma omp parallel num_threads(nt)
+    {
+        float *tws = ws + (size_t)omp_get_thread_num() * per_thread;
+#pragma omp for schedule(dynamic, 1)
+        for (long t = 0; t < ntasks; t++) {
+            ops->fwd_block_bf16(out, lse, q, k, v, &sh, (int)(t % NH), nb - 1 - (int)(t / NH), tws);
+            attn_progress(omp_get_thread_num());
+        }
+    }
+}
+
+/* attn_bwd_greedy's rule (the same assignment) on the bf16 blocks. */
+static void attn_bwd_greedy_bf16(const attn_ops *ops, float *dqacc, uint16_t *dk, uint16_t *dv,
+                                 const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                                 const uint16_t *v, const float *lse, const float *D,
+                                 const attn_shape *sh, float *tws, int tid, int nth) {
+    enum { MAXT = 512 };
+    UP_CHECK(nth <= MAXT, "attention: %d threads exceed %d", nth, MAXT);
+    long load[MAXT];
+    for (int t = 0; t < nth; t++)
+        load[t] = 0;
+    const int nb = (sh->T + ops->bkb - 1) / ops->bkb;
+    for (int jb = 0; jb < nb; jb++) {
+        const int j0 = jb * ops->bkb, j1 = attn_min(sh->T, j0 + ops->bkb);
+        const long work = attn_doc_query_end(sh, j1) - j0;
+        for (int kvh = 0; kvh < sh->NKV; kvh++) {
+            int best = 0;
+            for (int t = 1; t < nth; t++)
+                if (load[t] < load[best]) best = t;
+            load[best] += work;
+            if (best == tid) {
+                ops->bwd_block_bf16(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
+                attn_progress(tid);
+            }
+        }
+    }
+}
+
+void attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                             const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                             const uint16_t *out, const float *lse, const int32_t *doc_start, int T,
+                             int NH, int NKV, int HS, float *ws) {
+    attn_check_args(dq, dk, dv, dout, q, T, NH, NKV, HS, ws);
+    UP_CHECK(k && v && out && lse, "attention: NULL buffer");
+    attn_check_docs(doc_start, T);
+    const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
+    const attn_ops *ops = attn_ops_current();
+    (void)bf16_path_current(); // the conversions' path, chosen before the threads use it
+    const int nt = omp_get_max_threads();
+    const int buffered = attn_uses_dq_buffers(NKV, nt);
+    const size_t tile_floats = ops->thread_floats_bf16(HS);
+    const size_t per_thread = up_add(tile_floats, attn_rows_floats(NH, HS));
+    const size_t row = (size_t)NH * HS;
+    const size_t nq = (size_t)T * row;
+    float *D = ws + (size_t)nt * per_thread;       // (NH, T)
+    float *dqf = D + attn_round16((size_t)NH * T); // fp32 dQ (T, NH, HS)
+    float *dqbuf = dqf + attn_round16(nq);         // (nt - 1) x (T, NH, HS), scheme 2 only
+    const int nb = (T + ops->bkb - 1) / ops->bkb;
+#pragma omp parallel num_threads(nt)
+    {
+        const int tid = omp_get_thread_num();
+        const int nth = omp_get_num_threads();
+        float *tws = ws + (size_t)tid * per_thread;
+        float *orow = tws + tile_floats, *drow = orow + row; // widened token rows for D
+#pragma omp for schedule(static)
+        for (long ti = 0; ti < (long)T; ti++) {
+            f32_from_bf16(out + (size_t)ti * row, orow, row);
+            f32_from_bf16(dout + (size_t)ti * row, drow, row);
+            attn_row_dots(D, orow, drow, ti, T, NH, HS);
+            memset(dqf + (size_t)ti * row, 0, row * sizeof(float));
+            if (buffered)
+                for (int t = 1; t < nth; t++)
+                    memset(dqbuf + (size_t)(t - 1) * nq + (size_t)ti * row, 0, row * sizeof(float));
+        }
+        if (!buffered) {
+            for (int kvh = tid; kvh < NKV; kvh += nth)
+                for (int jb = 0; jb < nb; jb++) {
+                    ops->bwd_block_bf16(dqf, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb, tws);
+                    attn_progress(tid);
+                }
+#pragma omp barrier
+        } else {
+            float *dqacc = tid == 0 ? dqf : dqbuf + (size_t)(tid - 1) * nq;
+            attn_bwd_greedy_bf16(ops, dqacc, dk, dv, dout, q, k, v, lse, D, &sh, tws, tid, nth);
+#pragma omp barrier
+        }
+        // dq = bf16 of (dQ + buffers of threads 1..nth-1, in thread order), once per element
+#pragma omp for schedule(static)
+        for (long ti = 0; ti < (long)T; ti++) {
+            float *acc = dqf + (size_t)ti * row;
+            if (buffered)
+                for (int t = 1; t < nth; t++) {
+                    const float *src = dqbuf + (size_t)(t - 1) * nq + (size_t)ti * row;
+#pragma omp simd
+                    for (size_t e = 0; e < row; e++)
+                        acc[e] += src[e];
+                }
+            bf16_from_f32(acc, dq + (size_t)ti * row, row);
         }
     }
 }

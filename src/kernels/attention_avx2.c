@@ -41,6 +41,17 @@ static size_t attn_thread_floats(int HS) {
     return attn_round16(fwd > bwd ? fwd : bwd);
 }
 
+/* The bf16 kernels' scratch: the above plus forward K_j and V_j widened (B, HS) and backward
+ * the fp32 dK_j and dV_j (BKB, HS) (the packed K_j, Q_i, dO_i blocks take the widened ones). */
+static size_t attn_thread_floats_bf16(int HS) {
+    size_t fwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDF), (size_t)ATTN_B * ATTN_LDF + 2 * ATTN_FQ);
+    size_t bwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDB), 2 * (size_t)ATTN_B * ATTN_LDB);
+    bwd = up_add(bwd, up_mul((size_t)ATTN_BKB + 2 * ATTN_B, (size_t)HS));
+    fwd = up_add(fwd, up_mul(2 * (size_t)ATTN_B, (size_t)HS));
+    bwd = up_add(bwd, up_mul(2 * (size_t)ATTN_BKB, (size_t)HS));
+    return attn_round16(fwd > bwd ? fwd : bwd);
+}
+
 /* Rows 0 .. n-1 of src (HS floats each, strided by ld) packed contiguously into dst (n, HS).
  * The backward's head-vector products walk a block's rows once per register tile; in place,
  * their stride of NH*HS or NKV*HS floats (1-2 KiB) maps them onto a few L1 sets, which evict
@@ -98,6 +109,23 @@ static inline __m256i attn_lanes_below(int n) {
 }
 
 /* ---- micro-kernels --------------------------------------------------------------------------- */
+
+/* attn_widen_rows (attention_tiles.h) in registers: 8 bf16 zero-extended to 32 bits and
+ * shifted up per step (exact), the tail element by element; no call per row. */
+static inline void attn_widen_rows_v(float *dst, const uint16_t *src, size_t ld, int n, int HS) {
+    for (int r = 0; r < n; r++) {
+        const uint16_t *s = src + (size_t)r * ld;
+        float *d = dst + (size_t)r * HS;
+        int e = 0;
+        for (; e + 8 <= HS; e += 8)
+            _mm256_storeu_si256(
+                (__m256i *)(d + e),
+                _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(s + e))),
+                                  16));
+        for (; e < HS; e++)
+            d[e] = attn_widen(s[e]);
+    }
+}
 
 #define ATTN_INLINE static inline __attribute__((always_inline))
 enum { ATTN_QC = 16, ATTN_R = 6, ATTN_RH = 4 }; // chunk (2 vectors); rows per register tile
@@ -295,8 +323,8 @@ static void attn_fwd_softmax8(float *st, float *ot, float *mrow, float *lrow, co
  * queries) in 16-query chunks, the output accumulates transposed in O^T (HS, FQ). Documents:
  * key blocks start at the one holding doc[i0]; in a chunk, keys before the doc start of its
  * first query are skipped, and cut vectors are masked lane by lane. */
-static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                           const attn_shape *sh, int h, int ib, float *tws) {
+ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void *k, const void *v,
+                               const attn_shape *sh, int h, int ib, float *tws, const int bf) {
     const int B = ATTN_B, FQ = ATTN_FQ, LD = ATTN_LDF, HS = sh->HS, T = sh->T;
     const int i0 = ib * FQ;
     const int bq = attn_min(FQ, T - i0);
@@ -306,7 +334,13 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
     float *st = ot + (size_t)HS * LD;  // (B, FQ)  S^T then P^T: (keys, queries)
     float *mrow = st + (size_t)B * LD; // (FQ) running max per query
     float *lrow = mrow + FQ;           // (FQ) running sum per query
-    attn_pack_t(qt, LD, q + (size_t)i0 * sh->ldq + (size_t)h * HS, sh->ldq, bq, HS, sh->scale);
+    float *kb = lrow + FQ;             // bf16 operands: (B, HS) K_j and V_j widened
+    float *vb = kb + (size_t)B * HS;
+    const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
+    if (bf)
+        attn_pack_t_bf16(qt, LD, (const uint16_t *)q + qoff, sh->ldq, bq, HS, sh->scale);
+    else
+        attn_pack_t(qt, LD, (const float *)q + qoff, sh->ldq, bq, HS, sh->scale);
     memset(ot, 0, (size_t)HS * LD * sizeof(float));
     for (int r = 0; r < FQ; r++) {
         mrow[r] = -INFINITY;
@@ -317,12 +351,30 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
         const int bk = attn_min(B, T - j0);
         const int dk = j0 - i0;
         const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
-        const float *kj = k + (size_t)j0 * sh->ldk + kvoff; // (bk, HS) rows strided by ldk
-        const float *vj = v + (size_t)j0 * sh->ldk + kvoff;
+        const size_t koff = (size_t)j0 * sh->ldk + kvoff;
+        const float *kj, *vj; // (bk, HS) rows strided by kld
+        size_t kld;
         // the next key block, into L2 while this one computes (see the AVX-512 path)
-        if (j0 + B < i0 + bq) {
-            attn_prefetch_rows(kj + (size_t)B * sh->ldk, attn_min(B, T - j0 - B), HS, sh->ldk);
-            attn_prefetch_rows(vj + (size_t)B * sh->ldk, attn_min(B, T - j0 - B), HS, sh->ldk);
+        if (bf) {
+            const uint16_t *kb16 = (const uint16_t *)k + koff, *vb16 = (const uint16_t *)v + koff;
+            if (j0 + B < i0 + bq) {
+                const int nn = attn_min(B, T - j0 - B);
+                attn_prefetch_rows_bf16(kb16 + (size_t)B * sh->ldk, nn, HS, sh->ldk);
+                attn_prefetch_rows_bf16(vb16 + (size_t)B * sh->ldk, nn, HS, sh->ldk);
+            }
+            attn_widen_rows_v(kb, kb16, sh->ldk, bk, HS);
+            attn_widen_rows_v(vb, vb16, sh->ldk, bk, HS);
+            kj = kb;
+            vj = vb;
+            kld = (size_t)HS;
+        } else {
+            kj = (const float *)k + koff;
+            vj = (const float *)v + koff;
+            kld = sh->ldk;
+            if (j0 + B < i0 + bq) {
+                attn_prefetch_rows(kj + (size_t)B * kld, attn_min(B, T - j0 - B), HS, kld);
+                attn_prefetch_rows(vj + (size_t)B * kld, attn_min(B, T - j0 - B), HS, kld);
+            }
         }
         for (int q0 = 0; q0 < bq; q0 += ATTN_QC) {
             // keys of this block seen by some query of the chunk: j0 + m <= i0 + q0 + 15
@@ -330,23 +382,35 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
             // and at or after the first query's document start (0 without documents)
             const int ml = sh->doc ? attn_max(0, sh->doc[i0 + q0] - j0) : 0;
             if (mc <= ml) continue;
-            attn_kq(st + (size_t)ml * LD + q0, kj + (size_t)ml * sh->ldk, sh->ldk, 1, qt + q0, LD,
-                    mc - ml, HS, 0); // S^T (rows ml .. mc-1, 16)
+            attn_kq(st + (size_t)ml * LD + q0, kj + (size_t)ml * kld, kld, 1, qt + q0, LD, mc - ml,
+                    HS, 0); // S^T (rows ml .. mc-1, 16)
             for (int qv = q0; qv < q0 + ATTN_QC; qv += 8)
                 attn_fwd_softmax8(st, ot, mrow, lrow, sh, i0, j0, bq, qv, ml, mc, masked);
             // O^T (HS, 16) += V_j^T (HS, mc) P^T (mc, 16);  V^T(d, c) = V[c*ldk + d]
-            attn_kq(ot + q0, vj + (size_t)ml * sh->ldk, 1, sh->ldk, st + (size_t)ml * LD + q0, LD,
-                    HS, mc - ml, 1);
+            attn_kq(ot + q0, vj + (size_t)ml * kld, 1, kld, st + (size_t)ml * LD + q0, LD, HS,
+                    mc - ml, 1);
         }
     }
-    float *oi = out + (size_t)i0 * sh->ldq + (size_t)h * HS;
     for (int r = 0; r < bq; r++) {
         const float inv = 1.0f / lrow[r]; // l >= 1: the row maximum contributes exp(0)
-        float *orow = oi + (size_t)r * sh->ldq;
+        // bf16: the row in fp32 in the free score tile, then rounded once
+        float *orow = bf ? st : (float *)out + qoff + (size_t)r * sh->ldq;
         for (int d = 0; d < HS; d++)
             orow[d] = ot[(size_t)d * LD + r] * inv;
+        if (bf) bf16_from_f32(orow, (uint16_t *)out + qoff + (size_t)r * sh->ldq, (size_t)HS);
         lse[(size_t)h * T + i0 + r] = mrow[r] + logf(lrow[r]);
     }
+}
+
+static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const attn_shape *sh, int h, int ib, float *tws) {
+    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 0);
+}
+
+static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const attn_shape *sh, int h, int ib,
+                                float *tws) {
+    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 1);
 }
 
 /* ---- backward -------------------------------------------------------------------------------- */
@@ -373,32 +437,46 @@ static inline void attn_bwd_row8(float *pp, float *dp, float lse_r, float D_r, _
  * Q_i and dO_i are read in place, the tiles are (queries, keys) in 16-key chunks. Documents:
  * query blocks stop at the end of the document of the block's last key; cut tiles are masked
  * per query row. */
-static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                           const float *k, const float *v, const float *lse, const float *D,
-                           const attn_shape *sh, int kvh, int jb, float *tws) {
+ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dout, const void *q,
+                               const void *k, const void *v, const float *lse, const float *D,
+                               const attn_shape *sh, int kvh, int jb, float *tws, const int bf) {
     const int B = ATTN_B, BK = ATTN_BKB, LD = ATTN_LDB, HS = sh->HS, T = sh->T;
     const int j0 = jb * BK;
     const int bk = attn_min(BK, T - j0);
     const size_t koff = (size_t)j0 * sh->ldk + (size_t)kvh * HS;
-    const float *kj = k + koff; // (bk, HS) rows strided by ldk
-    const float *vj = v + koff;
-    float *dkj = dk + koff;
-    float *dvj = dv + koff;
-    float *kt = tws;                  // (HS, BK) scale * K_j^T, zero past bk; rows strided by LD
-    float *vt = kt + (size_t)HS * LD; // (HS, BK) V_j^T, zero past bk
-    float *pt = vt + (size_t)HS * LD; // (B, BK) S, then P: (queries, keys)
-    float *dst = pt + (size_t)B * LD; // (B, BK) dP, then scale * dS
-    float *kp = dst + (size_t)B * LD; // (BK, HS) K_j packed
-    float *qp = kp + (size_t)BK * HS; // (B, HS) Q_i packed
-    float *dop = qp + (size_t)B * HS; // (B, HS) dO_i packed
+    float *kt = tws;                   // (HS, BK) scale * K_j^T, zero past bk; rows strided by LD
+    float *vt = kt + (size_t)HS * LD;  // (HS, BK) V_j^T, zero past bk
+    float *pt = vt + (size_t)HS * LD;  // (B, BK) S, then P: (queries, keys)
+    float *dst = pt + (size_t)B * LD;  // (B, BK) dP, then scale * dS
+    float *kp = dst + (size_t)B * LD;  // (BK, HS) K_j packed
+    float *qp = kp + (size_t)BK * HS;  // (B, HS) Q_i packed
+    float *dop = qp + (size_t)B * HS;  // (B, HS) dO_i packed
+    float *dka = dop + (size_t)B * HS; // bf16 operands: (BK, HS) dK_j and dV_j in fp32
+    float *dva = dka + (size_t)BK * HS;
+    float *dkj, *dvj; // dK_j, dV_j rows strided by dld
+    size_t dld;
+    if (bf) {
+        const uint16_t *kb16 = (const uint16_t *)k + koff, *vb16 = (const uint16_t *)v + koff;
+        attn_pack_t_bf16(kt, LD, kb16, sh->ldk, bk, HS, sh->scale);
+        attn_pack_t_bf16(vt, LD, vb16, sh->ldk, bk, HS, 1.0f);
+        attn_widen_rows_v(kp, kb16, sh->ldk, bk, HS);
+        dkj = dka;
+        dvj = dva;
+        dld = (size_t)HS;
+    } else {
+        const float *kj = (const float *)k + koff; // (bk, HS) rows strided by ldk
+        attn_pack_t(kt, LD, kj, sh->ldk, bk, HS, sh->scale);
+        attn_pack_t(vt, LD, (const float *)v + koff, sh->ldk, bk, HS, 1.0f);
+        attn_pack_rows(kp, kj, sh->ldk, bk, HS);
+        dkj = (float *)dk + koff;
+        dvj = (float *)dv + koff;
+        dld = sh->ldk;
+    }
     const __m256 vscale = _mm256_set1_ps(sh->scale);
     const int qend = attn_doc_query_end(sh, j0 + bk); // T without documents
-    attn_pack_t(kt, LD, kj, sh->ldk, bk, HS, sh->scale);
-    attn_pack_t(vt, LD, vj, sh->ldk, bk, HS, 1.0f);
-    attn_pack_rows(kp, kj, sh->ldk, bk, HS);
     for (int c = 0; c < bk; c++) {
-        memset(dkj + (size_t)c * sh->ldk, 0, (size_t)HS * sizeof(float));
-        memset(dvj + (size_t)c * sh->ldk, 0, (size_t)HS * sizeof(float));
+        memset(dkj + (size_t)c * dld, 0, (size_t)HS * sizeof(float));
+        memset(dvj + (size_t)c * dld, 0, (size_t)HS * sizeof(float));
     }
     for (int g = 0; g < sh->G; g++) {
         const int h = kvh * sh->G + g;
@@ -409,20 +487,32 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
             const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
             const int cut = attn_doc_cuts(sh, i0 + bq, j0); // a document boundary in the tile
             const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
-            const float *qi = q + qoff; // (bq, HS) rows strided by ldq
-            const float *doi = dout + qoff;
             const float *lse_i = lse + (size_t)h * T + i0;
             const float *D_i = D + (size_t)h * T + i0;
             // the next query block's Q, dO and dQ rows, into L2 while this one computes
-            if (i0 + B < qend) {
-                const int nn = attn_min(B, T - i0 - B);
-                const size_t nxt = (size_t)B * sh->ldq;
-                attn_prefetch_rows(qi + nxt, nn, HS, sh->ldq);
-                attn_prefetch_rows(doi + nxt, nn, HS, sh->ldq);
-                attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+            const int nn = i0 + B < qend ? attn_min(B, T - i0 - B) : 0;
+            const size_t nxt = (size_t)B * sh->ldq;
+            if (bf) {
+                const uint16_t *qb16 = (const uint16_t *)q + qoff;
+                const uint16_t *db16 = (const uint16_t *)dout + qoff;
+                if (nn > 0) {
+                    attn_prefetch_rows_bf16(qb16 + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows_bf16(db16 + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+                }
+                attn_widen_rows_v(qp, qb16, sh->ldq, bq, HS);
+                attn_widen_rows_v(dop, db16, sh->ldq, bq, HS);
+            } else {
+                const float *qi = (const float *)q + qoff; // (bq, HS) rows strided by ldq
+                const float *doi = (const float *)dout + qoff;
+                if (nn > 0) {
+                    attn_prefetch_rows(qi + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows(doi + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+                }
+                attn_pack_rows(qp, qi, sh->ldq, bq, HS);
+                attn_pack_rows(dop, doi, sh->ldq, bq, HS);
             }
-            attn_pack_rows(qp, qi, sh->ldq, bq, HS);
-            attn_pack_rows(dop, doi, sh->ldq, bq, HS);
             for (int c0 = 0; c0 < bk; c0 += ATTN_QC) {
                 // queries seeing some key of the chunk: i0 + r >= j0 + c0
                 const int r0 = c0 - dq > 0 ? c0 - dq : 0;
@@ -446,13 +536,30 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
             // computed entries: query r >= key c - dq for dV/dK (rows c), key c < r + 4 + dq for
             // dQ (rows r).
             // dV_j (bk, HS) += P^T (bk, bq) dO_i (bq, HS);  P^T(c, r) = P[r*LD + c]
-            attn_kh(dvj, sh->ldk, pt, 1, LD, dop, (size_t)HS, bk, HS, bq, -dq, ATTN_NOLIM);
+            attn_kh(dvj, dld, pt, 1, LD, dop, (size_t)HS, bk, HS, bq, -dq, ATTN_NOLIM);
             // dK_j (bk, HS) += scale dS^T (bk, bq) Q_i (bq, HS)
-            attn_kh(dkj, sh->ldk, dst, 1, LD, qp, (size_t)HS, bk, HS, bq, -dq, ATTN_NOLIM);
+            attn_kh(dkj, dld, dst, 1, LD, qp, (size_t)HS, bk, HS, bq, -dq, ATTN_NOLIM);
             // dQ_i (bq, HS) += scale dS (bq, bk) K_j (bk, HS)
             attn_kh(dqacc + qoff, sh->ldq, dst, LD, 1, kp, (size_t)HS, bq, HS, bk, -ATTN_NOLIM, dq);
         }
     }
+    if (bf) {
+        attn_round_rows((uint16_t *)dk + koff, sh->ldk, dka, bk, HS);
+        attn_round_rows((uint16_t *)dv + koff, sh->ldk, dva, bk, HS);
+    }
+}
+
+static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *lse, const float *D,
+                           const attn_shape *sh, int kvh, int jb, float *tws) {
+    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);
+}
+
+static void attn_bwd_block_bf16(float *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                const float *lse, const float *D, const attn_shape *sh, int kvh,
+                                int jb, float *tws) {
+    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
 }
 
 const attn_ops attn_ops_avx2 = {.name = "avx2",
@@ -461,6 +568,9 @@ const attn_ops attn_ops_avx2 = {.name = "avx2",
                                 .bkb = ATTN_BKB,
                                 .thread_floats = attn_thread_floats,
                                 .fwd_block = attn_fwd_block,
-                                .bwd_block = attn_bwd_block};
+                                .bwd_block = attn_bwd_block,
+                                .thread_floats_bf16 = attn_thread_floats_bf16,
+                                .fwd_block_bf16 = attn_fwd_block_bf16,
+                                .bwd_block_bf16 = attn_bwd_block_bf16};
 
 #endif

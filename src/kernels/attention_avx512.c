@@ -27,6 +27,17 @@ static size_t attn_thread_floats(int HS) {
     return attn_round16(fwd > bwd ? fwd : bwd);
 }
 
+/* The bf16 kernels' scratch: the above plus the widened blocks of attention_tiles.h, forward
+ * K_j and V_j (B, HS), backward K_j (BKB, HS), Q_i and dO_i (B, HS) and the fp32 dK_j and dV_j
+ * (BKB, HS). */
+static size_t attn_thread_floats_bf16(int HS) {
+    size_t fwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDF), (size_t)ATTN_B * ATTN_LDF + 2 * ATTN_FQ);
+    size_t bwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDB), 2 * (size_t)ATTN_B * ATTN_LDB);
+    fwd = up_add(fwd, up_mul(2 * (size_t)ATTN_B, (size_t)HS));
+    bwd = up_add(bwd, up_mul(3 * (size_t)ATTN_BKB + 2 * ATTN_B, (size_t)HS));
+    return attn_round16(fwd > bwd ? fwd : bwd);
+}
+
 static inline __m512 attn_exp16(__m512 x) {
     const __m512 lo = _mm512_set1_ps(ATTN_EXP_LO);
     const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
@@ -45,6 +56,26 @@ static inline __m512 attn_exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
     p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
     return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, fn)); // p * 2^n
+}
+
+/* attn_widen_rows (attention_tiles.h) in registers: 16 bf16 zero-extended to 32 bits and
+ * shifted up per step (exact), a masked tail; no call per row. */
+static inline void attn_widen_rows_v(float *dst, const uint16_t *src, size_t ld, int n, int HS) {
+    const __mmask16 tail = (__mmask16)((1u << (HS % 16)) - 1);
+    for (int r = 0; r < n; r++) {
+        const uint16_t *s = src + (size_t)r * ld;
+        float *d = dst + (size_t)r * HS;
+        int e = 0;
+        for (; e + 16 <= HS; e += 16)
+            _mm512_storeu_si512(d + e, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                                             (const __m256i *)(s + e))),
+                                                         16));
+        if (tail)
+            _mm512_mask_storeu_epi32(
+                d + e, tail,
+                _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(tail, s + e)),
+                                  16));
+    }
 }
 
 /* ---- AVX-512 micro-kernels ------------------------------------------------------------------- */
@@ -192,8 +223,8 @@ static inline __mmask16 attn_doc_mask(__m512i dsv, int j) {
  * Documents: key blocks start at the one holding doc[i0]; in a chunk, keys before the doc start
  * of its first query are skipped, and where a document boundary cuts the 16 queries of a vector,
  * key j0+m is masked off the lanes with doc > j0+m. */
-static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                           const attn_shape *sh, int h, int ib, float *tws) {
+ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void *k, const void *v,
+                               const attn_shape *sh, int h, int ib, float *tws, const int bf) {
     const int B = ATTN_B, FQ = ATTN_FQ, LD = ATTN_LDF, HS = sh->HS, T = sh->T;
     const int i0 = ib * FQ;
     const int bq = attn_min(FQ, T - i0);
@@ -203,7 +234,13 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
     float *st = ot + (size_t)HS * LD;  // (B, FQ)  S^T then P^T: (keys, queries)
     float *mrow = st + (size_t)B * LD; // (FQ) running max per query
     float *lrow = mrow + FQ;           // (FQ) running sum per query
-    attn_pack_t(qt, LD, q + (size_t)i0 * sh->ldq + (size_t)h * HS, sh->ldq, bq, HS, sh->scale);
+    float *kb = lrow + FQ;             // bf16 operands: (B, HS) K_j and V_j widened
+    float *vb = kb + (size_t)B * HS;
+    const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
+    if (bf)
+        attn_pack_t_bf16(qt, LD, (const uint16_t *)q + qoff, sh->ldq, bq, HS, sh->scale);
+    else
+        attn_pack_t(qt, LD, (const float *)q + qoff, sh->ldq, bq, HS, sh->scale);
     memset(ot, 0, (size_t)HS * LD * sizeof(float));
     for (int r = 0; r < FQ; r++) {
         mrow[r] = -INFINITY;
@@ -214,13 +251,31 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
         const int bk = attn_min(B, T - j0);
         const int dk = j0 - i0;
         const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
-        const float *kj = k + (size_t)j0 * sh->ldk + kvoff; // (bk, HS) rows strided by ldk
-        const float *vj = v + (size_t)j0 * sh->ldk + kvoff;
+        const size_t koff = (size_t)j0 * sh->ldk + kvoff;
+        const float *kj, *vj; // (bk, HS) rows strided by kld
+        size_t kld;
         // The next key block, into L2 while this one computes: K and V are shared by all tasks
         // of a KV head, read once per task, and at long T come from L3 or memory.
-        if (j0 + B < i0 + bq) {
-            attn_prefetch_rows(kj + (size_t)B * sh->ldk, attn_min(B, T - j0 - B), HS, sh->ldk);
-            attn_prefetch_rows(vj + (size_t)B * sh->ldk, attn_min(B, T - j0 - B), HS, sh->ldk);
+        if (bf) {
+            const uint16_t *kb16 = (const uint16_t *)k + koff, *vb16 = (const uint16_t *)v + koff;
+            if (j0 + B < i0 + bq) {
+                const int nn = attn_min(B, T - j0 - B);
+                attn_prefetch_rows_bf16(kb16 + (size_t)B * sh->ldk, nn, HS, sh->ldk);
+                attn_prefetch_rows_bf16(vb16 + (size_t)B * sh->ldk, nn, HS, sh->ldk);
+            }
+            attn_widen_rows_v(kb, kb16, sh->ldk, bk, HS);
+            attn_widen_rows_v(vb, vb16, sh->ldk, bk, HS);
+            kj = kb;
+            vj = vb;
+            kld = (size_t)HS;
+        } else {
+            kj = (const float *)k + koff;
+            vj = (const float *)v + koff;
+            kld = sh->ldk;
+            if (j0 + B < i0 + bq) {
+                attn_prefetch_rows(kj + (size_t)B * kld, attn_min(B, T - j0 - B), HS, kld);
+                attn_prefetch_rows(vj + (size_t)B * kld, attn_min(B, T - j0 - B), HS, kld);
+            }
         }
         for (int q0 = 0; q0 < bq; q0 += ATTN_QC) {
             // keys of this block seen by some query of the chunk: j0 + m <= i0 + q0 + 31
@@ -228,8 +283,8 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
             // and at or after the first query's document start (0 without documents)
             const int ml = sh->doc ? attn_max(0, sh->doc[i0 + q0] - j0) : 0;
             if (mc <= ml) continue;
-            attn_kq(st + (size_t)ml * LD + q0, kj + (size_t)ml * sh->ldk, sh->ldk, 1, qt + q0, LD,
-                    mc - ml, HS, 0); // S^T (rows ml .. mc-1, 32)
+            attn_kq(st + (size_t)ml * LD + q0, kj + (size_t)ml * kld, kld, 1, qt + q0, LD, mc - ml,
+                    HS, 0); // S^T (rows ml .. mc-1, 32)
             for (int qv = q0; qv < q0 + ATTN_QC; qv += 16) {
                 // doc starts of the vector's queries where a boundary cuts it (lanes past bq: 0)
                 const int cut = qv < bq && attn_doc_cuts(sh, i0 + attn_min(qv + 16, bq), j0 + ml);
@@ -274,18 +329,30 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
                     }
             }
             // O^T (HS, 32) += V_j^T (HS, mc) P^T (mc, 32);  V^T(d, c) = V[c*ldk + d]
-            attn_kq(ot + q0, vj + (size_t)ml * sh->ldk, 1, sh->ldk, st + (size_t)ml * LD + q0, LD,
-                    HS, mc - ml, 1);
+            attn_kq(ot + q0, vj + (size_t)ml * kld, 1, kld, st + (size_t)ml * LD + q0, LD, HS,
+                    mc - ml, 1);
         }
     }
-    float *oi = out + (size_t)i0 * sh->ldq + (size_t)h * HS;
     for (int r = 0; r < bq; r++) {
         const float inv = 1.0f / lrow[r]; // l >= 1: the row maximum contributes exp(0)
-        float *orow = oi + (size_t)r * sh->ldq;
+        // bf16: the row in fp32 in the free score tile, then rounded once
+        float *orow = bf ? st : (float *)out + qoff + (size_t)r * sh->ldq;
         for (int d = 0; d < HS; d++)
             orow[d] = ot[(size_t)d * LD + r] * inv;
+        if (bf) bf16_from_f32(orow, (uint16_t *)out + qoff + (size_t)r * sh->ldq, (size_t)HS);
         lse[(size_t)h * T + i0 + r] = mrow[r] + logf(lrow[r]);
     }
+}
+
+static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const attn_shape *sh, int h, int ib, float *tws) {
+    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 0);
+}
+
+static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const attn_shape *sh, int h, int ib,
+                                float *tws) {
+    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 1);
 }
 
 /* Lanes of the 16 keys j0+cv .. j0+cv+15 seen by query i0+r, given dq = i0 - j0:
@@ -308,28 +375,48 @@ static inline __mmask16 attn_doc_mask_keys(int thr) {
  * from L3 or memory once per task. Documents: the query blocks stop at the end of the document
  * of the block's last key; in a query block that a document boundary cuts, query i0+r is masked
  * off the keys before its doc start (lanes below doc - j0 - cv). */
-static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                           const float *k, const float *v, const float *lse, const float *D,
-                           const attn_shape *sh, int kvh, int jb, float *tws) {
+ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dout, const void *q,
+                               const void *k, const void *v, const float *lse, const float *D,
+                               const attn_shape *sh, int kvh, int jb, float *tws, const int bf) {
     const int B = ATTN_B, BK = ATTN_BKB, LD = ATTN_LDB, HS = sh->HS, T = sh->T;
     const int j0 = jb * BK;
     const int bk = attn_min(BK, T - j0);
     const size_t koff = (size_t)j0 * sh->ldk + (size_t)kvh * HS;
-    const float *kj = k + koff; // (bk, HS) rows strided by ldk
-    const float *vj = v + koff;
-    float *dkj = dk + koff;
-    float *dvj = dv + koff;
     float *kt = tws;                  // (HS, BK) scale * K_j^T, zero past bk; rows strided by LD
     float *vt = kt + (size_t)HS * LD; // (HS, BK) V_j^T, zero past bk
     float *pt = vt + (size_t)HS * LD; // (B, BK) S, then P: (queries, keys)
     float *dst = pt + (size_t)B * LD; // (B, BK) dP, then scale * dS
+    float *kp = dst + (size_t)B * LD; // bf16 operands: (BK, HS) K_j widened,
+    float *qp = kp + (size_t)BK * HS; // (B, HS) Q_i and dO_i widened,
+    float *dop = qp + (size_t)B * HS;
+    float *dka = dop + (size_t)B * HS; // (BK, HS) dK_j and dV_j in fp32
+    float *dva = dka + (size_t)BK * HS;
+    // K_j (bk, HS) rows strided by kld; dK_j, dV_j rows strided by dld
+    const float *kj;
+    float *dkj, *dvj;
+    size_t kld, dld;
+    if (bf) {
+        const uint16_t *kb16 = (const uint16_t *)k + koff, *vb16 = (const uint16_t *)v + koff;
+        attn_pack_t_bf16(kt, LD, kb16, sh->ldk, bk, HS, sh->scale);
+        attn_pack_t_bf16(vt, LD, vb16, sh->ldk, bk, HS, 1.0f);
+        attn_widen_rows_v(kp, kb16, sh->ldk, bk, HS);
+        kj = kp;
+        dkj = dka;
+        dvj = dva;
+        kld = dld = (size_t)HS;
+    } else {
+        kj = (const float *)k + koff;
+        dkj = (float *)dk + koff;
+        dvj = (float *)dv + koff;
+        kld = dld = sh->ldk;
+        attn_pack_t(kt, LD, kj, sh->ldk, bk, HS, sh->scale);
+        attn_pack_t(vt, LD, (const float *)v + koff, sh->ldk, bk, HS, 1.0f);
+    }
     const __m512 vscale = _mm512_set1_ps(sh->scale);
     const int qend = attn_doc_query_end(sh, j0 + bk); // T without documents
-    attn_pack_t(kt, LD, kj, sh->ldk, bk, HS, sh->scale);
-    attn_pack_t(vt, LD, vj, sh->ldk, bk, HS, 1.0f);
     for (int c = 0; c < bk; c++) {
-        memset(dkj + (size_t)c * sh->ldk, 0, (size_t)HS * sizeof(float));
-        memset(dvj + (size_t)c * sh->ldk, 0, (size_t)HS * sizeof(float));
+        memset(dkj + (size_t)c * dld, 0, (size_t)HS * sizeof(float));
+        memset(dvj + (size_t)c * dld, 0, (size_t)HS * sizeof(float));
     }
     for (int g = 0; g < sh->G; g++) {
         const int h = kvh * sh->G + g;
@@ -340,27 +427,45 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
             const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
             const int cut = attn_doc_cuts(sh, i0 + bq, j0); // a document boundary in the tile
             const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
-            const float *qi = q + qoff; // (bq, HS) rows strided by ldq
-            const float *doi = dout + qoff;
             const float *lse_i = lse + (size_t)h * T + i0;
             const float *D_i = D + (size_t)h * T + i0;
+            const float *qi, *doi; // (bq, HS) rows strided by qld
+            size_t qld;
             // The next query block's Q, dO and dQ rows, into L2 while this one computes.
-            if (i0 + B < qend) {
-                const int nn = attn_min(B, T - i0 - B);
-                const size_t nxt = (size_t)B * sh->ldq;
-                attn_prefetch_rows(qi + nxt, nn, HS, sh->ldq);
-                attn_prefetch_rows(doi + nxt, nn, HS, sh->ldq);
-                attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+            const int nn = i0 + B < qend ? attn_min(B, T - i0 - B) : 0;
+            const size_t nxt = (size_t)B * sh->ldq;
+            if (bf) {
+                const uint16_t *qb16 = (const uint16_t *)q + qoff;
+                const uint16_t *db16 = (const uint16_t *)dout + qoff;
+                if (nn > 0) {
+                    attn_prefetch_rows_bf16(qb16 + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows_bf16(db16 + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+                }
+                attn_widen_rows_v(qp, qb16, sh->ldq, bq, HS);
+                attn_widen_rows_v(dop, db16, sh->ldq, bq, HS);
+                qi = qp;
+                doi = dop;
+                qld = (size_t)HS;
+            } else {
+                qi = (const float *)q + qoff;
+                doi = (const float *)dout + qoff;
+                qld = sh->ldq;
+                if (nn > 0) {
+                    attn_prefetch_rows(qi + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows(doi + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+                }
             }
             for (int c0 = 0; c0 < bk; c0 += ATTN_QC) {
                 // queries seeing some key of the chunk: i0 + r >= j0 + c0
                 const int r0 = c0 - dq > 0 ? c0 - dq : 0;
                 if (r0 >= bq) break; // and so for the later chunks
                 const int nr = bq - r0;
-                attn_kq(pt + (size_t)r0 * LD + c0, qi + (size_t)r0 * sh->ldq, sh->ldq, 1, kt + c0,
-                        LD, nr, HS, 0); // S (nr, 32)
-                attn_kq(dst + (size_t)r0 * LD + c0, doi + (size_t)r0 * sh->ldq, sh->ldq, 1, vt + c0,
-                        LD, nr, HS, 0); // dP = dO_i V_j^T (nr, 32)
+                attn_kq(pt + (size_t)r0 * LD + c0, qi + (size_t)r0 * qld, qld, 1, kt + c0, LD, nr,
+                        HS, 0); // S (nr, 32)
+                attn_kq(dst + (size_t)r0 * LD + c0, doi + (size_t)r0 * qld, qld, 1, vt + c0, LD, nr,
+                        HS, 0); // dP = dO_i V_j^T (nr, 32)
                 // Lanes past the block's last key (zero-padded K^T, V^T) get finite values
                 // that no product reads (they stop at bk keys).
                 for (int cv = c0; cv < c0 + ATTN_QC; cv += 16) {
@@ -386,13 +491,30 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
             // j0 + c0 <= i0 + r, so the causal limits of attn_kh read only computed entries:
             // query r >= key c - dq for dV/dK (rows c), key c < r + R + dq for dQ (rows r).
             // dV_j (bk, HS) += P^T (bk, bq) dO_i (bq, HS);  P^T(c, r) = P[r*LD + c]
-            attn_kh(dvj, sh->ldk, pt, 1, LD, doi, sh->ldq, bk, HS, bq, -dq, ATTN_NOLIM);
+            attn_kh(dvj, dld, pt, 1, LD, doi, qld, bk, HS, bq, -dq, ATTN_NOLIM);
             // dK_j (bk, HS) += scale dS^T (bk, bq) Q_i (bq, HS)
-            attn_kh(dkj, sh->ldk, dst, 1, LD, qi, sh->ldq, bk, HS, bq, -dq, ATTN_NOLIM);
+            attn_kh(dkj, dld, dst, 1, LD, qi, qld, bk, HS, bq, -dq, ATTN_NOLIM);
             // dQ_i (bq, HS) += scale dS (bq, bk) K_j (bk, HS)
-            attn_kh(dqacc + qoff, sh->ldq, dst, LD, 1, kj, sh->ldk, bq, HS, bk, -ATTN_NOLIM, dq);
+            attn_kh(dqacc + qoff, sh->ldq, dst, LD, 1, kj, kld, bq, HS, bk, -ATTN_NOLIM, dq);
         }
     }
+    if (bf) {
+        attn_round_rows((uint16_t *)dk + koff, sh->ldk, dka, bk, HS);
+        attn_round_rows((uint16_t *)dv + koff, sh->ldk, dva, bk, HS);
+    }
+}
+
+static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *lse, const float *D,
+                           const attn_shape *sh, int kvh, int jb, float *tws) {
+    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);
+}
+
+static void attn_bwd_block_bf16(float *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                const float *lse, const float *D, const attn_shape *sh, int kvh,
+                                int jb, float *tws) {
+    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
 }
 
 const attn_ops attn_ops_avx512 = {.name = "avx512",
@@ -401,6 +523,9 @@ const attn_ops attn_ops_avx512 = {.name = "avx512",
                                   .bkb = ATTN_BKB,
                                   .thread_floats = attn_thread_floats,
                                   .fwd_block = attn_fwd_block,
-                                  .bwd_block = attn_bwd_block};
+                                  .bwd_block = attn_bwd_block,
+                                  .thread_floats_bf16 = attn_thread_floats_bf16,
+                                  .fwd_block_bf16 = attn_fwd_block_bf16,
+                                  .bwd_block_bf16 = attn_bwd_block_bf16};
 
 #endif

@@ -21,6 +21,17 @@ static size_t attn_thread_floats(int HS) {
     return attn_round16(fwd > bwd ? fwd : bwd);
 }
 
+/* The bf16 kernels' scratch: the above plus (B, HS) tiles, forward Q_i, K_j, V_j widened and
+ * O_i in fp32, backward K_j, V_j, Q_i, dO_i widened and dK_j, dV_j in fp32. */
+static size_t attn_thread_floats_bf16(int HS) {
+    size_t fwd =
+        up_add((size_t)ATTN_B * ATTN_B + 3 * ATTN_B, up_mul(4 * (size_t)ATTN_B, (size_t)HS));
+    size_t bwd = up_add(2 * (size_t)ATTN_B * ATTN_B, up_mul(6 * (size_t)ATTN_B, (size_t)HS));
+    return attn_round16(fwd > bwd ? fwd : bwd);
+}
+
+#define ATTN_INLINE static inline __attribute__((always_inline))
+
 /* Scalar twin in plain C (fmaf, round-to-nearest by the 1.5*2^23 trick) so that gcc vectorises
  * it under omp simd. */
 #pragma omp declare simd notinbranch
@@ -54,21 +65,36 @@ static inline float attn_exp(float x) {
  * blocks start at the one holding doc[i0]; in a tile that a document boundary cuts, the scores
  * of keys before a query's doc start become -inf (exp gives 0, the row maximum ignores them),
  * and a row with no visible key keeps its softmax state (alpha 1, P row 0). */
-KERNEL_CLONES
-static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                           const attn_shape *sh, int h, int ib, float *tws) {
+ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void *k, const void *v,
+                               const attn_shape *sh, int h, int ib, float *tws, const int bf) {
     const int B = ATTN_B, HS = sh->HS, T = sh->T;
-    const int ldq = (int)sh->ldq, ldk = (int)sh->ldk;
     const int i0 = ib * B;
     const int bq = attn_min(B, T - i0);
-    const float *qi = q + (size_t)i0 * sh->ldq + (size_t)h * HS; // (bq, HS) rows strided by ldq
-    float *oi = out + (size_t)i0 * sh->ldq + (size_t)h * HS;     // (bq, HS) rows strided by ldq
-    const float *kh = k + (size_t)(h / sh->G) * HS;              // (T, HS) rows strided by ldk
-    const float *vh = v + (size_t)(h / sh->G) * HS;
+    const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
+    const size_t kvoff = (size_t)(h / sh->G) * HS;
     float *s = tws;                 // (bq, bk) scores, then probabilities
     float *m = tws + (size_t)B * B; // (bq) running max
     float *l = m + B;               // (bq) running sum
     float *alpha = l + B;           // (bq) rescale factor of this step
+    float *qf = alpha + B;          // bf16 operands: (B, HS) Q_i, K_j, V_j widened, O_i in fp32
+    float *kf = qf + (size_t)B * HS;
+    float *vf = kf + (size_t)B * HS;
+    float *of = vf + (size_t)B * HS;
+    // Q_i and O_i (bq, HS) rows strided by ldq (ldo); K, V of the KV head rows strided by ldk
+    const float *qi;
+    float *oi;
+    int ldq, ldo;
+    const int ldk = bf ? HS : (int)sh->ldk;
+    if (bf) {
+        attn_widen_rows(qf, (const uint16_t *)q + qoff, sh->ldq, bq, HS);
+        qi = qf;
+        oi = of;
+        ldq = ldo = HS;
+    } else {
+        qi = (const float *)q + qoff;
+        oi = (float *)out + qoff;
+        ldq = ldo = (int)sh->ldq;
+    }
     for (int r = 0; r < bq; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -78,8 +104,20 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
         const int bk = attn_min(B, T - j0);
         const int diag = j0 == i0;                      // then bk == bq
         const int cut = attn_doc_cuts(sh, i0 + bq, j0); // a document boundary in the tile
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, sh->scale, qi, ldq,
-                    kh + (size_t)j0 * sh->ldk, ldk, 0.0f, s, B);
+        const float *kj, *vj;                           // (bk, HS) rows strided by ldk
+        if (bf) {
+            attn_widen_rows(kf, (const uint16_t *)k + (size_t)j0 * sh->ldk + kvoff, sh->ldk, bk,
+                            HS);
+            attn_widen_rows(vf, (const uint16_t *)v + (size_t)j0 * sh->ldk + kvoff, sh->ldk, bk,
+                            HS);
+            kj = kf;
+            vj = vf;
+        } else {
+            kj = (const float *)k + (size_t)j0 * sh->ldk + kvoff;
+            vj = (const float *)v + (size_t)j0 * sh->ldk + kvoff;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, sh->scale, qi, ldq, kj,
+                    ldk, 0.0f, s, B);
         for (int r = 0; r < bq; r++) {
             float *row = s + (size_t)r * B;
             const int n = diag ? r + 1 : bk; // causal: query i0+r sees keys up to i0+r
@@ -112,7 +150,7 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
         }
         if (j0 > jfirst)
             for (int r = 0; r < bq; r++) {
-                float *orow = oi + (size_t)r * sh->ldq;
+                float *orow = oi + (size_t)r * ldo;
                 const float a = alpha[r];
 #pragma omp simd
                 for (int d = 0; d < HS; d++)
@@ -120,39 +158,71 @@ static void attn_fwd_block(float *out, float *lse, const float *q, const float *
             }
         // O_i (bq, HS) = alpha O_i + P (bq, bk) V_j (bk, HS); out holds anything before the first
         // block: beta 0 there (BLAS does not read C when beta is 0).
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, 1.0f, s, B,
-                    vh + (size_t)j0 * sh->ldk, ldk, j0 > jfirst ? 1.0f : 0.0f, oi, ldq);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, 1.0f, s, B, vj, ldk,
+                    j0 > jfirst ? 1.0f : 0.0f, oi, ldo);
     }
     for (int r = 0; r < bq; r++) {
-        float *orow = oi + (size_t)r * sh->ldq;
+        float *orow = oi + (size_t)r * ldo;
         const float inv = 1.0f / l[r]; // l >= 1: the row maximum contributes exp(0)
 #pragma omp simd
         for (int d = 0; d < HS; d++)
             orow[d] *= inv;
         lse[(size_t)h * T + i0 + r] = m[r] + logf(l[r]);
     }
+    if (bf) attn_round_rows((uint16_t *)out + qoff, sh->ldq, of, bq, HS);
+}
+
+KERNEL_CLONES
+static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const attn_shape *sh, int h, int ib, float *tws) {
+    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 0);
+}
+
+KERNEL_CLONES
+static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const attn_shape *sh, int h, int ib,
+                                float *tws) {
+    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 1);
 }
 
 /* Backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by the task), dQ
  * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). Documents: query blocks
  * stop at the end of the document of the block's last key; in a tile that a document boundary
  * cuts, P is 0 for the keys before a query's doc start. */
-KERNEL_CLONES
-static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                           const float *k, const float *v, const float *lse, const float *D,
-                           const attn_shape *sh, int kvh, int jb, float *tws) {
+ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dout, const void *q,
+                               const void *k, const void *v, const float *lse, const float *D,
+                               const attn_shape *sh, int kvh, int jb, float *tws, const int bf) {
     const int B = ATTN_B, HS = sh->HS, T = sh->T;
-    const int ldq = (int)sh->ldq, ldk = (int)sh->ldk;
+    const int ldqo = (int)sh->ldq; // of dQ
     const int j0 = jb * B;
     const int bk = attn_min(B, T - j0);
     const size_t koff = (size_t)j0 * sh->ldk + (size_t)kvh * HS;
-    const float *kj = k + koff; // (bk, HS) rows strided by ldk
-    const float *vj = v + koff;
-    float *dkj = dk + koff;
-    float *dvj = dv + koff;
     float *p = tws;                  // (bq, bk) probabilities, then dS
     float *dp = tws + (size_t)B * B; // (bq, bk) dP
-    int first = 1;                   // first contribution to dK_j, dV_j: overwrite (beta 0)
+    float *kf = dp + (size_t)B * B;  // bf16 operands: (B, HS) K_j, V_j, Q_i, dO_i widened,
+    float *vf = kf + (size_t)B * HS;
+    float *qf = vf + (size_t)B * HS;
+    float *dof = qf + (size_t)B * HS;
+    float *dka = dof + (size_t)B * HS; // dK_j and dV_j in fp32
+    float *dva = dka + (size_t)B * HS;
+    // K_j, V_j, dK_j, dV_j rows strided by ldk; Q_i, dO_i rows by ldq
+    const float *kj, *vj;
+    float *dkj, *dvj;
+    const int ldk = bf ? HS : (int)sh->ldk, ldq = bf ? HS : (int)sh->ldq;
+    if (bf) {
+        attn_widen_rows(kf, (const uint16_t *)k + koff, sh->ldk, bk, HS);
+        attn_widen_rows(vf, (const uint16_t *)v + koff, sh->ldk, bk, HS);
+        kj = kf;
+        vj = vf;
+        dkj = dka;
+        dvj = dva;
+    } else {
+        kj = (const float *)k + koff;
+        vj = (const float *)v + koff;
+        dkj = (float *)dk + koff;
+        dvj = (float *)dv + koff;
+    }
+    int first = 1; // first contribution to dK_j, dV_j: overwrite (beta 0)
     const int qend = attn_doc_query_end(sh, j0 + bk); // T without documents
     for (int g = 0; g < sh->G; g++) {
         const int h = kvh * sh->G + g;
@@ -161,8 +231,16 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
             const int diag = i0 == j0;                      // then bq == bk
             const int cut = attn_doc_cuts(sh, i0 + bq, j0); // a document boundary in the tile
             const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
-            const float *qi = q + qoff; // (bq, HS) rows strided by ldq
-            const float *doi = dout + qoff;
+            const float *qi, *doi; // (bq, HS) rows strided by ldq
+            if (bf) {
+                attn_widen_rows(qf, (const uint16_t *)q + qoff, sh->ldq, bq, HS);
+                attn_widen_rows(dof, (const uint16_t *)dout + qoff, sh->ldq, bq, HS);
+                qi = qf;
+                doi = dof;
+            } else {
+                qi = (const float *)q + qoff;
+                doi = (const float *)dout + qoff;
+            }
             const float *lse_i = lse + (size_t)h * T + i0;
             const float *D_i = D + (size_t)h * T + i0;
             // P = exp(scale * Q_i K_j^T - lse) with the causal mask (recompute)
@@ -201,10 +279,29 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
                         ldq, first ? 0.0f : 1.0f, dkj, ldk);
             // dQ_i (bq, HS) += scale * dS (bq, bk) K_j (bk, HS)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, sh->scale, p, B, kj,
-                        ldk, 1.0f, dqacc + qoff, ldq);
+                        ldk, 1.0f, dqacc + qoff, ldqo);
             first = 0;
         }
     }
+    if (bf) {
+        attn_round_rows((uint16_t *)dk + koff, sh->ldk, dka, bk, HS);
+        attn_round_rows((uint16_t *)dv + koff, sh->ldk, dva, bk, HS);
+    }
+}
+
+KERNEL_CLONES
+static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *lse, const float *D,
+                           const attn_shape *sh, int kvh, int jb, float *tws) {
+    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);
+}
+
+KERNEL_CLONES
+static void attn_bwd_block_bf16(float *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                const float *lse, const float *D, const attn_shape *sh, int kvh,
+                                int jb, float *tws) {
+    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
 }
 
 const attn_ops attn_ops_portable = {.name = "portable",
@@ -213,4 +310,7 @@ const attn_ops attn_ops_portable = {.name = "portable",
                                     .bkb = ATTN_B,
                                     .thread_floats = attn_thread_floats,
                                     .fwd_block = attn_fwd_block,
-                                    .bwd_block = attn_bwd_block};
+                                    .bwd_block = attn_bwd_block,
+                                    .thread_floats_bf16 = attn_thread_floats_bf16,
+                                    .fwd_block_bf16 = attn_fwd_block_bf16,
+                                    .bwd_block_bf16 = attn_bwd_block_bf16};

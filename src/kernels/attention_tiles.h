@@ -7,9 +7,11 @@
 #define UP_ATTENTION_TILES_H
 
 #include "core/check.h"
+#include "kernels/bf16.h"
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* B = 128 queries or keys: the tile edge of every path. A path may widen the block of the
  * dimension its vectors run along (attn_ops.fq, attn_ops.bkb), see its file. */
@@ -94,6 +96,54 @@ static inline void attn_pack_t(float *dst, int width, const float *src, size_t l
     }
 }
 
+/* ---- bf16 operands (attention_forward_bf16, attention_backward_bf16) --------------------------
+ * The bf16 kernels run each path's fp32 block code on fp32 copies of their bf16 operands, made
+ * per tile in the thread's scratch: the packed panels widen as they pack, the streamed blocks
+ * (K_j, V_j; Q_i, dO_i) are widened into contiguous (rows, HS) tiles once per tile, and the
+ * outputs (out; dK_j, dV_j) accumulate in fp32 tiles that are rounded to bf16 once, at the end
+ * (bf16.h's rounding). Widening is exact, so every fp32 sum is that of the fp32 kernel on the
+ * widened inputs, term for term and in the same order: the bf16 results are bf16_round of the
+ * fp32 kernel's results on those inputs, bit for bit (test_attention checks it). */
+
+/* bf16 -> fp32, exact (the 16 bits shifted up), inline for the packing loops. */
+static inline float attn_widen(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* attn_pack_t on bf16 rows: the same values as attn_pack_t on the widened rows. */
+static inline void attn_pack_t_bf16(float *dst, int width, const uint16_t *src, size_t ld, int n,
+                                    int HS, float mul) {
+    for (int d = 0; d < HS; d++) {
+        float *drow = dst + (size_t)d * width;
+        for (int r = 0; r < n; r++)
+            drow[r] = attn_widen(src[(size_t)r * ld + d]) * mul;
+        for (int r = n; r < width; r++)
+            drow[r] = 0.0f;
+    }
+}
+
+/* Rows 0 .. n-1 of src (HS bf16 each, strided by ld) widened into dst (n, HS) contiguous. */
+static inline void attn_widen_rows(float *dst, const uint16_t *src, size_t ld, int n, int HS) {
+    for (int r = 0; r < n; r++)
+        f32_from_bf16(src + (size_t)r * ld, dst + (size_t)r * HS, (size_t)HS);
+}
+
+/* Rows 0 .. n-1 of src (n, HS) contiguous rounded into dst (HS bf16 each, strided by ld). */
+static inline void attn_round_rows(uint16_t *dst, size_t ld, const float *src, int n, int HS) {
+    for (int r = 0; r < n; r++)
+        bf16_from_f32(src + (size_t)r * HS, dst + (size_t)r * ld, (size_t)HS);
+}
+
+/* Prefetch n rows of HS bf16 (strided by ld) into L2. */
+static inline void attn_prefetch_rows_bf16(const uint16_t *a, int n, int HS, size_t ld) {
+    for (int r = 0; r < n; r++)
+        for (int d = 0; d < HS; d += 32)
+            __builtin_prefetch(a + (size_t)r * ld + d, 0, 2);
+}
+
 /* Prefetch n rows of HS floats (strided by ld) into L2 (prefetcht1 on x86). */
 static inline void attn_prefetch_rows(const float *a, int n, int HS, size_t ld) {
     for (int r = 0; r < n; r++)
@@ -122,6 +172,15 @@ typedef struct {
     void (*bwd_block)(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
                       const float *k, const float *v, const float *lse, const float *D,
                       const attn_shape *sh, int kvh, int jb, float *tws);
+    /* The same on bf16 operands (see above): scratch of thread_floats_bf16(HS) floats; dqacc,
+     * lse and D stay fp32. */
+    size_t (*thread_floats_bf16)(int HS);
+    void (*fwd_block_bf16)(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                           const uint16_t *v, const attn_shape *sh, int h, int ib, float *tws);
+    void (*bwd_block_bf16)(float *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                           const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                           const float *lse, const float *D, const attn_shape *sh, int kvh, int jb,
+                           float *tws);
 } attn_ops;
 
 extern const attn_ops attn_ops_portable;

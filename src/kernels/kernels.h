@@ -157,6 +157,23 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
                         const float *k, const float *v, const float *out, const float *lse,
                         const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws);
 
+/* The same with bf16 operands (--dtype bf16, DESIGN.md §5.1): q, k, v, out, dout, dq, dk, dv are
+ * bf16 (uint16_t, src/kernels/bf16.h), same layouts, documents, masking, progress hook and
+ * contracts; lse stays fp32. Everything summed or exponentiated is fp32 (scores, softmax state,
+ * accumulators, D, the dQ sums); each output element is rounded to bf16 once, at the end. The
+ * results are bf16_round of the fp32 kernels' results on the widened inputs, bit for bit (same
+ * path, same thread count), lse equal. ws: attention_workspace_floats_bf16(T, NH, NKV, HS) fp32
+ * floats (per thread the path's tiles and the widened blocks; D (NH, T); an fp32 dQ (T, NH, HS),
+ * and (nt-1) more where the fp32 backward has its private dQ buffers), same rules as ws above. */
+size_t attention_workspace_floats_bf16(int T, int NH, int NKV, int HS);
+void attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                            const uint16_t *v, const int32_t *doc_start, int T, int NH, int NKV,
+                            int HS, float *ws);
+void attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                             const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                             const uint16_t *out, const float *lse, const int32_t *doc_start, int T,
+                             int NH, int NKV, int HS, float *ws);
+
 /* ---- cross-entropy -------------------------------------------------------------------------- */
 
 /* Fused forward + backward over N rows of logits (N, V), in place:

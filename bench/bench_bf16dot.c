@@ -1,0 +1,119 @@
+/* bench_bf16dot — does AVX512_BF16's dot product (VDPBF16PS) beat fp32 FMA on this CPU? PLAN.md
+ * 4d's question before an avx512bf16 attention path: the attention's products are
+ * register-blocked FMA loops running near the FMA peak (DESIGN.md §8.1), so VDPBF16PS helps only
+ * if it retires more multiply-adds per second than VFMADD231PS does.
+ * One thread, N independent accumulator chains (enough to hide either instruction's latency),
+ * all in registers (no memory traffic): instructions per second and GFLOP/s of each (FMA 16
+ * lanes x 2 = 32 flops, VDPBF16PS 16 lanes x 2 products x 2 = 64), the median of 7 runs, the two
+ * interleaved so both see the same load. usage: bench_bf16dot (x86-64 with AVX-512 F only; the
+ * dot product where the CPU has AVX512_BF16). */
+#include "bench_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+enum { CHAINS = 16, REPS = 7 };
+static const long ITERS = 20 * 1000 * 1000; // x CHAINS instructions per run
+
+/* The asm barrier keeps the compiler from hoisting or folding the loop-invariant operands. */
+__attribute__((target("avx512f"), noinline)) static float run_fma(long n) {
+    __m512 a[CHAINS];
+    for (int i = 0; i < CHAINS; i++)
+        a[i] = _mm512_setzero_ps();
+    __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-7f);
+    for (long k = 0; k < n; k++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < CHAINS; i++)
+            a[i] = _mm512_fmadd_ps(x, y, a[i]);
+        __asm__ volatile("" : "+v"(x));
+    }
+    for (int i = 1; i < CHAINS; i++)
+        a[0] = _mm512_add_ps(a[0], a[i]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline)) static float run_dpbf16(long n) {
+    __m512 a[CHAINS];
+    for (int i = 0; i < CHAINS; i++)
+        a[i] = _mm512_setzero_ps();
+    __m512bh x = (__m512bh)_mm512_set1_epi32(0x33d633d6),
+             y = (__m512bh)_mm512_set1_epi32(0x3f803f80);
+    for (long k = 0; k < n; k++) {
+#pragma GCC unroll 16
+        for (int i = 0; i < CHAINS; i++)
+            a[i] = _mm512_dpbf16_ps(a[i], x, y);
+        __asm__ volatile("" : "+v"(x));
+    }
+    for (int i = 1; i < CHAINS; i++)
+        a[0] = _mm512_add_ps(a[0], a[i]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+
+static void cpu_model(char *buf, size_t len) {
+    char name[128] = "unknown", family[16] = "?", model[16] = "?", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        char *v = colon + 1 + (colon[1] == ' ');
+        v[strcspn(v, "\n")] = '\0';
+        if (!strncmp(line, "model name", 10))
+            snprintf(name, sizeof name, "%s", v);
+        else if (!strncmp(line, "cpu family", 10))
+            snprintf(family, sizeof family, "%s", v);
+        else if (!strncmp(line, "model\t", 6))
+            snprintf(model, sizeof model, "%s", v);
+        else if (!strncmp(line, "processor", 9) && strcmp(v, "0"))
+            break; // the first CPU only
+    }
+    if (f) fclose(f);
+    snprintf(buf, len, "%s (family %s, model %s)", name, family, model);
+}
+
+int main(void) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) {
+        printf("bench_bf16dot: this CPU lacks AVX-512 F\n");
+        return 0;
+    }
+    const int bf = __builtin_cpu_supports("avx512bf16") != 0; // a flag bit, not 0 or 1
+    char model[256];
+    cpu_model(model, sizeof model);
+    printf("bench_bf16dot on %s, one thread, %d chains\n", model, CHAINS);
+    double t[2][REPS];
+    volatile float sink = 0.0f;
+    for (int r = 0; r < REPS; r++) {
+        double t0 = now_s();
+        sink += run_fma(ITERS);
+        double t1 = now_s();
+        if (bf) sink += run_dpbf16(ITERS);
+        double t2 = now_s();
+        t[0][r] = t1 - t0;
+        t[1][r] = t2 - t1;
+    }
+    const double ins = (double)ITERS * CHAINS;
+    const char *names[2] = {"vfmadd231ps zmm", "vdpbf16ps zmm  "};
+    const double flops[2] = {32.0, 64.0};
+    double rate[2] = {0.0, 0.0};
+    for (int i = 0; i < 1 + bf; i++) {
+        qsort(t[i], REPS, sizeof(double), cmp_double);
+        const double m = t[i][REPS / 2];
+        rate[i] = ins * flops[i] / m / 1e9;
+        printf("  %s: %6.2f G instructions/s  %7.1f GFLOP/s\n", names[i], ins / m / 1e9, rate[i]);
+    }
+    if (bf)
+        printf("  vdpbf16ps / fma GFLOP/s: %.2f\n", rate[1] / rate[0]);
+    else
+        printf("  vdpbf16ps: skipped (this CPU lacks AVX512_BF16)\n");
+    return 0;
+}
+#else
+int main(void) {
+    printf("bench_bf16dot: x86-64 only\n");
+    return 0;
+}
+#endif
