@@ -400,7 +400,7 @@ void attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uin
                 }
 #pragma omp barrier
         } else {
-            const attn_dq own = {.f = dqbuf + (size_t)(tid - 1) * nq, .hi = NULL, .lo = NULL};
+            const attn_dq own = {.f = tid > 0 ? dqbuf + (size_t)(tid - 1) * nq : NULL};
             attn_bwd_greedy_bf16(ops, tid == 0 ? &split : &own, dk, dv, dout, q, k, v, lse, D, &sh,
                                  tws, tid, nth);
 #pragma omp barrier
