@@ -273,13 +273,17 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
  * The same drivers on bf16 q, k, v, out, dout, dq, dk, dv (kernels.h). The blocks widen their
  * operands per tile and round their outputs once (attention_tiles.h); what is summed stays fp32
  * here too: D is attn_row_dots on the widened rows of out and dout (the fp32 kernel's D on
- * those values, bit for bit), and dQ accumulates in an fp32 (T, NH, HS) buffer of the workspace
- * (every key block adds to it), rounded into dq once, after the last addition. Schedule, schemes
- * and sums are those of the fp32 drivers: the results are bf16_round of the fp32 kernel's on the
- * widened inputs, and as reproducible across thread counts as those.
+ * those values, bit for bit), and dQ accumulates in fp32 (every key block adds to it), rounded
+ * into dq once, after the last addition. The fp32 dQ of the owner scheme (and of thread 0 in the
+ * second) is stored split (attn_dq, attention_tiles.h): its top 16 bits in dq itself, which is
+ * free until the end, its low 16 in the workspace, so it costs 2 bytes per element beyond dq
+ * rather than 4; the private buffers of threads 1.. stay fp32 as in the fp32 kernel. Schedule,
+ * schemes and sums are those of the fp32 drivers: the results are bf16_round of the fp32
+ * kernel's on the widened inputs, and as reproducible across thread counts as those.
  *
  * Workspace (floats): per thread the path's bf16 scratch and two widened token rows (2 NH*HS,
- * for D); D (NH, T); the fp32 dQ (T, NH, HS); in the second backward scheme (nt-1) more. */
+ * for D); D (NH, T); the low halves of dQ (T*NH*HS uint16, T*NH*HS/2 floats); in the second
+ * backward scheme (nt-1) fp32 dQ buffers. */
 
 static size_t attn_rows_floats(int NH, int HS) {
     return attn_round16(up_mul(2, up_mul((size_t)NH, (size_t)HS)));
@@ -293,7 +297,7 @@ size_t attention_workspace_floats_bf16(int T, int NH, int NKV, int HS) {
     size_t n = up_mul((size_t)nt,
                       up_add(attn_ops_current()->thread_floats_bf16(HS), attn_rows_floats(NH, HS)));
     n = up_add(n, attn_round16(up_mul((size_t)NH, (size_t)T))); // D (NH, T)
-    n = up_add(n, attn_round16(nq));                            // fp32 dQ
+    n = up_add(n, attn_round16((nq + 1) / 2));                  // dQ's low halves (uint16)
     if (attn_uses_dq_buffers(NKV, nt)) n = up_add(n, up_mul((size_t)(nt - 1), nq));
     return n;
 }
@@ -322,10 +326,11 @@ void attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const 
 }
 
 /* attn_bwd_greedy's rule (the same assignment) on the bf16 blocks. */
-static void attn_bwd_greedy_bf16(const attn_ops *ops, float *dqacc, uint16_t *dk, uint16_t *dv,
-                                 const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-                                 const uint16_t *v, const float *lse, const float *D,
-                                 const attn_shape *sh, float *tws, int tid, int nth) {
+static void attn_bwd_greedy_bf16(const attn_ops *ops, const attn_dq *dqacc, uint16_t *dk,
+                                 uint16_t *dv, const uint16_t *dout, const uint16_t *q,
+                                 const uint16_t *k, const uint16_t *v, const float *lse,
+                                 const float *D, const attn_shape *sh, float *tws, int tid,
+                                 int nth) {
     enum { MAXT = 512 };
     UP_CHECK(nth <= MAXT, "attention: %d threads exceed %d", nth, MAXT);
     long load[MAXT];
@@ -365,8 +370,10 @@ void attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uin
     const size_t row = (size_t)NH * HS;
     const size_t nq = (size_t)T * row;
     float *D = ws + (size_t)nt * per_thread;       // (NH, T)
-    float *dqf = D + attn_round16((size_t)NH * T); // fp32 dQ (T, NH, HS)
-    float *dqbuf = dqf + attn_round16(nq);         // (nt - 1) x (T, NH, HS), scheme 2 only
+    float *lof = D + attn_round16((size_t)NH * T); // dQ's low halves (T, NH, HS) uint16
+    uint16_t *dqlo = (uint16_t *)lof;
+    float *dqbuf = lof + attn_round16((nq + 1) / 2); // (nt - 1) x (T, NH, HS), scheme 2 only
+    const attn_dq split = {.f = NULL, .hi = dq, .lo = dqlo};
     const int nb = (T + ops->bkb - 1) / ops->bkb;
 #pragma omp parallel num_threads(nt)
     {
@@ -379,7 +386,8 @@ void attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uin
             f32_from_bf16(out + (size_t)ti * row, orow, row);
             f32_from_bf16(dout + (size_t)ti * row, drow, row);
             attn_row_dots(D, orow, drow, ti, T, NH, HS);
-            memset(dqf + (size_t)ti * row, 0, row * sizeof(float));
+            memset(dq + (size_t)ti * row, 0, row * sizeof(uint16_t));
+            memset(dqlo + (size_t)ti * row, 0, row * sizeof(uint16_t));
             if (buffered)
                 for (int t = 1; t < nth; t++)
                     memset(dqbuf + (size_t)(t - 1) * nq + (size_t)ti * row, 0, row * sizeof(float));
@@ -387,19 +395,21 @@ void attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uin
         if (!buffered) {
             for (int kvh = tid; kvh < NKV; kvh += nth)
                 for (int jb = 0; jb < nb; jb++) {
-                    ops->bwd_block_bf16(dqf, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb, tws);
+                    ops->bwd_block_bf16(&split, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb, tws);
                     attn_progress(tid);
                 }
 #pragma omp barrier
         } else {
-            float *dqacc = tid == 0 ? dqf : dqbuf + (size_t)(tid - 1) * nq;
-            attn_bwd_greedy_bf16(ops, dqacc, dk, dv, dout, q, k, v, lse, D, &sh, tws, tid, nth);
+            const attn_dq own = {.f = tid > 0 ? dqbuf + (size_t)(tid - 1) * nq : NULL};
+            attn_bwd_greedy_bf16(ops, tid == 0 ? &split : &own, dk, dv, dout, q, k, v, lse, D, &sh,
+                                 tws, tid, nth);
 #pragma omp barrier
         }
         // dq = bf16 of (dQ + buffers of threads 1..nth-1, in thread order), once per element
 #pragma omp for schedule(static)
         for (long ti = 0; ti < (long)T; ti++) {
-            float *acc = dqf + (size_t)ti * row;
+            float *acc = orow; // the row's fp32 dQ, from its halves
+            attn_dq_get(acc, &split, (size_t)ti * row, row, 1, (int)row);
             if (buffered)
                 for (int t = 1; t < nth; t++) {
                     const float *src = dqbuf + (size_t)(t - 1) * nq + (size_t)ti * row;

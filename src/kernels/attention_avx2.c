@@ -42,13 +42,14 @@ static size_t attn_thread_floats(int HS) {
 }
 
 /* The bf16 kernels' scratch: the above plus forward K_j and V_j widened (B, HS) and backward
- * the fp32 dK_j and dV_j (BKB, HS) (the packed K_j, Q_i, dO_i blocks take the widened ones). */
+ * the fp32 dK_j and dV_j (BKB, HS) and dQ_i (B, HS) (the packed K_j, Q_i, dO_i blocks take the
+ * widened ones). */
 static size_t attn_thread_floats_bf16(int HS) {
     size_t fwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDF), (size_t)ATTN_B * ATTN_LDF + 2 * ATTN_FQ);
     size_t bwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDB), 2 * (size_t)ATTN_B * ATTN_LDB);
     bwd = up_add(bwd, up_mul((size_t)ATTN_BKB + 2 * ATTN_B, (size_t)HS));
     fwd = up_add(fwd, up_mul(2 * (size_t)ATTN_B, (size_t)HS));
-    bwd = up_add(bwd, up_mul(2 * (size_t)ATTN_BKB, (size_t)HS));
+    bwd = up_add(bwd, up_mul(2 * (size_t)ATTN_BKB + ATTN_B, (size_t)HS));
     return attn_round16(fwd > bwd ? fwd : bwd);
 }
 
@@ -437,7 +438,7 @@ static inline void attn_bwd_row8(float *pp, float *dp, float lse_r, float D_r, _
  * Q_i and dO_i are read in place, the tiles are (queries, keys) in 16-key chunks. Documents:
  * query blocks stop at the end of the document of the block's last key; cut tiles are masked
  * per query row. */
-ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dout, const void *q,
+ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout, const void *q,
                                const void *k, const void *v, const float *lse, const float *D,
                                const attn_shape *sh, int kvh, int jb, float *tws, const int bf) {
     const int B = ATTN_B, BK = ATTN_BKB, LD = ATTN_LDB, HS = sh->HS, T = sh->T;
@@ -453,7 +454,8 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
     float *dop = qp + (size_t)B * HS;  // (B, HS) dO_i packed
     float *dka = dop + (size_t)B * HS; // bf16 operands: (BK, HS) dK_j and dV_j in fp32
     float *dva = dka + (size_t)BK * HS;
-    float *dkj, *dvj; // dK_j, dV_j rows strided by dld
+    float *dqt = dva + (size_t)BK * HS; // (B, HS) dQ_i in fp32
+    float *dkj, *dvj;                   // dK_j, dV_j rows strided by dld
     size_t dld;
     if (bf) {
         const uint16_t *kb16 = (const uint16_t *)k + koff, *vb16 = (const uint16_t *)v + koff;
@@ -498,7 +500,13 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
                 if (nn > 0) {
                     attn_prefetch_rows_bf16(qb16 + nxt, nn, HS, sh->ldq);
                     attn_prefetch_rows_bf16(db16 + nxt, nn, HS, sh->ldq);
-                    attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+                    const attn_dq *dqs = dqacc;
+                    if (dqs->f) {
+                        attn_prefetch_rows(dqs->f + qoff + nxt, nn, HS, sh->ldq);
+                    } else {
+                        attn_prefetch_rows_bf16(dqs->hi + qoff + nxt, nn, HS, sh->ldq);
+                        attn_prefetch_rows_bf16(dqs->lo + qoff + nxt, nn, HS, sh->ldq);
+                    }
                 }
                 attn_widen_rows_v(qp, qb16, sh->ldq, bq, HS);
                 attn_widen_rows_v(dop, db16, sh->ldq, bq, HS);
@@ -508,7 +516,7 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
                 if (nn > 0) {
                     attn_prefetch_rows(qi + nxt, nn, HS, sh->ldq);
                     attn_prefetch_rows(doi + nxt, nn, HS, sh->ldq);
-                    attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows((float *)dqacc + qoff + nxt, nn, HS, sh->ldq);
                 }
                 attn_pack_rows(qp, qi, sh->ldq, bq, HS);
                 attn_pack_rows(dop, doi, sh->ldq, bq, HS);
@@ -540,7 +548,14 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
             // dK_j (bk, HS) += scale dS^T (bk, bq) Q_i (bq, HS)
             attn_kh(dkj, dld, dst, 1, LD, qp, (size_t)HS, bk, HS, bq, -dq, ATTN_NOLIM);
             // dQ_i (bq, HS) += scale dS (bq, bk) K_j (bk, HS)
-            attn_kh(dqacc + qoff, sh->ldq, dst, LD, 1, kp, (size_t)HS, bq, HS, bk, -ATTN_NOLIM, dq);
+            if (bf) {
+                attn_dq_get(dqt, dqacc, qoff, sh->ldq, bq, HS);
+                attn_kh(dqt, (size_t)HS, dst, LD, 1, kp, (size_t)HS, bq, HS, bk, -ATTN_NOLIM, dq);
+                attn_dq_put(dqacc, qoff, sh->ldq, dqt, bq, HS);
+            } else {
+                attn_kh((float *)dqacc + qoff, sh->ldq, dst, LD, 1, kp, (size_t)HS, bq, HS, bk,
+                        -ATTN_NOLIM, dq);
+            }
         }
     }
     if (bf) {
@@ -555,11 +570,11 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
     attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);
 }
 
-static void attn_bwd_block_bf16(float *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
-                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                const float *lse, const float *D, const attn_shape *sh, int kvh,
-                                int jb, float *tws) {
-    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
+static void attn_bwd_block_bf16(const attn_dq *dqacc, uint16_t *dk, uint16_t *dv,
+                                const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const float *lse, const float *D,
+                                const attn_shape *sh, int kvh, int jb, float *tws) {
+    attn_bwd_impl((void *)dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
 }
 
 const attn_ops attn_ops_avx2 = {.name = "avx2",

@@ -28,13 +28,13 @@ static size_t attn_thread_floats(int HS) {
 }
 
 /* The bf16 kernels' scratch: the above plus the widened blocks of attention_tiles.h, forward
- * K_j and V_j (B, HS), backward K_j (BKB, HS), Q_i and dO_i (B, HS) and the fp32 dK_j and dV_j
- * (BKB, HS). */
+ * K_j and V_j (B, HS), backward K_j (BKB, HS), Q_i and dO_i (B, HS), the fp32 dK_j and dV_j
+ * (BKB, HS) and dQ_i (B, HS). */
 static size_t attn_thread_floats_bf16(int HS) {
     size_t fwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDF), (size_t)ATTN_B * ATTN_LDF + 2 * ATTN_FQ);
     size_t bwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDB), 2 * (size_t)ATTN_B * ATTN_LDB);
     fwd = up_add(fwd, up_mul(2 * (size_t)ATTN_B, (size_t)HS));
-    bwd = up_add(bwd, up_mul(3 * (size_t)ATTN_BKB + 2 * ATTN_B, (size_t)HS));
+    bwd = up_add(bwd, up_mul(3 * (size_t)ATTN_BKB + 3 * ATTN_B, (size_t)HS));
     return attn_round16(fwd > bwd ? fwd : bwd);
 }
 
@@ -368,14 +368,14 @@ static inline __mmask16 attn_doc_mask_keys(int thr) {
 }
 
 /* Backward of one (KV head kvh, key block jb of ATTN_BKB keys): dK_j, dV_j overwritten (owned by
- * the task), dQ accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). Here the
- * key block is fixed, so the vectors run along keys: scale * K_j^T and V_j^T are packed once per
- * task, Q_i and dO_i are read in place, and the tiles are (queries, keys) in 32-key chunks.
- * Query blocks have B rows; 2B keys per task halve the traffic of Q, dO and dQ, which stream
- * from L3 or memory once per task. Documents: the query blocks stop at the end of the document
- * of the block's last key; in a query block that a document boundary cuts, query i0+r is masked
- * off the keys before its doc start (lanes below doc - j0 - cv). */
-ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dout, const void *q,
+ * the task), dQ accumulated into dqacc (dq itself or a private buffer, (T, NH, HS); an attn_dq in
+ * bf16). Here the key block is fixed, so the vectors run along keys: scale * K_j^T and V_j^T are
+ * packed once per task, Q_i and dO_i are read in place, and the tiles are (queries, keys) in 32-key
+ * chunks. Query blocks have B rows; 2B keys per task halve the traffic of Q, dO and dQ, which
+ * stream from L3 or memory once per task. Documents: the query blocks stop at the end of the
+ * document of the block's last key; in a query block that a document boundary cuts, query i0+r is
+ * masked off the keys before its doc start (lanes below doc - j0 - cv). */
+ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout, const void *q,
                                const void *k, const void *v, const float *lse, const float *D,
                                const attn_shape *sh, int kvh, int jb, float *tws, const int bf) {
     const int B = ATTN_B, BK = ATTN_BKB, LD = ATTN_LDB, HS = sh->HS, T = sh->T;
@@ -391,6 +391,7 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
     float *dop = qp + (size_t)B * HS;
     float *dka = dop + (size_t)B * HS; // (BK, HS) dK_j and dV_j in fp32
     float *dva = dka + (size_t)BK * HS;
+    float *dqt = dva + (size_t)BK * HS; // (B, HS) dQ_i in fp32
     // K_j (bk, HS) rows strided by kld; dK_j, dV_j rows strided by dld
     const float *kj;
     float *dkj, *dvj;
@@ -440,7 +441,13 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
                 if (nn > 0) {
                     attn_prefetch_rows_bf16(qb16 + nxt, nn, HS, sh->ldq);
                     attn_prefetch_rows_bf16(db16 + nxt, nn, HS, sh->ldq);
-                    attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+                    const attn_dq *dqs = dqacc;
+                    if (dqs->f) {
+                        attn_prefetch_rows(dqs->f + qoff + nxt, nn, HS, sh->ldq);
+                    } else {
+                        attn_prefetch_rows_bf16(dqs->hi + qoff + nxt, nn, HS, sh->ldq);
+                        attn_prefetch_rows_bf16(dqs->lo + qoff + nxt, nn, HS, sh->ldq);
+                    }
                 }
                 attn_widen_rows_v(qp, qb16, sh->ldq, bq, HS);
                 attn_widen_rows_v(dop, db16, sh->ldq, bq, HS);
@@ -454,7 +461,7 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
                 if (nn > 0) {
                     attn_prefetch_rows(qi + nxt, nn, HS, sh->ldq);
                     attn_prefetch_rows(doi + nxt, nn, HS, sh->ldq);
-                    attn_prefetch_rows(dqacc + qoff + nxt, nn, HS, sh->ldq);
+                    attn_prefetch_rows((float *)dqacc + qoff + nxt, nn, HS, sh->ldq);
                 }
             }
             for (int c0 = 0; c0 < bk; c0 += ATTN_QC) {
@@ -495,7 +502,14 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
             // dK_j (bk, HS) += scale dS^T (bk, bq) Q_i (bq, HS)
             attn_kh(dkj, dld, dst, 1, LD, qi, qld, bk, HS, bq, -dq, ATTN_NOLIM);
             // dQ_i (bq, HS) += scale dS (bq, bk) K_j (bk, HS)
-            attn_kh(dqacc + qoff, sh->ldq, dst, LD, 1, kj, kld, bq, HS, bk, -ATTN_NOLIM, dq);
+            if (bf) {
+                attn_dq_get(dqt, dqacc, qoff, sh->ldq, bq, HS);
+                attn_kh(dqt, (size_t)HS, dst, LD, 1, kj, kld, bq, HS, bk, -ATTN_NOLIM, dq);
+                attn_dq_put(dqacc, qoff, sh->ldq, dqt, bq, HS);
+            } else {
+                attn_kh((float *)dqacc + qoff, sh->ldq, dst, LD, 1, kj, kld, bq, HS, bk,
+                        -ATTN_NOLIM, dq);
+            }
         }
     }
     if (bf) {
@@ -510,11 +524,11 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
     attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);
 }
 
-static void attn_bwd_block_bf16(float *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
-                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                const float *lse, const float *D, const attn_shape *sh, int kvh,
-                                int jb, float *tws) {
-    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
+static void attn_bwd_block_bf16(const attn_dq *dqacc, uint16_t *dk, uint16_t *dv,
+                                const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const float *lse, const float *D,
+                                const attn_shape *sh, int kvh, int jb, float *tws) {
+    attn_bwd_impl((void *)dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
 }
 
 const attn_ops attn_ops_avx512 = {.name = "avx512",

@@ -22,11 +22,11 @@ static size_t attn_thread_floats(int HS) {
 }
 
 /* The bf16 kernels' scratch: the above plus (B, HS) tiles, forward Q_i, K_j, V_j widened and
- * O_i in fp32, backward K_j, V_j, Q_i, dO_i widened and dK_j, dV_j in fp32. */
+ * O_i in fp32, backward K_j, V_j, Q_i, dO_i widened and dK_j, dV_j, dQ_i in fp32. */
 static size_t attn_thread_floats_bf16(int HS) {
     size_t fwd =
         up_add((size_t)ATTN_B * ATTN_B + 3 * ATTN_B, up_mul(4 * (size_t)ATTN_B, (size_t)HS));
-    size_t bwd = up_add(2 * (size_t)ATTN_B * ATTN_B, up_mul(6 * (size_t)ATTN_B, (size_t)HS));
+    size_t bwd = up_add(2 * (size_t)ATTN_B * ATTN_B, up_mul(7 * (size_t)ATTN_B, (size_t)HS));
     return attn_round16(fwd > bwd ? fwd : bwd);
 }
 
@@ -186,10 +186,10 @@ static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q, co
 }
 
 /* Backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by the task), dQ
- * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS)). Documents: query blocks
- * stop at the end of the document of the block's last key; in a tile that a document boundary
- * cuts, P is 0 for the keys before a query's doc start. */
-ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dout, const void *q,
+ * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS); an attn_dq in bf16).
+ * Documents: query blocks stop at the end of the document of the block's last key; in a tile that a
+ * document boundary cuts, P is 0 for the keys before a query's doc start. */
+ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout, const void *q,
                                const void *k, const void *v, const float *lse, const float *D,
                                const attn_shape *sh, int kvh, int jb, float *tws, const int bf) {
     const int B = ATTN_B, HS = sh->HS, T = sh->T;
@@ -205,6 +205,7 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
     float *dof = qf + (size_t)B * HS;
     float *dka = dof + (size_t)B * HS; // dK_j and dV_j in fp32
     float *dva = dka + (size_t)B * HS;
+    float *dqt = dva + (size_t)B * HS; // dQ_i in fp32
     // K_j, V_j, dK_j, dV_j rows strided by ldk; Q_i, dO_i rows by ldq
     const float *kj, *vj;
     float *dkj, *dvj;
@@ -278,8 +279,15 @@ ATTN_INLINE void attn_bwd_impl(float *dqacc, void *dk, void *dv, const void *dou
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, sh->scale, p, B, qi,
                         ldq, first ? 0.0f : 1.0f, dkj, ldk);
             // dQ_i (bq, HS) += scale * dS (bq, bk) K_j (bk, HS)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, sh->scale, p, B, kj,
-                        ldk, 1.0f, dqacc + qoff, ldqo);
+            if (bf) {
+                attn_dq_get(dqt, dqacc, qoff, sh->ldq, bq, HS);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, sh->scale, p, B,
+                            kj, ldk, 1.0f, dqt, HS);
+                attn_dq_put(dqacc, qoff, sh->ldq, dqt, bq, HS);
+            } else {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, sh->scale, p, B,
+                            kj, ldk, 1.0f, (float *)dqacc + qoff, ldqo);
+            }
             first = 0;
         }
     }
@@ -297,11 +305,11 @@ static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
 }
 
 KERNEL_CLONES
-static void attn_bwd_block_bf16(float *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
-                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                const float *lse, const float *D, const attn_shape *sh, int kvh,
-                                int jb, float *tws) {
-    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
+static void attn_bwd_block_bf16(const attn_dq *dqacc, uint16_t *dk, uint16_t *dv,
+                                const uint16_t *dout, const uint16_t *q, const uint16_t *k,
+                                const uint16_t *v, const float *lse, const float *D,
+                                const attn_shape *sh, int kvh, int jb, float *tws) {
+    attn_bwd_impl((void *)dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
 }
 
 const attn_ops attn_ops_portable = {.name = "portable",

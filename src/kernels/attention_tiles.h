@@ -137,6 +137,53 @@ static inline void attn_round_rows(uint16_t *dst, size_t ld, const float *src, i
         bf16_from_f32(src + (size_t)r * HS, dst + (size_t)r * ld, (size_t)HS);
 }
 
+/* The bf16 backward's dQ accumulator (attention.c): fp32 rows, either a private fp32 buffer
+ * (f, the second backward scheme's threads 1..) or split exactly in two uint16 halves, the top
+ * 16 bits in dq itself (the bf16 output, free until the end) and the low 16 in the workspace
+ * (hi, lo): 2 bytes of workspace per element instead of 4, the same fp32 values. A block moves
+ * its dQ_i rows into an fp32 tile, adds to them there and moves them back. */
+typedef struct {
+    float *f;
+    uint16_t *hi, *lo;
+} attn_dq;
+
+/* Rows 0 .. n-1 of dQ at element offset off (rows strided by ld) into dst (n, HS). */
+static inline void attn_dq_get(float *dst, const attn_dq *q, size_t off, size_t ld, int n, int HS) {
+    for (int r = 0; r < n; r++) {
+        const size_t o = off + (size_t)r * ld;
+        float *d = dst + (size_t)r * HS;
+        if (q->f) {
+            memcpy(d, q->f + o, (size_t)HS * sizeof(float));
+            continue;
+        }
+        const uint16_t *hi = q->hi + o, *lo = q->lo + o;
+        for (int e = 0; e < HS; e++) {
+            const uint32_t u = (uint32_t)hi[e] << 16 | lo[e];
+            memcpy(d + e, &u, sizeof u);
+        }
+    }
+}
+
+/* The reverse: src (n, HS) into rows 0 .. n-1 of dQ at off. */
+static inline void attn_dq_put(const attn_dq *q, size_t off, size_t ld, const float *src, int n,
+                               int HS) {
+    for (int r = 0; r < n; r++) {
+        const size_t o = off + (size_t)r * ld;
+        const float *s = src + (size_t)r * HS;
+        if (q->f) {
+            memcpy(q->f + o, s, (size_t)HS * sizeof(float));
+            continue;
+        }
+        uint16_t *hi = q->hi + o, *lo = q->lo + o;
+        for (int e = 0; e < HS; e++) {
+            uint32_t u;
+            memcpy(&u, s + e, sizeof u);
+            hi[e] = (uint16_t)(u >> 16);
+            lo[e] = (uint16_t)u;
+        }
+    }
+}
+
 /* Prefetch n rows of HS bf16 (strided by ld) into L2. */
 static inline void attn_prefetch_rows_bf16(const uint16_t *a, int n, int HS, size_t ld) {
     for (int r = 0; r < n; r++)
@@ -172,12 +219,12 @@ typedef struct {
     void (*bwd_block)(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
                       const float *k, const float *v, const float *lse, const float *D,
                       const attn_shape *sh, int kvh, int jb, float *tws);
-    /* The same on bf16 operands (see above): scratch of thread_floats_bf16(HS) floats; dqacc,
-     * lse and D stay fp32. */
+    /* The same on bf16 operands (see above): scratch of thread_floats_bf16(HS) floats; dQ
+     * accumulates in fp32 (attn_dq), lse and D are fp32. */
     size_t (*thread_floats_bf16)(int HS);
     void (*fwd_block_bf16)(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
                            const uint16_t *v, const attn_shape *sh, int h, int ib, float *tws);
-    void (*bwd_block_bf16)(float *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+    void (*bwd_block_bf16)(const attn_dq *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
                            const uint16_t *q, const uint16_t *k, const uint16_t *v,
                            const float *lse, const float *D, const attn_shape *sh, int kvh, int jb,
                            float *tws);

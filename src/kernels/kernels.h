@@ -163,8 +163,10 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
  * accumulators, D, the dQ sums); each output element is rounded to bf16 once, at the end. The
  * results are bf16_round of the fp32 kernels' results on the widened inputs, bit for bit (same
  * path, same thread count), lse equal. ws: attention_workspace_floats_bf16(T, NH, NKV, HS) fp32
- * floats (per thread the path's tiles and the widened blocks; D (NH, T); an fp32 dQ (T, NH, HS),
- * and (nt-1) more where the fp32 backward has its private dQ buffers), same rules as ws above. */
+ * floats (per thread the path's tiles and the widened blocks; D (NH, T); the low 16 bits of the
+ * fp32 dQ accumulator, (T, NH, HS) uint16, whose top 16 bits live in dq until the end; (nt-1)
+ * fp32 (T, NH, HS) buffers where the fp32 backward has its private dQ buffers), same rules as ws
+ * above. */
 size_t attention_workspace_floats_bf16(int T, int NH, int NKV, int HS);
 void attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
                             const uint16_t *v, const int32_t *doc_start, int T, int NH, int NKV,
