@@ -62,8 +62,7 @@ static void eval_print_help(void) {
         "                         do not look like a recall corpus (detected otherwise)\n"
         "  --dtype f32|bf16       element type of the stored tensors (default f32); bf16 as in\n"
         "                         training (upipe train --help): weights fp32 with a bf16 copy\n"
-        "                         for the matmuls, the residual stream and attention in bf16.\n"
-        "                         Its kernels are not built yet: bf16 works with --dry-run only\n\n"
+        "                         for the matmuls, the residual stream and attention in bf16\n\n"
         "outputs (the tables always go to the terminal unless --quiet)\n"
         "  --report FILE          JSON: {\"loss\", \"perplexity\", \"tokens\", \"windows\",\n"
         "                         \"buckets\": [{\"start\", \"end\", \"loss\"}], \"recall\":\n"
@@ -194,7 +193,6 @@ static int eval_parse_args(eval_options *o, int argc, char **argv) {
     if (optind < argc)
         up_die_all("unexpected argument '%s': flags are --name value (see upipe eval --help)",
                    argv[optind]);
-    opt_check_dtype_runs(o->mopt.dtype, o->dry_run);
     if (!o->init == !o->ckpt)
         up_die_all("%s: see upipe eval --help",
                    o->init ? "give --init or --ckpt, not both"

@@ -1,5 +1,7 @@
 #include "comm/comm.h"
 
+#include "kernels/bf16.h"
+
 #include "core/check.h"
 #include "core/trace.h"
 #include "core/watchdog.h"
@@ -73,6 +75,14 @@ static void count(comm_ctx *c, comm_kind k, double t0, double bytes) {
 static int heads_out(int nh, int P) { return nh >= P ? nh / P : 1; }
 static int src_head(int nh, int P, int j, int i) { return nh >= P ? j * (nh / P) + i : j * nh / P; }
 
+/* Element i of a buffer of dt, and the MPI type that moves dt (bf16 as its 16 bits). */
+static void *elem(const void *p, mem_dtype dt, size_t i) {
+    return (char *)p + mem_dtype_bytes(dt, i);
+}
+static MPI_Datatype mpi_type(mem_dtype dt) {
+    return dt == MEM_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+}
+
 size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS) {
     return up_mul3((size_t)T_loc, (size_t)heads_out(nh, c->P) * (size_t)c->P, (size_t)HS);
 }
@@ -89,20 +99,20 @@ static int block_count(size_t n) {
 
 /* The part both exchanges share: the layout check, and with P == 1 (one layout) a plain copy.
  * Returns 1 when that finished the exchange. */
-static int exchange_trivial(comm_ctx *c, comm_kind kind, const float *send, float *recv,
-                            int T_loc, int nh, int HS, double t0) {
+static int exchange_trivial(comm_ctx *c, comm_kind kind, const void *send, void *recv,
+                            int T_loc, int nh, int HS, mem_dtype dt, double t0) {
     UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh,
              c->P);
     if (c->P > 1) return 0;
-    memcpy(recv, send, sizeof(float) * block_floats(T_loc, nh, HS));
+    memcpy(recv, send, mem_dtype_bytes(dt, block_floats(T_loc, nh, HS)));
     count(c, kind, t0, 0);
     return 1;
 }
 
 /* Packs send (T_loc, nh, HS) for comm_seq_to_head: block j (T_loc, nh_out, HS) holds the heads
  * rank j owns. Returns the floats of one block (an MPI int count). */
-static int seq_to_head_pack(const comm_ctx *c, const float *send, int T_loc, int nh, int HS,
-                            float *pack) {
+static int seq_to_head_pack(const comm_ctx *c, const void *send, int T_loc, int nh, int HS,
+                            mem_dtype dt, void *pack) {
     int P = c->P, nh_out = heads_out(nh, P);
     int n = block_count(block_floats(T_loc, nh_out, HS));
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
@@ -110,25 +120,26 @@ static int seq_to_head_pack(const comm_ctx *c, const float *send, int T_loc, int
     for (int j = 0; j < P; j++)
         for (int t = 0; t < T_loc; t++)
             for (int i = 0; i < nh_out; i++)
-                memcpy(pack + (size_t)j * n + (size_t)t * blk + (size_t)i * HS,
-                       send + (size_t)t * row + (size_t)src_head(nh, P, j, i) * HS,
-                       sizeof(float) * (size_t)HS);
+                memcpy(elem(pack, dt, (size_t)j * n + (size_t)t * blk + (size_t)i * HS),
+                       elem(send, dt, (size_t)t * row + (size_t)src_head(nh, P, j, i) * HS),
+                       mem_dtype_bytes(dt, (size_t)HS));
     return n;
 }
 
-void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
-                      float *pack) {
+void comm_seq_to_head(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
+                      mem_dtype dt, void *pack) {
     double t0 = MPI_Wtime();
     uint64_t tt = trace_begin(); /* P == 1: a copy, not traced */
-    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) return;
-    int n = seq_to_head_pack(c, send, T_loc, nh, HS, pack);
+    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, dt, t0)) return;
+    int n = seq_to_head_pack(c, send, T_loc, nh, HS, dt, pack);
     // block i received from rank i covers tokens i*T_loc..: the blocks in rank order are
     // already (T, nh_out, HS)
     double t1 = MPI_Wtime();
-    MPI_CALL(MPI_Alltoall(pack, n, MPI_FLOAT, recv, n, MPI_FLOAT, c->cp));
+    MPI_CALL(MPI_Alltoall(pack, n, mpi_type(dt), recv, n, mpi_type(dt), c->cp));
     c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
-    count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (c->P - 1) * sizeof(float));
-    trace_end2(tt, "comm", "a2a_seq_to_head", "bytes", (int64_t)n * (c->P - 1) * 4, "heads", nh);
+    double bytes = (double)mem_dtype_bytes(dt, (size_t)n) * (c->P - 1);
+    count(c, COMM_SEQ_TO_HEAD, t0, bytes);
+    trace_end2(tt, "comm", "a2a_seq_to_head", "bytes", (int64_t)bytes, "heads", nh);
 }
 
 void comm_exchange_init(const comm_ctx *c, comm_exchange *x) {
@@ -143,30 +154,33 @@ void comm_exchange_free(comm_exchange *x) {
     x->n = 0;
 }
 
-void comm_seq_to_head_start(comm_ctx *c, const float *send, float *recv, int T_loc, int nh,
-                            int HS, float *pack, int tag, comm_exchange *x) {
+void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc, int nh,
+                            int HS, mem_dtype dt, void *pack, int tag, comm_exchange *x) {
     double t0 = MPI_Wtime();
     UP_CHECK(x->req && x->n == 0, "comm_seq_to_head_start: exchange not initialised or in use");
-    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, t0)) {
+    if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, dt, t0)) {
         c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
         return;
     }
     int P = c->P, me = c->cp_rank;
-    int n = seq_to_head_pack(c, send, T_loc, nh, HS, pack);
+    int n = seq_to_head_pack(c, send, T_loc, nh, HS, dt, pack);
     // every receive and send posted at once (MPI_Ialltoall's pairwise rounds over 4 ranks would
     // each wait for both peers to enter MPI: measured, hardly any finished during attention)
     double t1 = MPI_Wtime();
     for (int k = 1; k < P; k++) {
         int j = (me + P - k) % P;
-        MPI_CALL(MPI_Irecv(recv + (size_t)j * n, n, MPI_FLOAT, j, tag, c->cp, &x->req[x->n++]));
+        MPI_CALL(MPI_Irecv(elem(recv, dt, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
+                           &x->req[x->n++]));
     }
     for (int k = 1; k < P; k++) {
         int j = (me + k) % P;
-        MPI_CALL(MPI_Isend(pack + (size_t)j * n, n, MPI_FLOAT, j, tag, c->cp, &x->req[x->n++]));
+        MPI_CALL(MPI_Isend(elem(pack, dt, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
+                           &x->req[x->n++]));
     }
     c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
-    memcpy(recv + (size_t)me * n, pack + (size_t)me * n, sizeof(float) * (size_t)n);
-    count(c, COMM_SEQ_TO_HEAD, t0, (double)n * (P - 1) * sizeof(float));
+    memcpy(elem(recv, dt, (size_t)me * n), elem(pack, dt, (size_t)me * n),
+           mem_dtype_bytes(dt, (size_t)n));
+    count(c, COMM_SEQ_TO_HEAD, t0, (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1));
     c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
 }
 
@@ -189,42 +203,50 @@ void comm_exchange_wait(comm_ctx *c, comm_exchange *x) {
     trace_end(tt, "comm", "a2a_wait");
 }
 
-void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
-                      float *pack) {
+void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
+                      mem_dtype dt, void *pack) {
     double t0 = MPI_Wtime();
     uint64_t tt = trace_begin(); /* P == 1: a copy, not traced */
-    if (exchange_trivial(c, COMM_HEAD_TO_SEQ, send, recv, T_loc, nh, HS, t0)) return;
+    if (exchange_trivial(c, COMM_HEAD_TO_SEQ, send, recv, T_loc, nh, HS, dt, t0)) return;
     int P = c->P, nh_out = heads_out(nh, P);
     int n = block_count(block_floats(T_loc, nh_out, HS));
     // block j of send (tokens j*T_loc..) goes to rank j as is
     double t1 = MPI_Wtime();
-    MPI_CALL(MPI_Alltoall(send, n, MPI_FLOAT, pack, n, MPI_FLOAT, c->cp));
+    MPI_CALL(MPI_Alltoall(send, n, mpi_type(dt), pack, n, mpi_type(dt), c->cp));
     c->stats[COMM_HEAD_TO_SEQ].mpi_seconds += MPI_Wtime() - t1;
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
     if (nh >= P) {
 #pragma omp parallel for collapse(2) schedule(static)
         for (int j = 0; j < P; j++)
             for (int t = 0; t < T_loc; t++)
-                memcpy(recv + (size_t)t * row + (size_t)src_head(nh, P, j, 0) * HS,
-                       pack + (size_t)j * n + (size_t)t * blk, sizeof(float) * blk);
+                memcpy(elem(recv, dt, (size_t)t * row + (size_t)src_head(nh, P, j, 0) * HS),
+                       elem(pack, dt, (size_t)j * n + (size_t)t * blk), mem_dtype_bytes(dt, blk));
     } else {
         // replicated heads: rank j held a copy of head j*nh/P; the gradient is the sum of the
-        // copies, added in rank order (the same order on every run)
-        int rep = P / nh;
+        // copies, added in rank order (the same order on every run); bf16 copies are added in
+        // fp32 and rounded once
+        int rep = P / nh, bf = dt == MEM_DTYPE_BF16;
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T_loc; t++)
             for (int h = 0; h < nh; h++) {
-                float *dst = recv + (size_t)t * row + (size_t)h * HS;
-                const float *s0 = pack + (size_t)(h * rep) * n + (size_t)t * HS;
-                for (int x = 0; x < HS; x++) dst[x] = s0[x];
-                for (int r = 1; r < rep; r++) {
-                    const float *s = pack + (size_t)(h * rep + r) * n + (size_t)t * HS;
-                    for (int x = 0; x < HS; x++) dst[x] += s[x];
+                size_t d0 = (size_t)t * row + (size_t)h * HS;
+                for (int x = 0; x < HS; x++) {
+                    float acc = 0;
+                    for (int r = 0; r < rep; r++) {
+                        size_t i = (size_t)(h * rep + r) * n + (size_t)t * HS + (size_t)x;
+                        float v = bf ? bf16_widen(((const uint16_t *)pack)[i]) : ((float *)pack)[i];
+                        acc = r ? acc + v : v;
+                    }
+                    if (bf)
+                        ((uint16_t *)recv)[d0 + x] = bf16_round(acc);
+                    else
+                        ((float *)recv)[d0 + x] = acc;
                 }
             }
     }
-    count(c, COMM_HEAD_TO_SEQ, t0, (double)n * (P - 1) * sizeof(float));
-    trace_end2(tt, "comm", "a2a_head_to_seq", "bytes", (int64_t)n * (P - 1) * 4, "heads", nh);
+    double bytes = (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1);
+    count(c, COMM_HEAD_TO_SEQ, t0, bytes);
+    trace_end2(tt, "comm", "a2a_head_to_seq", "bytes", (int64_t)bytes, "heads", nh);
 }
 
 void comm_reduce_grads(comm_ctx *c, float *g, size_t n) {
@@ -268,12 +290,15 @@ static int int_count(size_t n) {
     return (int)n;
 }
 
-void comm_allgather_start(comm_ctx *c, const float *shard, float *full, size_t n,
+void comm_allgather_start(comm_ctx *c, const void *shard, void *full, size_t n, mem_dtype dt,
                           MPI_Request *req) {
     double t0 = MPI_Wtime();
     int k = int_count(n);
-    MPI_CALL(MPI_Iallgather(shard, k, MPI_FLOAT, full, k, MPI_FLOAT, c->world, req));
-    count(c, COMM_FSDP_GATHER, t0, (double)n * sizeof(float) * (c->R - 1));
+    /* shard NULL: rank i's shard is already in place in full (MPI_IN_PLACE) */
+    MPI_CALL(MPI_Iallgather(shard ? shard : MPI_IN_PLACE, shard ? k : 0,
+                            shard ? mpi_type(dt) : MPI_DATATYPE_NULL, full, k, mpi_type(dt),
+                            c->world, req));
+    count(c, COMM_FSDP_GATHER, t0, (double)mem_dtype_bytes(dt, n) * (c->R - 1));
     c->stats[COMM_FSDP_GATHER].calls--; /* counted once, at the wait */
 }
 

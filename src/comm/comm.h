@@ -9,6 +9,8 @@
 #ifndef UP_COMM_H
 #define UP_COMM_H
 
+#include "core/mem.h"
+
 #include <mpi.h>
 #include <stddef.h>
 
@@ -54,9 +56,10 @@ const char *comm_kind_name(comm_kind k);
  *   nh_out = nh / P and src_head = j * nh_out + i          when nh >= P (nh % P == 0), or
  *   nh_out = 1 and src_head = j * nh / P                   when nh < P (P % nh == 0: each head
  *   goes to P / nh ranks: the KV replication of GQA).
- * pack: scratch of T_loc * nh_out * P * HS floats. overwrite recv. */
-void comm_seq_to_head(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
-                      float *pack);
+ * Elements of type dt (bf16 moves its 16 bits: half the bytes of fp32, DESIGN.md §5.1).
+ * pack: scratch of comm_pack_floats(..) elements of dt. overwrite recv. */
+void comm_seq_to_head(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
+                      mem_dtype dt, void *pack);
 /* The same exchange, non-blocking (UPipe's pipe, DESIGN.md §3): an exchange in flight is P-1
  * receives and P-1 sends posted at once over the CP group (tag: tells apart the exchanges in
  * flight together; every rank starts them in the same order). comm_exchange_init gives x room
@@ -71,16 +74,17 @@ typedef struct {
 } comm_exchange;
 void comm_exchange_init(const comm_ctx *c, comm_exchange *x);
 void comm_exchange_free(comm_exchange *x);
-void comm_seq_to_head_start(comm_ctx *c, const float *send, float *recv, int T_loc, int nh,
-                            int HS, float *pack, int tag, comm_exchange *x);
+void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc, int nh,
+                            int HS, mem_dtype dt, void *pack, int tag, comm_exchange *x);
 int comm_exchange_test(comm_ctx *c, comm_exchange *x);
 void comm_exchange_wait(comm_ctx *c, comm_exchange *x);
 /* The inverse direction: head layout -> sequence layout, the transpose of comm_seq_to_head:
  * send (T_loc * P, nh_out, HS), recv (T_loc, nh, HS). When heads are replicated (nh < P) the
- * replicas' values are summed (this is the gradient of the replication). overwrite recv. */
-void comm_head_to_seq(comm_ctx *c, const float *send, float *recv, int T_loc, int nh, int HS,
-                      float *pack);
-/* Floats of the pack scratch both exchanges need for these shapes. */
+ * replicas' values are summed (this is the gradient of the replication; bf16 replicas in fp32,
+ * rounded once). overwrite recv. */
+void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
+                      mem_dtype dt, void *pack);
+/* Elements of the pack scratch both exchanges need for these shapes. */
 size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS);
 
 /* Sum of g (n floats) over all ranks of the world, in place, in pieces of at most
@@ -91,9 +95,10 @@ void comm_reduce_grads(comm_ctx *c, float *g, size_t n);
 /* Sum of the loss sum and the valid-target count over all ranks, in place. */
 void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
 /* FSDP over the whole world (DESIGN.md §4.5). All-gather of equal shards of n floats:
- * full (R * n) receives rank i's shard at i * n. The start variant returns at once; the gather
+ * full (R * n elements of dt) receives rank i's shard at i * n; shard NULL: each rank's shard is
+ * already in its place in full (the gather runs in place). The start variant returns at once; the gather
  * is complete after comm_wait (time is counted there). */
-void comm_allgather_start(comm_ctx *c, const float *shard, float *full, size_t n,
+void comm_allgather_start(comm_ctx *c, const void *shard, void *full, size_t n, mem_dtype dt,
                           MPI_Request *req);
 void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind);
 /* Reduce-scatter: full (R * n) summed over ranks, this rank's block i = rank lands in shard (n).

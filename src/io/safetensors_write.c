@@ -2,6 +2,8 @@
  * streamed in entry order, the file fsync'd under a temporary name and renamed. */
 #include "io/safetensors.h"
 
+#include "kernels/bf16.h"
+
 #include "core/check.h"
 #include "core/fileio.h"
 
@@ -155,17 +157,11 @@ char *st_header(const st_entry *entries, int n, int dtype, size_t align, size_t 
     return out;
 }
 
-/* fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN. */
-static uint16_t f32_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
+/* fp32 -> bf16 by the rules of the run's conversions (kernels/bf16.h: round to nearest even,
+ * quiet NaN, denormals to signed zero), so a BF16 file holds exactly the bf16 run's copy of the
+ * weights. */
 void st_convert_bf16(uint16_t *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
+    bf16_from_f32(src, dst, n);
 }
 
 /* Writes count floats of chunk in the file's dtype (BF16 through a staging buffer). */

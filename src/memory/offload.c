@@ -266,7 +266,7 @@ static void enqueue(offload_store *s, offload_op op, int slot, int buf) {
     pthread_cond_signal(&s->cv_work);
 }
 
-static int buffer_index(const offload_store *s, const float *buf, const char *who) {
+static int buffer_index(const offload_store *s, const void *buf, const char *who) {
     const char *p = (const char *)buf;
     UP_CHECK(p >= s->base && p < s->base + (size_t)s->nbuf * s->slot_bytes &&
                  (size_t)(p - s->base) % s->slot_bytes == 0,
@@ -279,17 +279,17 @@ static void check_slot(const offload_store *s, int slot, const char *who) {
              s->nslots);
 }
 
-float *offload_acquire(offload_store *s) {
+void *offload_acquire(offload_store *s) {
     uint64_t tt = trace_begin();
     pthread_mutex_lock(&s->mu);
     int b = wait_free_buffer(s, "offload_acquire");
     s->bstate[b] = BUF_CALLER;
     pthread_mutex_unlock(&s->mu);
     trace_end(tt, "offload", "offload_acquire");
-    return (float *)(s->base + (size_t)b * s->slot_bytes);
+    return s->base + (size_t)b * s->slot_bytes;
 }
 
-static void write_locked(offload_store *s, int slot, float *buf, buf_state st, const char *who) {
+static void write_locked(offload_store *s, int slot, void *buf, buf_state st, const char *who) {
     check_slot(s, slot, who);
     pthread_mutex_lock(&s->mu);
     check_failed(s);
@@ -301,15 +301,15 @@ static void write_locked(offload_store *s, int slot, float *buf, buf_state st, c
     pthread_mutex_unlock(&s->mu);
 }
 
-void offload_write(offload_store *s, int slot, float *buf) {
+void offload_write(offload_store *s, int slot, void *buf) {
     write_locked(s, slot, buf, BUF_WRITING, "offload_write");
 }
 
-void offload_write_keep(offload_store *s, int slot, const float *buf) {
-    write_locked(s, slot, (float *)buf, BUF_KEEPING, "offload_write_keep");
+void offload_write_keep(offload_store *s, int slot, const void *buf) {
+    write_locked(s, slot, (void *)buf, BUF_KEEPING, "offload_write_keep");
 }
 
-void offload_written(offload_store *s, const float *buf) {
+void offload_written(offload_store *s, const void *buf) {
     uint64_t tt = trace_begin();
     pthread_mutex_lock(&s->mu);
     int b = buffer_index(s, buf, "offload_written");
@@ -340,7 +340,7 @@ void offload_prefetch(offload_store *s, int slot) {
     pthread_mutex_unlock(&s->mu);
 }
 
-float *offload_wait(offload_store *s, int slot) {
+void *offload_wait(offload_store *s, int slot) {
     check_slot(s, slot, "offload_wait");
     uint64_t tt = trace_begin();
     pthread_mutex_lock(&s->mu);
@@ -355,10 +355,10 @@ float *offload_wait(offload_store *s, int slot) {
     s->slot_buf[slot] = -1;
     pthread_mutex_unlock(&s->mu);
     trace_end2(tt, "offload", "offload_wait", "layer", slot, "bytes", (int64_t)s->slot_bytes);
-    return (float *)(s->base + (size_t)b * s->slot_bytes);
+    return s->base + (size_t)b * s->slot_bytes;
 }
 
-void offload_release(offload_store *s, float *buf) {
+void offload_release(offload_store *s, void *buf) {
     pthread_mutex_lock(&s->mu);
     int b = buffer_index(s, buf, "offload_release");
     UP_CHECK(s->bstate[b] == BUF_CALLER, "offload_release: buffer %d is not held by the caller", b);

@@ -51,24 +51,24 @@ void offload_close(offload_store *s);
 
 /* A free resident buffer of slot_bytes (blocks while all buffers are being written). The caller
  * owns it until offload_write or offload_release. */
-float *offload_acquire(offload_store *s);
+void *offload_acquire(offload_store *s);
 /* Queues the write of buf (a buffer the caller owns) into slot and returns at once; buf goes
  * back to the free pool once written. A slot may be rewritten any number of times. */
-void offload_write(offload_store *s, int slot, float *buf);
+void offload_write(offload_store *s, int slot, void *buf);
 /* Queues the write of buf into slot like offload_write, but the caller keeps buf: it may read
  * buf meanwhile, and must call offload_written before it changes buf or hands it on. */
-void offload_write_keep(offload_store *s, int slot, const float *buf);
+void offload_write_keep(offload_store *s, int slot, const void *buf);
 /* Waits until the offload_write_keep of buf is on its way to disk (the I/O thread has copied it
  * out: written, or failed, which stops every rank with the message). */
-void offload_written(offload_store *s, const float *buf);
+void offload_written(offload_store *s, const void *buf);
 /* Queues the read of slot (written before) into a free buffer (blocks only until a buffer is
  * free). No-op when slot is already prefetched and not yet waited for. */
 void offload_prefetch(offload_store *s, int slot);
 /* The buffer holding slot: waits for its prefetch (issues it first when none was). The caller
  * owns the buffer until offload_release (or offload_write). */
-float *offload_wait(offload_store *s, int slot);
+void *offload_wait(offload_store *s, int slot);
 /* Gives a buffer from offload_acquire/offload_wait back to the free pool. */
-void offload_release(offload_store *s, float *buf);
+void offload_release(offload_store *s, void *buf);
 
 /* Sizes for the memory plan: resident bytes the store allocates in MEM_CHECKPOINTS (nbuf
  * rounded slots plus alignment slack under 4096 bytes), and the bytes a store of nslots slots

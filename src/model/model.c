@@ -17,7 +17,8 @@
 /* One row of the activation table: where the buffer goes, its category, element type and size
  * in elements. */
 typedef struct {
-    float **dst;
+    void **dst;   /* a buffer of the run's type (void *) */
+    float **fdst; /* or an fp32 one */
     mem_category cat;
     mem_dtype dt;
     size_t n;
@@ -28,14 +29,21 @@ typedef struct {
     int n, cap;
 } buf_table;
 
-static void want(buf_table *t, int cond, float **dst, mem_category cat, mem_dtype dt, size_t n) {
-    if (!cond) return;
+static void add_row(buf_table *t, buf_row r) {
     if (t->n == t->cap) {
         t->cap = t->cap ? 2 * t->cap : 64;
         t->rows = realloc(t->rows, sizeof *t->rows * (size_t)t->cap);
         UP_CHECK(t->rows, "out of memory");
     }
-    t->rows[t->n++] = (buf_row){dst, cat, dt, n};
+    t->rows[t->n++] = r;
+}
+
+/* A buffer of type dt (the run's: a void * field), and an fp32 one (a float * field). */
+static void want(buf_table *t, int cond, void **dst, mem_category cat, mem_dtype dt, size_t n) {
+    if (cond) add_row(t, (buf_row){dst, NULL, cat, dt, n});
+}
+static void wantf(buf_table *t, int cond, float **dst, mem_category cat, size_t n) {
+    if (cond) add_row(t, (buf_row){NULL, dst, cat, MEM_DTYPE_F32, n});
 }
 
 /* With checkpointing and a tiled MLP the recompute's x_mid lives in dh: it is read only by the
@@ -57,7 +65,7 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
     size_t tm = (size_t)m->tile_mlp, tl = (size_t)m->tile_loss;
     int tiled_mlp = m->tile_mlp < m->T, ckpt = m->opt.checkpoint;
     int offload = m->opt.offload_dir != NULL, fwd = m->opt.forward_only;
-    const mem_dtype st = m->opt.dtype, f32 = MEM_DTYPE_F32;
+    const mem_dtype st = m->opt.dtype;
     size_t att, lse, q, kv;
     cp_attention_saved_floats(as, &att, &lse, &q, &kv);
     for (int l = 0; l < c->L; l++) {
@@ -68,7 +76,7 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
         want(t, own && kv, &a->attn.k, MEM_ATTENTION, st, kv);
         want(t, own && kv, &a->attn.v, MEM_ATTENTION, st, kv);
         want(t, own, &a->attn.att, MEM_ACTIVATIONS, st, att);
-        want(t, own, &a->attn.lse, MEM_ACTIVATIONS, f32, lse);
+        wantf(t, own, &a->attn.lse, MEM_ACTIVATIONS, lse);
         /* a layer's forward pass writes x_mid into its output (model_x_mid_in_dh: the recompute
          * puts it in dh), so only saved and untiled-recompute sets own one */
         want(t, own && !fwd && !x_mid_in_dh(m), &a->x_mid, MEM_ACTIVATIONS, st, T * C);
@@ -77,20 +85,25 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
         want(t, own && !tiled_mlp, &a->act, MEM_ACTIVATIONS, st, up_mul(T, F));
     }
     want(t, 1, &m->h, MEM_WORKSPACE, st, T * C);
-    want(t, 1, &m->rstd1, MEM_WORKSPACE, f32, T);
-    want(t, 1, &m->rstd2, MEM_WORKSPACE, f32, T);
-    want(t, 1, &m->inv_freq, MEM_WORKSPACE, f32, HS / 2);
-    want(t, 1, &m->rope_cos, MEM_WORKSPACE, f32, up_mul(T, HS / 2));
-    want(t, 1, &m->rope_sin, MEM_WORKSPACE, f32, up_mul(T, HS / 2));
+    wantf(t, 1, &m->rstd1, MEM_WORKSPACE, T);
+    wantf(t, 1, &m->rstd2, MEM_WORKSPACE, T);
+    wantf(t, 1, &m->inv_freq, MEM_WORKSPACE, HS / 2);
+    wantf(t, 1, &m->rope_cos, MEM_WORKSPACE, up_mul(T, HS / 2));
+    wantf(t, 1, &m->rope_sin, MEM_WORKSPACE, up_mul(T, HS / 2));
     want(t, tiled_mlp, &m->gate_t, MEM_WORKSPACE, st, up_mul(tm, F));
     want(t, tiled_mlp, &m->up_t, MEM_WORKSPACE, st, up_mul(tm, F));
     want(t, tiled_mlp, &m->act_t, MEM_WORKSPACE, st, up_mul(tm, F));
     want(t, !fwd, &m->dact, MEM_WORKSPACE, st, up_mul(tm, F));
     want(t, !fwd && tiled_mlp, &m->dh_t, MEM_WORKSPACE, st, tm * C);
-    want(t, 1, &m->xf, MEM_WORKSPACE, f32, tl * C);
-    want(t, 1, &m->rstdf, MEM_WORKSPACE, f32, tl);
-    want(t, 1, &m->logits, MEM_WORKSPACE, f32, up_mul(tl, V));
-    want(t, !fwd, &m->dxf, MEM_WORKSPACE, f32, tl * C);
+    wantf(t, 1, &m->xf, MEM_WORKSPACE, tl * C);
+    wantf(t, 1, &m->rstdf, MEM_WORKSPACE, tl);
+    wantf(t, 1, &m->logits, MEM_WORKSPACE, up_mul(tl, V));
+    wantf(t, !fwd, &m->dxf, MEM_WORKSPACE, tl * C);
+    /* bf16: the fp32 row tiles of the kernels on stored tensors (kernels/typed.h); none in f32 */
+    size_t maxw = C > F ? C : F, qd = (size_t)c->NH * HS;
+    maxw = maxw > qd ? maxw : qd;
+    m->tk.ws_n = typed_workspace_floats(st, maxw, C);
+    wantf(t, m->tk.ws_n > 0, &m->tk.ws, MEM_WORKSPACE, m->tk.ws_n);
     want(t, 1, &m->dres, MEM_WORKSPACE, st, T * C);  /* fwd: the residual stream */
     want(t, !fwd, &m->dh, MEM_WORKSPACE, st, T * C); /* also x_final, and x_mid (x_mid_in_dh) */
 }
@@ -124,10 +137,6 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     m->tile_mlp = opt->tile_mlp > 0 && opt->tile_mlp < T ? opt->tile_mlp : T;
     m->tile_loss = opt->tile_loss > 0 && opt->tile_loss < T ? opt->tile_loss : T;
     const model_config *c = &m->cfg;
-    /* the kernels read and write fp32 only: a bf16 model exists as a plan (DESIGN.md §5.1) */
-    UP_CHECK(opt->dtype == MEM_DTYPE_F32 || mem_planning(),
-             "model_init: --dtype %s has no kernels yet; it can only be planned",
-             mem_dtype_name(opt->dtype));
 
     /* model state: this rank's shards (all of it without --fsdp) */
     param_table_build(&m->params, c);
@@ -139,12 +148,19 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     UP_CHECK(m->acts, "out of memory");
     cp_attention_shape as = {T, m->P, c->C, c->NH, c->NKV, c->HS, opt->U ? opt->U : c->NH,
                              opt->U == 0, comm, NULL, NULL, NULL, opt->forward_only,
-                             opt->upipe_overlap, opt->dtype};
+                             opt->upipe_overlap, opt->dtype, &m->tk};
     buf_table t = {0};
     activation_table(m, &t, &as);
-    for (int i = 0; i < t.n; i++)
-        *t.rows[i].dst = owned_buffer(m, t.rows[i].cat, mem_dtype_bytes(t.rows[i].dt, t.rows[i].n));
+    for (int i = 0; i < t.n; i++) {
+        void *p = owned_buffer(m, t.rows[i].cat, mem_dtype_bytes(t.rows[i].dt, t.rows[i].n));
+        if (t.rows[i].dst)
+            *t.rows[i].dst = p;
+        else
+            *t.rows[i].fdst = p;
+    }
     free(t.rows);
+    m->tk.dt = opt->dtype;
+
     m->inputs = owned_buffer(m, MEM_WORKSPACE, up_mul((size_t)T, sizeof(int32_t)));
     m->targets = owned_buffer(m, MEM_WORKSPACE, up_mul((size_t)T, sizeof(int32_t)));
     if (opt->docs) {
@@ -157,7 +173,7 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     m->x_final = m->dh; /* the last layer's output lives only until the loss (training) */
     int shared = m->opt.checkpoint || m->opt.forward_only;
     for (int l = 1; shared && l < c->L; l++) { /* one shared set, own checkpoints */
-        float *x_in = m->acts[l].x_in;
+        void *x_in = m->acts[l].x_in;
         m->acts[l] = m->acts[0];
         m->acts[l].x_in = x_in;
     }
@@ -203,36 +219,44 @@ void model_free(model *m) {
 
 /* ---- MLP: untiled (intermediates saved) or over tiles of tile_mlp tokens (recomputed) ------- */
 
+/* Element i of a tensor of the run's type. */
+static void *at(const model *m, const void *p, size_t i) {
+    return typed_at(m->opt.dtype, p, i);
+}
+
 /* The (n, F) intermediates of the tile starting at token t0: the shared tile buffers, or the
  * saved tensors' rows when untiled (a single tile). Returns n. */
-static int mlp_tile(model *m, const layer_acts *a, int t0, float **gate, float **up, float **act) {
+static int mlp_tile(model *m, const layer_acts *a, int t0, void **gate, void **up, void **act) {
     int T = m->T, N = m->tile_mlp, n = T - t0 < N ? T - t0 : N;
     size_t rf = (size_t)t0 * m->cfg.F;
     int tiled = N < T;
-    *gate = tiled ? m->gate_t : a->gate + rf;
-    *up = tiled ? m->up_t : a->up + rf;
-    *act = tiled ? m->act_t : a->act + rf;
+    *gate = tiled ? m->gate_t : at(m, a->gate, rf);
+    *up = tiled ? m->up_t : at(m, a->up, rf);
+    *act = tiled ? m->act_t : at(m, a->act, rf);
     return n;
 }
 
 /* x_out = x_mid + mlp(x_mid), tile by tile; x_out may be x_mid (in place: a tile reads only its
  * own rows), or NULL (the recompute of an untiled MLP: only gate, up and act are wanted). */
-static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, const float *x_mid,
-                        float *x_out) {
+static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, const void *x_mid,
+                        void *x_out) {
     const model_config *c = &m->cfg;
+    const typed_ctx *tk = &m->tk;
     int T = m->T, C = c->C, F = c->F;
     for (int t0 = 0; t0 < T; t0 += m->tile_mlp) {
-        float *gate, *up, *act;
+        void *gate, *up, *act;
         int n = mlp_tile(m, a, t0, &gate, &up, &act);
         size_t r = (size_t)t0 * C;
+        void *h2 = at(m, m->h, r);
         watchdog_tick();
-        rmsnorm_forward(m->h + r, m->rstd2 + t0, x_mid + r, w->mlp_norm, n, C, c->eps);
-        matmul_forward(gate, m->h + r, w->wg, n, C, F, 0);              // (n, F)
-        matmul_forward(up, m->h + r, w->wu, n, C, F, 0);                // (n, F)
-        swiglu_forward(act, gate, up, (size_t)n * F);                   // (n, F)
+        typed_rmsnorm_forward(tk, h2, 0, m->rstd2 + t0, at(m, x_mid, r), w->mlp_norm, n, C,
+                              c->eps);
+        typed_mm_fwd(tk, gate, h2, w->wg, n, C, F, 0);                  // (n, F)
+        typed_mm_fwd(tk, up, h2, w->wu, n, C, F, 0);                    // (n, F)
+        typed_swiglu_forward(tk, act, gate, up, (size_t)n * F);         // (n, F)
         if (!x_out) continue;
-        if (x_out != x_mid) memcpy(x_out + r, x_mid + r, sizeof(float) * (size_t)n * C);
-        matmul_forward(x_out + r, act, w->wd, n, F, C, 1);              // x_out = x_mid + mlp
+        if (x_out != x_mid) typed_copy(tk, at(m, x_out, r), at(m, x_mid, r), (size_t)n * C);
+        typed_mm_fwd(tk, at(m, x_out, r), act, w->wd, n, F, C, 1);      // x_out = x_mid + mlp
     }
 }
 
@@ -240,33 +264,34 @@ static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, const f
 static void mlp_backward(model *m, const layer_weights *w, const layer_weights *g,
                          const layer_acts *a) {
     const model_config *c = &m->cfg;
+    const typed_ctx *tk = &m->tk;
     int T = m->T, C = c->C, F = c->F, tiled = m->tile_mlp < T;
     for (int t0 = 0; t0 < T; t0 += m->tile_mlp) {
-        float *gate, *up, *act;
+        void *gate, *up, *act;
         int n = mlp_tile(m, a, t0, &gate, &up, &act);
         size_t r = (size_t)t0 * C;
-        float *h2 = m->h + r;
+        void *h2 = at(m, m->h, r), *x_mid = at(m, a->x_mid, r), *dres = at(m, m->dres, r);
         watchdog_tick();
         // recompute h2 = rmsnorm(x_mid) (cheap, not saved) and, when tiled, gate, up, act
-        rmsnorm_forward(h2, m->rstd2 + t0, a->x_mid + r, w->mlp_norm, n, C, c->eps);
+        typed_rmsnorm_forward(tk, h2, 0, m->rstd2 + t0, x_mid, w->mlp_norm, n, C, c->eps);
         if (tiled) {
-            matmul_forward(gate, h2, w->wg, n, C, F, 0);
-            matmul_forward(up, h2, w->wu, n, C, F, 0);
-            swiglu_forward(act, gate, up, (size_t)n * F);
+            typed_mm_fwd(tk, gate, h2, w->wg, n, C, F, 0);
+            typed_mm_fwd(tk, up, h2, w->wu, n, C, F, 0);
+            typed_swiglu_forward(tk, act, gate, up, (size_t)n * F);
         }
         // x_out = x_mid + act Wd^T
-        memset(m->dact, 0, sizeof(float) * (size_t)n * F);
-        matmul_backward(m->dact, g->wd, m->dres + r, act, w->wd, n, F, C);
+        typed_zero(tk, m->dact, (size_t)n * F);
+        typed_mm_bwd(tk, m->dact, g->wd, dres, act, w->wd, n, F, C);
         // act = silu(gate) * up   (gradients overwrite gate and up in place)
-        swiglu_backward(gate, up, m->dact, gate, up, (size_t)n * F);
+        typed_swiglu_backward(tk, gate, up, m->dact, gate, up, (size_t)n * F);
         // gate = h2 Wg^T, up = h2 Wu^T
-        float *dh2 = tiled ? m->dh_t : m->dh + r; /* dh may hold x_mid (x_mid_in_dh) */
-        memset(dh2, 0, sizeof(float) * (size_t)n * C);
-        matmul_backward(dh2, g->wg, gate, h2, w->wg, n, C, F);
-        matmul_backward(dh2, g->wu, up, h2, w->wu, n, C, F);
+        void *dh2 = tiled ? m->dh_t : at(m, m->dh, r); /* dh may hold x_mid (x_mid_in_dh) */
+        typed_zero(tk, dh2, (size_t)n * C);
+        typed_mm_bwd(tk, dh2, g->wg, gate, h2, w->wg, n, C, F);
+        typed_mm_bwd(tk, dh2, g->wu, up, h2, w->wu, n, C, F);
         // h2 = rmsnorm(x_mid)
-        rmsnorm_backward(m->dres + r, g->mlp_norm, dh2, a->x_mid + r, w->mlp_norm,
-                         m->rstd2 + t0, n, C);
+        typed_rmsnorm_backward(tk, dres, g->mlp_norm, dh2, 0, x_mid, w->mlp_norm, m->rstd2 + t0,
+                               n, C);
     }
 }
 
@@ -303,6 +328,14 @@ static cp_attention_weights attn_weights(const layer_weights *w) {
     return (cp_attention_weights){w->wq, w->wk, w->wv};
 }
 
+/* The weights of unit u as the matmuls read them, and its gradients (fp32). */
+static layer_weights layer_w(model *m, int u) {
+    return param_layer_view(&m->cfg, fsdp_gather(&m->fsdp, u), m->opt.dtype);
+}
+static layer_weights layer_g(model *m, int u) {
+    return param_layer_view(&m->cfg, fsdp_grads(&m->fsdp, u), MEM_DTYPE_F32);
+}
+
 /* How a layer's forward runs. SAVE keeps x_mid for the backward (no checkpointing). PASS (the
  * forward of checkpointing and of evaluation) needs no x_mid afterwards: it is built in x_out,
  * which may be x_in itself (the offload store's one buffer: with store given, x_in is written
@@ -311,22 +344,23 @@ static cp_attention_weights attn_weights(const layer_weights *w) {
  * in the backward), but no output. */
 typedef enum { LAYER_SAVE, LAYER_PASS, LAYER_RECOMPUTE } layer_mode;
 
-static void layer_forward(model *m, int l, float *x_in, float *x_out, layer_mode mode,
+static void layer_forward(model *m, int l, void *x_in, void *x_out, layer_mode mode,
                           offload_store *store) {
     const model_config *c = &m->cfg;
+    const typed_ctx *tk = &m->tk;
     int T = m->T, C = c->C, in_place = x_out == x_in;
-    layer_weights w = param_layer_view(c, fsdp_gather(&m->fsdp, l + 1));
+    layer_weights w = layer_w(m, l + 1);
     cp_attention_weights wa = attn_weights(&w);
     layer_acts *a = &m->acts[l];
-    float *x_mid = mode == LAYER_PASS ? x_out : a->x_mid;
+    void *x_mid = mode == LAYER_PASS ? x_out : a->x_mid;
     watchdog_tick();
 
-    rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);    // h = rmsnorm(x) (T, C)
+    typed_rmsnorm_forward(tk, m->h, 0, m->rstd1, x_in, w.attn_norm, T, C, c->eps); // h (T, C)
     if (store) offload_write_keep(store, l, x_in);                       // x_l to its slot
     cp_attention_forward(m->attn, m->h, &wa, &a->attn);                  // att (T, NH*HS)
     if (store) offload_written(store, x_in);
-    if (!in_place) memcpy(x_mid, x_in, sizeof(float) * (size_t)T * C);
-    matmul_forward(x_mid, a->attn.att, w.wo, T, c->NH * c->HS, C, 1);    // x_mid = x + o Wo^T
+    if (!in_place) typed_copy(tk, x_mid, x_in, (size_t)T * C);
+    typed_mm_fwd(tk, x_mid, a->attn.att, w.wo, T, c->NH * c->HS, C, 1);  // x_mid = x + o Wo^T
     if (mode != LAYER_RECOMPUTE)
         mlp_forward(m, &w, a, x_mid, x_out);                             // x_out = x_mid + mlp
     else if (m->tile_mlp == T)
@@ -334,46 +368,49 @@ static void layer_forward(model *m, int l, float *x_in, float *x_out, layer_mode
 }
 
 /* m->dres: d loss / d x_out on entry, d loss / d x_in on return. */
-static void layer_backward(model *m, int l, const float *x_in) {
+static void layer_backward(model *m, int l, const void *x_in) {
     const model_config *c = &m->cfg;
+    const typed_ctx *tk = &m->tk;
     int T = m->T, C = c->C, qd = c->NH * c->HS;
-    layer_weights w = param_layer_view(c, fsdp_gather(&m->fsdp, l + 1));
-    layer_weights g = param_layer_view(c, fsdp_grads(&m->fsdp, l + 1));
+    layer_weights w = layer_w(m, l + 1), g = layer_g(m, l + 1);
     cp_attention_weights wa = attn_weights(&w), ga = attn_weights(&g);
     layer_acts *a = &m->acts[l];
 
     mlp_backward(m, &w, &g, a);
     // x_mid = x_in + att Wo^T: dWo here, d att stage by stage inside the attention's backward
-    matmul_backward(NULL, g.wo, m->dres, a->attn.att, w.wo, T, qd, C);
+    typed_mm_bwd(tk, NULL, g.wo, m->dres, a->attn.att, w.wo, T, qd, C);
     // recompute h = rmsnorm(x_in) (cheap, not saved)
-    rmsnorm_forward(m->h, m->rstd1, x_in, w.attn_norm, T, C, c->eps);
+    typed_rmsnorm_forward(tk, m->h, 0, m->rstd1, x_in, w.attn_norm, T, C, c->eps);
     // att = attention(h)
-    memset(m->dh, 0, sizeof(float) * (size_t)T * C);
+    typed_zero(tk, m->dh, (size_t)T * C);
     cp_attention_backward(m->attn, m->h, &wa, &ga, m->dres, w.wo, &a->attn, m->dh);
     // h = rmsnorm(x_in)
-    rmsnorm_backward(m->dres, g.attn_norm, m->dh, x_in, w.attn_norm, m->rstd1, T, C);
+    typed_rmsnorm_backward(tk, m->dres, g.attn_norm, m->dh, 0, x_in, w.attn_norm, m->rstd1, T, C);
 }
 
-/* The logits (n, V) of the loss tile at token t0: final norm into xf, then the LM head. */
-static void loss_tile_logits(model *m, const float *x_final, int t0, int n, const float *wn,
-                             const float *wlm) {
+/* The logits (n, V) of the loss tile at token t0: final norm into xf (fp32), then the LM head. */
+static void loss_tile_logits(model *m, const void *x_final, int t0, int n, const void *wn,
+                             const void *wlm) {
     const model_config *c = &m->cfg;
     watchdog_tick();
-    rmsnorm_forward(m->xf, m->rstdf, x_final + (size_t)t0 * c->C, wn, n, c->C, c->eps); // (n, C)
-    matmul_forward(m->logits, m->xf, wlm, n, c->C, c->V, 0);                         // (n, V)
+    typed_rmsnorm_forward(&m->tk, m->xf, 1, m->rstdf, at(m, x_final, (size_t)t0 * c->C), wn, n,
+                          c->C, c->eps);                                          // (n, C)
+    typed_matmul_forward_f32(&m->tk, m->logits, m->xf, wlm, n, c->C, c->V);      // (n, V)
 }
 
 /* Final norm, LM head and cross-entropy over tiles of tile_loss tokens; the loss's backward runs
  * here too, so the (T, V) logits never exist: dres := d loss / d x_final. */
-static double loss_forward_backward(model *m, const float *x_final, float grad_scale) {
+static double loss_forward_backward(model *m, const void *x_final, float grad_scale) {
     const model_config *c = &m->cfg;
+    const typed_ctx *tk = &m->tk;
     int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
     /* the head unit (final norm, then lm_head unless tied: then the embedding's weights) */
-    float *wn = fsdp_gather(&m->fsdp, head), *gn = fsdp_grads(&m->fsdp, head);
-    const float *wlm = c->tied ? fsdp_gather(&m->fsdp, 0) : wn + C;
+    void *wn = fsdp_gather(&m->fsdp, head);
+    float *gn = fsdp_grads(&m->fsdp, head);
+    const void *wlm = c->tied ? fsdp_gather(&m->fsdp, 0) : at(m, wn, (size_t)C);
     float *glm = c->tied ? fsdp_grads(&m->fsdp, 0) : gn + C;
     double loss = 0;
-    memset(m->dres, 0, sizeof(float) * (size_t)T * C);
+    typed_zero(tk, m->dres, (size_t)T * C);
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
@@ -382,9 +419,10 @@ static double loss_forward_backward(model *m, const float *x_final, float grad_s
         loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
         // logits = xf Wlm^T
         memset(m->dxf, 0, sizeof(float) * (size_t)n * C);
-        matmul_backward(m->dxf, glm, m->logits, m->xf, wlm, n, C, V);
+        typed_matmul_backward_f32(tk, m->dxf, glm, m->logits, m->xf, wlm, n, C, V);
         // xf = rmsnorm(x_final)
-        rmsnorm_backward(m->dres + r, gn, m->dxf, x_final + r, wn, m->rstdf, n, C);
+        typed_rmsnorm_backward(tk, at(m, m->dres, r), gn, m->dxf, 1, at(m, x_final, r), wn,
+                               m->rstdf, n, C);
         trace_end2(tt, "loss", "loss_tile", "tile", t0 / N, "tokens", n);
     }
     fsdp_reduce(&m->fsdp, head); /* a tied embedding's gradients are reduced after its own backward */
@@ -394,11 +432,11 @@ static double loss_forward_backward(model *m, const float *x_final, float grad_s
 /* The loss tiles of a forward-only pass: final norm, LM head, then per row the loss and top
  * prediction (when asked for) before cross_entropy_fused adds the tile's loss exactly as
  * loss_forward_backward does (its gradient output is dropped). */
-static double loss_forward(model *m, const float *x_final, double *loss, int32_t *pred) {
+static double loss_forward(model *m, const void *x_final, double *loss, int32_t *pred) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
-    float *wn = fsdp_gather(&m->fsdp, head);
-    const float *wlm = c->tied ? fsdp_gather(&m->fsdp, 0) : wn + C;
+    void *wn = fsdp_gather(&m->fsdp, head);
+    const void *wlm = c->tied ? fsdp_gather(&m->fsdp, 0) : at(m, wn, (size_t)C);
     double sum = 0;
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
@@ -417,11 +455,11 @@ double model_evaluate(model *m, double *loss, int32_t *pred) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, L = c->L;
     fsdp_state *f = &m->fsdp;
-    float *x = m->dres; /* the residual stream, updated in place layer by layer */
+    void *x = m->dres; /* the residual stream, updated in place layer by layer */
     fsdp_begin_forward(f);
-    float *wte = fsdp_gather(f, 0);
+    void *wte = fsdp_gather(f, 0);
     fsdp_prefetch(f, 1);
-    embedding_forward(x, m->inputs, wte, T, C);                          // (T, C)
+    typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C);           // (T, C)
     for (int l = 0; l < L; l++) {
         fsdp_prefetch(f, l + 2);
         uint64_t tt = trace_begin();
@@ -437,15 +475,15 @@ double model_forward(model *m, float grad_scale) {
     fsdp_state *f = &m->fsdp;
     /* with the store, its one buffer carries the residual stream in place, each x_l written to
      * its slot while layer l's attention runs */
-    float *x = m->store ? offload_acquire(m->store) : m->acts[0].x_in;
+    void *x = m->store ? offload_acquire(m->store) : m->acts[0].x_in;
     layer_mode mode = m->opt.checkpoint ? LAYER_PASS : LAYER_SAVE;
     fsdp_begin_forward(f); /* the optimizer may have changed the shards since the last gathers */
-    float *wte = fsdp_gather(f, 0);
+    void *wte = fsdp_gather(f, 0);
     fsdp_prefetch(f, 1);
-    embedding_forward(x, m->inputs, wte, T, C);                          // (T, C)
+    typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C);           // (T, C)
     for (int l = 0; l < L; l++) {
         fsdp_prefetch(f, l + 2); /* the next unit's gather overlaps this layer */
-        float *x_out = m->store ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
+        void *x_out = m->store ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
         uint64_t tt = trace_begin();
         layer_forward(m, l, x, x_out, mode, m->store);
         trace_end1(tt, "layer", "forward", "layer", l);
@@ -460,7 +498,7 @@ void model_backward(model *m) {
     const model_config *c = &m->cfg;
     fsdp_state *f = &m->fsdp;
     for (int l = c->L - 1; l >= 0; l--) {
-        float *x_in = m->store ? offload_wait(m->store, l) : m->acts[l].x_in;
+        void *x_in = m->store ? offload_wait(m->store, l) : m->acts[l].x_in;
         fsdp_gather(f, l + 1);
         if (l > 0) fsdp_prefetch(f, l); /* the next layer's gather overlaps this one */
         uint64_t tt = trace_begin();
@@ -475,6 +513,6 @@ void model_backward(model *m) {
         if (m->store) offload_release(m->store, x_in);
     }
     // x_0 = embed[inputs]
-    embedding_backward(fsdp_grads(f, 0), m->dres, m->inputs, m->T, c->C);
+    typed_embedding_backward(&m->tk, fsdp_grads(f, 0), m->dres, m->inputs, m->T, c->C);
     fsdp_reduce(f, 0);
 }

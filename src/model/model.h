@@ -16,6 +16,7 @@
 #include "io/shard.h"
 #include "io/st_set.h"
 #include "kernels/kernels.h"
+#include "kernels/typed.h"
 #include "model/params.h"
 #include "parallel/cp_attention.h"
 #include "parallel/fsdp.h"
@@ -42,22 +43,23 @@ typedef struct {
     mem_dtype dtype;         /* --dtype: element type of the stored tensors (activations,
                                 checkpoints, attention, the weights the matmuls read); master
                                 weights, gradients and AdamW moments stay fp32 (DESIGN.md §5.1).
-                                MEM_DTYPE_BF16 can only be planned until its kernels exist */
+                                the kernels run in fp32 on both (kernels/typed.h) */
 } model_options;
 
 /* --upipe-overlap unless --no-upipe-overlap (DESIGN.md §3 says why this default). */
 enum { MODEL_UPIPE_OVERLAP_DEFAULT = 0 };
 
 /* Tensors the forward saves for the backward of one layer (T = T_loc rows on this rank). With
- * checkpointing every layer shares one set (the layer being recomputed), x_in apart. */
+ * checkpointing every layer shares one set (the layer being recomputed), x_in apart. Elements of
+ * the run's type (opt.dtype) unless typed float (DESIGN.md §5.1). */
 typedef struct {
-    float *x_in;             /* (T, C) layer input (residual stream): the checkpoint */
+    void *x_in;              /* (T, C) layer input (residual stream): the checkpoint */
     cp_attention_saved attn; /* o (T, NH*HS), log-sum-exp, and q, k, v for plain Ulysses */
-    float *x_mid;            /* (T, C) residual after attention (saved, or the recompute's;
+    void *x_mid;             /* (T, C) residual after attention (saved, or the recompute's;
                                 with checkpointing and a tiled MLP it is dh) */
-    float *gate;             /* (T, F) untiled MLP only */
-    float *up;               /* (T, F) untiled MLP only */
-    float *act;              /* (T, F) silu(gate) * up, untiled MLP only */
+    void *gate;              /* (T, F) untiled MLP only */
+    void *up;                /* (T, F) untiled MLP only */
+    void *act;               /* (T, F) silu(gate) * up, untiled MLP only */
 } layer_acts;
 
 struct offload_store;
@@ -76,18 +78,19 @@ typedef struct {
     struct offload_store *store; /* checkpoint offload, NULL when resident */
     layer_acts *acts;   /* (L) */
 
-    /* shared scratch */
-    float *x_final;       /* (T, C) output of the last layer = dh (dead before the backward);
+    /* shared scratch: void * in the run's type, float * fp32 (DESIGN.md §5.1) */
+    typed_ctx tk;         /* the run's element type and the bf16 kernels' fp32 workspace */
+    void *x_final;        /* (T, C) output of the last layer = dh (dead before the backward);
                              with the offload store the store's buffer holds it instead */
-    float *h;             /* (T, C) rmsnorm output (attention, then MLP); recomputed in backward */
+    void *h;              /* (T, C) rmsnorm output (attention, then MLP); recomputed in backward */
     float *rstd1, *rstd2; /* (T) */
     float *inv_freq;      /* (HS/2) */
     float *rope_cos, *rope_sin;          /* (T, HS/2) at this rank's global positions */
-    float *gate_t, *up_t, *act_t, *dact; /* (tile_mlp, F) MLP tiles (dact also untiled) */
+    void *gate_t, *up_t, *act_t, *dact;  /* (tile_mlp, F) MLP tiles (dact also untiled) */
     float *xf, *rstdf, *logits, *dxf;    /* loss tiles: (tile_loss, C), (.), (., V), (., C) */
-    float *dres; /* (T, C) gradient of the residual stream */
-    float *dh;   /* (T, C) (training only) */
-    float *dh_t; /* (tile_mlp, C) the MLP backward's rows of dh when tiled; else dh */
+    void *dres; /* (T, C) gradient of the residual stream */
+    void *dh;   /* (T, C) (training only) */
+    void *dh_t; /* (tile_mlp, C) the MLP backward's rows of dh when tiled; else dh */
     int32_t *inputs, *targets; /* (T) */
     int32_t *window;    /* (T * P) the whole window's inputs, every rank (opt.docs only) */
     int32_t *doc_start; /* (T * P) first position of each token's document (opt.docs only) */
@@ -164,9 +167,10 @@ void model_init_random(model *m, uint64_t seed);
  * (e.g. a 4-layer file for a 2-layer config; checked here only, not in model_read_owned, whose
  * files may hold several prefixes). */
 void model_load(model *m, const char *path);
-/* Writes the weights / the gradients as F32 safetensors with HF names, atomically, from rank 0;
+/* Writes the weights (F32, or BF16 rounded to nearest even) / the gradients (F32) as
+ * safetensors with HF names, atomically, from rank 0;
  * with FSDP the units are gathered one at a time and streamed (no full copy). Collective. */
-void model_save_params(model *m, const char *path);
+void model_save_params(model *m, const char *path, mem_dtype file_dtype);
 void model_save_grads(model *m, const char *path);
 /* Reads this rank's owned part of every tensor, named prefix + HF name, from set into slab
  * (params, m or v), every shape checked, every value read checked finite (the first NaN/Inf is

@@ -44,13 +44,13 @@ static int64_t dim_of(const model_config *c, dim_sym d) {
     }
 }
 
-layer_weights param_layer_view(const model_config *c, float *layer) {
+layer_weights param_layer_view(const model_config *c, void *layer, mem_dtype dt) {
     layer_weights w;
-    float *p = layer;
+    char *p = layer;
     for (int i = 0; i < LAYER_NT; i++) {
-        *(float **)((char *)&w + LAYER_SPEC[i].field) = p;
+        *(void **)((char *)&w + LAYER_SPEC[i].field) = p;
         int64_t d1 = dim_of(c, LAYER_SPEC[i].d1);
-        p += (size_t)dim_of(c, LAYER_SPEC[i].d0) * (size_t)(d1 > 0 ? d1 : 1);
+        p += mem_dtype_bytes(dt, (size_t)dim_of(c, LAYER_SPEC[i].d0) * (size_t)(d1 > 0 ? d1 : 1));
     }
     return w;
 }
@@ -303,7 +303,7 @@ static int save_next(void *ctx, const float **chunk, size_t *count) {
     return 0;
 }
 
-static void save_slab(model *m, const float *slab, const char *path) {
+static void save_slab(model *m, const float *slab, const char *path, mem_dtype file_dtype) {
     save_source src = {m, slab, 0};
     if (m->comm->rank != 0) {
         /* the other ranks only take part in rank 0's gathers, in the same order */
@@ -324,10 +324,13 @@ static void save_slab(model *m, const float *slab, const char *path) {
         e[t].shape[1] = pt->tensors[t].shape[1];
     }
     char err[512];
-    int rc = st_write_f32_stream(path, e, pt->ntensors, save_next, &src, err, sizeof err);
+    int rc = st_write_stream(path, e, pt->ntensors, file_dtype == MEM_DTYPE_BF16 ? ST_BF16 : ST_F32,
+                             save_next, &src, err, sizeof err);
     free(e);
     if (rc != 0) up_die("%s", err);
 }
 
-void model_save_params(model *m, const char *path) { save_slab(m, m->fsdp.params, path); }
-void model_save_grads(model *m, const char *path) { save_slab(m, m->fsdp.grads, path); }
+void model_save_params(model *m, const char *path, mem_dtype file_dtype) {
+    save_slab(m, m->fsdp.params, path, file_dtype);
+}
+void model_save_grads(model *m, const char *path) { save_slab(m, m->fsdp.grads, path, MEM_DTYPE_F32); }

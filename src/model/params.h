@@ -8,6 +8,7 @@
 #ifndef UP_PARAMS_H
 #define UP_PARAMS_H
 
+#include "core/mem.h"
 #include "io/config.h"
 
 #include <stddef.h>
@@ -25,17 +26,19 @@ typedef struct {
     int unit;  /* FSDP unit holding the tensor */
 } param_tensor;
 
-/* Named pointers to one layer's tensors inside a slab (params, grads or moments). */
+/* Named pointers to one layer's tensors inside a slab (params, grads or moments: fp32), or inside
+ * the weights the matmuls read (a gathered unit, or the unsharded copy: the run's element type,
+ * DESIGN.md §5.1). */
 typedef struct {
-    float *attn_norm; /* (C) */
-    float *wq;        /* (NH*HS, C) */
-    float *wk;        /* (NKV*HS, C) */
-    float *wv;        /* (NKV*HS, C) */
-    float *wo;        /* (C, NH*HS) */
-    float *mlp_norm;  /* (C) */
-    float *wg;        /* (F, C) */
-    float *wu;        /* (F, C) */
-    float *wd;        /* (C, F) */
+    void *attn_norm; /* (C) */
+    void *wq;        /* (NH*HS, C) */
+    void *wk;        /* (NKV*HS, C) */
+    void *wv;        /* (NKV*HS, C) */
+    void *wo;        /* (C, NH*HS) */
+    void *mlp_norm;  /* (C) */
+    void *wg;        /* (F, C) */
+    void *wu;        /* (F, C) */
+    void *wd;        /* (C, F) */
 } layer_weights;
 
 typedef struct {
@@ -50,7 +53,8 @@ typedef struct {
 /* Builds the table of cfg. */
 void param_table_build(param_table *t, const model_config *cfg);
 void param_table_free(param_table *t);
-/* Named pointers into a layer's full data (a gathered unit, or the unit's place in a slab). */
-layer_weights param_layer_view(const model_config *cfg, float *layer);
+/* Named pointers into a layer's full data (a gathered unit, or the unit's place in a slab) whose
+ * elements are of type dt. */
+layer_weights param_layer_view(const model_config *cfg, void *layer, mem_dtype dt);
 
 #endif

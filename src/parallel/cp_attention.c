@@ -24,17 +24,19 @@ struct cp_attention {
     int model_order;       /* U == NH: the one stage is every head in model order */
     int overlap;           /* the pipe: the next stage's inputs are in flight during attention */
     int nblk, bw;          /* the stage's q rows as nblk blocks of bw floats (one under keep_qkv) */
-    float *qs, *ks, *vs;   /* (T_loc, U*HS), (T_loc, Kc*HS) x2: projections, later gradients */
+    /* stage tensors in the run's type (s.dtype); the kernels' workspace ws fp32 */
+    void *qs, *ks, *vs;    /* (T_loc, U*HS), (T_loc, Kc*HS) x2: projections, later gradients */
     /* Head-layout inputs, NULL when not owned; set [1] exists under the pipe only: q, o, do
      * alternate stage by stage, k, v chunk by chunk (when there is more than one chunk). */
-    float *qh[2], *kh[2], *vh[2]; /* (T, U_loc, HS), (T, Kc_loc, HS) x2 */
-    float *oh[2], *doh[2];        /* (T, U_loc, HS): NULL when they alias a sequence-layout one */
-    float *dqh;            /* (T, U_loc, HS): NULL when it aliases qs */
-    float *dts;            /* (T_loc, U*HS) the stage's d loss / d att, sequence layout */
-    float *dkh, *dvh;      /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
-    float *dkh_s, *dvh_s;  /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
-    float *pack, *ws;      /* all-to-all packing (and q's in flight); flash attention workspace */
-    float *pack_k, *pack_v, *pack_o, *pack_do; /* the pipe: packs of the other inputs in flight */
+    void *qh[2], *kh[2], *vh[2]; /* (T, U_loc, HS), (T, Kc_loc, HS) x2 */
+    void *oh[2], *doh[2];        /* (T, U_loc, HS): NULL when they alias a sequence-layout one */
+    void *dqh;             /* (T, U_loc, HS): NULL when it aliases qs */
+    void *dts;             /* (T_loc, U*HS) the stage's d loss / d att, sequence layout */
+    void *dkh, *dvh;       /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
+    void *dkh_s, *dvh_s;   /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
+    void *pack;            /* all-to-all packing (and q's in flight) */
+    float *ws;             /* flash attention workspace (fp32) */
+    void *pack_k, *pack_v, *pack_o, *pack_do; /* the pipe: packs of the other inputs in flight */
     comm_exchange inflight[5]; /* the pipe: the next stage's exchanges (k, v, o, do, q) */
     int ninflight;
     double kernel_s;       /* seconds inside the attention kernels since the last reset */
@@ -83,8 +85,14 @@ void cp_attention_saved_floats(const cp_attention_shape *s, size_t *att, size_t 
     *kv = s->keep_qkv ? up_mul3(Tg, (size_t)cp_attention_kv_heads_per_rank(s->NKV, s->P), HS) : 0;
 }
 
+/* The fp32 workspace of the attention kernels of the run's type. */
+static size_t workspace_floats(const cp_attention_shape *s, int T, int nh, int nkv) {
+    return s->dtype == MEM_DTYPE_BF16 ? attention_workspace_floats_bf16(T, nh, nkv, s->HS)
+                                      : attention_workspace_floats(T, nh, nkv, s->HS);
+}
+
 /* n elements of the stage tensors' type (DESIGN.md §5.1). */
-static float *stage_buffer(const cp_attention_shape *s, size_t n) {
+static void *stage_buffer(const cp_attention_shape *s, size_t n) {
     return mem_alloc_n(MEM_ATTENTION, s->dtype, n);
 }
 
@@ -155,8 +163,7 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         }
     }
     /* scores, probabilities, running statistics and accumulators: fp32 whatever the dtype */
-    a->ws =
-        mem_alloc_f32(MEM_ATTENTION, attention_workspace_floats(a->Tg, a->U_loc, a->Kc_loc, s->HS));
+    a->ws = mem_alloc_f32(MEM_ATTENTION, workspace_floats(s, a->Tg, a->U_loc, a->Kc_loc));
     for (int i = 0; a->overlap && i < (int)(sizeof a->inflight / sizeof a->inflight[0]); i++)
         comm_exchange_init(s->comm, &a->inflight[i]);
     return a;
@@ -166,7 +173,7 @@ int cp_attention_overlaps(const cp_attention *a) { return a->overlap; }
 
 void cp_attention_free(cp_attention *a) {
     if (!a) return;
-    float *bufs[] = {a->qs,     a->ks,     a->vs,     a->qh[0],  a->kh[0],  a->vh[0],
+    void *bufs[] = {a->qs,     a->ks,     a->vs,     a->qh[0],  a->kh[0],  a->vh[0],
                      a->qh[1],  a->kh[1],  a->vh[1],  a->oh[0],  a->doh[0], a->oh[1],
                      a->doh[1], a->dqh,    a->dkh,    a->dvh,    a->dkh_s,  a->dvh_s, a->dts,
                      a->pack,   a->pack_k, a->pack_v, a->pack_o, a->pack_do, a->ws};
@@ -179,12 +186,19 @@ void cp_attention_free(cp_attention *a) {
 /* ---- helpers -------------------------------------------------------------------------------- */
 
 /* The Ulysses exchanges (DESIGN.md §2); nothing to do when both layouts are one buffer. */
-static void to_head(cp_attention *a, const float *seq, float *head, int nh) {
-    if (seq != head) comm_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->pack);
+static void to_head(cp_attention *a, const void *seq, void *head, int nh) {
+    if (seq != head)
+        comm_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
 }
 
-static void to_seq(cp_attention *a, const float *head, float *seq, int nh) {
-    if (seq != head) comm_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->pack);
+static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
+    if (seq != head)
+        comm_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+}
+
+/* Element i of a stage tensor. */
+static void *at(const cp_attention *a, const void *p, size_t i) {
+    return typed_at(a->s.dtype, p, i);
 }
 
 /* First model query head of block kk of stage j in chunk c (DESIGN.md §3): a block is the
@@ -195,38 +209,40 @@ static int block_head(const cp_attention *a, int c, int j, int kk) {
 }
 
 /* qs (T_loc, U*HS) = rope(h @ Wq[stage rows]^T), block by block (weights stay in model order). */
-static void stage_project_q(cp_attention *a, float *qs, const float *h, const float *wq, int c,
+static void stage_project_q(cp_attention *a, void *qs, const void *h, const void *wq, int c,
                             int j) {
     int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, ld = a->s.U * HS;
     for (int kk = 0; kk < a->nblk; kk++)
-        matmul_forward_ld(qs + kk * a->bw, ld, h, C, wq + (size_t)block_head(a, c, j, kk) * HS * C,
-                          C, T, C, a->bw, 0);
-    rope_forward(qs, a->s.rope_cos, a->s.rope_sin, T, a->s.U, HS);
+        typed_matmul_forward(a->s.tk, at(a, qs, (size_t)kk * a->bw), ld, h, C,
+                             at(a, wq, (size_t)block_head(a, c, j, kk) * HS * C), C, T, C, a->bw,
+                             0);
+    typed_rope_forward(a->s.tk, qs, a->s.rope_cos, a->s.rope_sin, T, a->s.U, HS);
 }
 
 /* ks, vs (T_loc, Kc*HS) for chunk c (its KV heads are consecutive rows of Wk, Wv). */
-static void chunk_project_kv(cp_attention *a, float *ks, float *vs, const float *h,
+static void chunk_project_kv(cp_attention *a, void *ks, void *vs, const void *h,
                              const cp_attention_weights *w, int c) {
     int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, kw = a->Kc * HS;
     size_t off = (size_t)c * kw * C;
-    matmul_forward(ks, h, w->wk + off, T, C, kw, 0);
-    matmul_forward(vs, h, w->wv + off, T, C, kw, 0);
-    rope_forward(ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
+    typed_mm_fwd(a->s.tk, ks, h, at(a, w->wk, off), T, C, kw, 0);
+    typed_mm_fwd(a->s.tk, vs, h, at(a, w->wv, off), T, C, kw, 0);
+    typed_rope_forward(a->s.tk, ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
 }
 
 /* Copies between a stage buffer (T_loc, U*HS) in stage order and a model-order buffer
  * (T_loc, NH*HS): to_stage gathers the stage's heads, else scatters them back. */
-static void stage_copy(cp_attention *a, float *stage, const float *full_src, float *full_dst,
+static void stage_copy(cp_attention *a, void *stage, const void *full_src, void *full_dst,
                        int c, int j) {
     int HS = a->s.HS, bw = a->mult * HS;
     size_t ldf = (size_t)a->s.NH * HS, lds = (size_t)a->s.U * HS;
+    size_t bytes = mem_dtype_bytes(a->s.dtype, (size_t)bw);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < a->s.T_loc; t++)
         for (int kk = 0; kk < a->Kc; kk++) {
-            float *st = stage + t * lds + (size_t)kk * bw;
+            void *st = at(a, stage, t * lds + (size_t)kk * bw);
             size_t f = t * ldf + (size_t)block_head(a, c, j, kk) * HS;
-            if (full_src) memcpy(st, full_src + f, sizeof(float) * bw);
-            else memcpy(full_dst + f, st, sizeof(float) * bw);
+            if (full_src) memcpy(st, at(a, full_src, f), bytes);
+            else memcpy(at(a, full_dst, f), st, bytes);
         }
 }
 
@@ -235,7 +251,7 @@ static void stage_copy(cp_attention *a, float *stage, const float *full_src, flo
 /* Sequence -> head layout of one input of a stage: at once, or (pack given: the pipe) packed
  * into its own pack and left in flight until inputs_wait. Nothing when both layouts are one
  * buffer. */
-static void input_to_head(cp_attention *a, const float *seq, float *head, int nh, float *pack) {
+static void input_to_head(cp_attention *a, const void *seq, void *head, int nh, void *pack) {
     if (seq == head) return;
     if (!pack) {
         to_head(a, seq, head, nh);
@@ -244,7 +260,7 @@ static void input_to_head(cp_attention *a, const float *seq, float *head, int nh
     UP_CHECK(a->ninflight < (int)(sizeof a->inflight / sizeof a->inflight[0]),
              "cp_attention: too many exchanges in flight");
     int i = a->ninflight++; /* the tag tells the exchanges in flight together apart */
-    comm_seq_to_head_start(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, pack, i,
+    comm_seq_to_head_start(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, pack, i,
                            &a->inflight[i]);
 }
 
@@ -267,21 +283,21 @@ static int kvset(const cp_attention *a, int c) { return a->overlap && a->chunks 
 
 /* Head-layout q, k, v of stage s / chunk c: the saved tensors under keep_qkv, the projections
  * themselves with P == 1. */
-static float *head_q(const cp_attention *a, const cp_attention_saved *sv, int s) {
+static void *head_q(const cp_attention *a, const cp_attention_saved *sv, int s) {
     return a->s.keep_qkv ? sv->q : a->s.P == 1 ? a->qs : a->qh[qset(a, s)];
 }
-static float *head_k(const cp_attention *a, const cp_attention_saved *sv, int c) {
+static void *head_k(const cp_attention *a, const cp_attention_saved *sv, int c) {
     return a->s.keep_qkv ? sv->k : a->s.P == 1 ? a->ks : a->kh[kvset(a, c)];
 }
-static float *head_v(const cp_attention *a, const cp_attention_saved *sv, int c) {
+static void *head_v(const cp_attention *a, const cp_attention_saved *sv, int c) {
     return a->s.keep_qkv ? sv->v : a->s.P == 1 ? a->vs : a->vh[kvset(a, c)];
 }
 
 /* A stage's slice of a model-order (T_loc, NH*HS) tensor into head layout: exchanged straight
  * from the tensor when the stage is all heads in model order (nothing when head is NULL: P == 1,
  * read in place), else gathered into qs first (qs is free between the stages' q projections). */
-static void stage_to_head(cp_attention *a, const float *full, float *head, int c, int j,
-                          float *pack) {
+static void stage_to_head(cp_attention *a, const void *full, void *head, int c, int j,
+                          void *pack) {
     if (a->model_order) {
         if (head) input_to_head(a, full, head, a->s.U, pack);
         return;
@@ -292,11 +308,11 @@ static void stage_to_head(cp_attention *a, const float *full, float *head, int c
 
 /* Forward inputs of stage s: the chunk's k, v when s opens a chunk, then q; exchanged at once,
  * or (async: the pipe) left in flight on their own packs. */
-static void forward_inputs(cp_attention *a, const float *h, const cp_attention_weights *w,
+static void forward_inputs(cp_attention *a, const void *h, const cp_attention_weights *w,
                            const cp_attention_saved *sv, int s, int async) {
     int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk;
     int keep1 = a->s.P == 1 && a->s.keep_qkv; /* projections land in the saved tensors */
-    float *qs = keep1 ? sv->q : a->qs, *ks = keep1 ? sv->k : a->ks, *vs = keep1 ? sv->v : a->vs;
+    void *qs = keep1 ? sv->q : a->qs, *ks = keep1 ? sv->k : a->ks, *vs = keep1 ? sv->v : a->vs;
     if (j == 0) {
         chunk_project_kv(a, ks, vs, h, w, c);                         // (T_loc, Kc*HS) x2
         input_to_head(a, ks, head_k(a, sv, c), a->Kc, async ? a->pack_k : NULL); // (T, Kc_loc, HS)
@@ -308,19 +324,20 @@ static void forward_inputs(cp_attention *a, const float *h, const cp_attention_w
 
 /* dts (T_loc, U*HS) = the stage's columns of d loss / d att = dres Wo[:, stage heads], block by
  * block (the whole (T_loc, NH*HS) never exists). */
-static void stage_datt(cp_attention *a, const float *dres, const float *wo, int c, int j) {
+static void stage_datt(cp_attention *a, const void *dres, const void *wo, int c, int j) {
     int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, ld = a->s.U * HS, qd = a->s.NH * HS;
-    memset(a->dts, 0, sizeof(float) * (size_t)T * ld);
+    typed_zero(a->s.tk, a->dts, (size_t)T * ld);
     for (int kk = 0; kk < a->nblk; kk++)
-        matmul_backward_ld(a->dts + kk * a->bw, ld, NULL, a->bw, dres, C, NULL, a->bw,
-                           wo + (size_t)block_head(a, c, j, kk) * HS, qd, T, a->bw, C);
+        typed_matmul_backward(a->s.tk, at(a, a->dts, (size_t)kk * a->bw), ld, NULL, a->bw, dres, C,
+                              NULL, a->bw, at(a, wo, (size_t)block_head(a, c, j, kk) * HS), qd, T,
+                              a->bw, C);
 }
 
 /* Backward inputs of stage s: the recomputed k, v when s opens a chunk, the stage's saved
  * output o and its gradient do (formed here from dres), the recomputed q (after the gathers:
  * qs is their staging buffer); at once, or (async) left in flight (packed: dts is free again). */
-static void backward_inputs(cp_attention *a, const float *h, const cp_attention_weights *w,
-                            const float *dres, const float *wo, const cp_attention_saved *sv,
+static void backward_inputs(cp_attention *a, const void *h, const cp_attention_weights *w,
+                            const void *dres, const void *wo, const cp_attention_saved *sv,
                             int s, int async) {
     int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk, b = qset(a, s);
     int keep = a->s.keep_qkv;
@@ -338,13 +355,36 @@ static void backward_inputs(cp_attention *a, const float *h, const cp_attention_
     }
 }
 
+/* ---- the attention kernels in the run's type ------------------------------------------------ */
+
+static void kernel_forward(cp_attention *a, void *o, float *lse, const void *q, const void *k,
+                           const void *v) {
+    if (a->s.dtype == MEM_DTYPE_BF16)
+        attention_forward_bf16(o, lse, q, k, v, a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc,
+                               a->s.HS, a->ws);
+    else
+        attention_forward(o, lse, q, k, v, a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc, a->s.HS,
+                          a->ws);
+}
+
+static void kernel_backward(cp_attention *a, void *dq, void *dk, void *dv, const void *dout,
+                            const void *q, const void *k, const void *v, const void *o,
+                            const float *lse) {
+    if (a->s.dtype == MEM_DTYPE_BF16)
+        attention_backward_bf16(dq, dk, dv, dout, q, k, v, o, lse, a->s.doc_start, a->Tg,
+                                a->U_loc, a->Kc_loc, a->s.HS, a->ws);
+    else
+        attention_backward(dq, dk, dv, dout, q, k, v, o, lse, a->s.doc_start, a->Tg, a->U_loc,
+                           a->Kc_loc, a->s.HS, a->ws);
+}
+
 /* ---- forward / backward --------------------------------------------------------------------- */
 
 /* Every stage: its inputs (at once for the first stage, or for all without the pipe), the next
  * stage's inputs started (the pipe), attention, the exchanges completed, the output back. */
-void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_weights *w,
+void cp_attention_forward(cp_attention *a, const void *h, const cp_attention_weights *w,
                           cp_attention_saved *sv) {
-    int U = a->s.U, HS = a->s.HS;
+    int U = a->s.U;
     size_t lse_stage = (size_t)a->U_loc * a->Tg;
     if (a->overlap) attention_set_progress(inputs_progress, a);
     for (int s = 0; s < a->stages; s++) {
@@ -352,12 +392,11 @@ void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_we
         uint64_t tt = trace_begin();
         if (s == 0 || !a->overlap) forward_inputs(a, h, w, sv, s, 0);
         if (a->overlap && s + 1 < a->stages) forward_inputs(a, h, w, sv, s + 1, 1);
-        float *oh = a->oh[0] ? a->oh[0] : sv->att;                    // P == 1, model order
+        void *oh = a->oh[0] ? a->oh[0] : sv->att;                     // P == 1, model order
         double t0 = now_s();
         uint64_t tk = trace_begin();
-        attention_forward(oh, sv->lse + s * lse_stage, head_q(a, sv, s), head_k(a, sv, c),
-                          head_v(a, sv, c), a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc, HS,
-                          a->ws);                                     // (T, U_loc, HS)
+        kernel_forward(a, oh, sv->lse + s * lse_stage, head_q(a, sv, s), head_k(a, sv, c),
+                       head_v(a, sv, c));                             // (T, U_loc, HS)
         trace_end(tk, "attention", "flash_forward");
         a->kernel_s += now_s() - t0;
         inputs_wait(a);
@@ -372,44 +411,43 @@ void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_we
     attention_set_progress(NULL, NULL);
 }
 
-void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_weights *w,
-                           const cp_attention_weights *g, const float *dres, const float *wo,
-                           const cp_attention_saved *sv, float *dh) {
+void cp_attention_backward(cp_attention *a, const void *h, const cp_attention_weights *w,
+                           const cp_attention_weights *g, const void *dres, const void *wo,
+                           const cp_attention_saved *sv, void *dh) {
     int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, U = a->s.U, ld = U * HS, kw = a->Kc * HS;
     size_t lse_stage = (size_t)a->U_loc * a->Tg, kvh = (size_t)a->Tg * a->Kc_loc * HS;
-    float *dqh = a->dqh ? a->dqh : a->qs, *dkh = a->dkh ? a->dkh : a->ks;
-    float *dvh = a->dvh ? a->dvh : a->vs;
+    void *dqh = a->dqh ? a->dqh : a->qs, *dkh = a->dkh ? a->dkh : a->ks;
+    void *dvh = a->dvh ? a->dvh : a->vs;
     if (a->overlap) attention_set_progress(inputs_progress, a);
     for (int s = 0; s < a->stages; s++) {
         int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk, b = qset(a, s);
         uint64_t tt = trace_begin();
         if (s == 0 || !a->overlap) backward_inputs(a, h, w, dres, wo, sv, s, 0);
         if (a->overlap && s + 1 < a->stages) backward_inputs(a, h, w, dres, wo, sv, s + 1, 1);
-        const float *oh = a->oh[b] ? a->oh[b] : sv->att; // P == 1, model order: in place
-        const float *doh = a->doh[b] ? a->doh[b] : a->dts; // P == 1: where it was formed
+        const void *oh = a->oh[b] ? a->oh[b] : sv->att; // P == 1, model order: in place
+        const void *doh = a->doh[b] ? a->doh[b] : a->dts; // P == 1: where it was formed
         // the first stage of a chunk writes dk, dv; later ones add theirs
-        float *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
+        void *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
         double t0 = now_s();
         uint64_t tk = trace_begin();
-        attention_backward(dqh, dk, dv, doh, head_q(a, sv, s), head_k(a, sv, c),
-                           head_v(a, sv, c), oh, sv->lse + s * lse_stage, a->s.doc_start, a->Tg,
-                           a->U_loc, a->Kc_loc, HS, a->ws);
+        kernel_backward(a, dqh, dk, dv, doh, head_q(a, sv, s), head_k(a, sv, c), head_v(a, sv, c),
+                        oh, sv->lse + s * lse_stage);
         trace_end(tk, "attention", "flash_backward");
         a->kernel_s += now_s() - t0;
         inputs_wait(a);
-        if (j > 0)
-            for (size_t i = 0; i < kvh; i++) {
-                dkh[i] += dk[i]; /* the chunk's KV heads serve G/mult stages */
-                dvh[i] += dv[i];
-            }
+        if (j > 0) { /* the chunk's KV heads serve G/mult stages */
+            typed_add(a->s.tk, dkh, dk, kvh);
+            typed_add(a->s.tk, dvh, dv, kvh);
+        }
         // q = rope(h Wq[stage rows]^T)
         to_seq(a, dqh, a->qs, U);                                     // dq (T_loc, U*HS)
-        rope_backward(a->qs, a->s.rope_cos, a->s.rope_sin, T, U, HS);
+        typed_rope_backward(a->s.tk, a->qs, a->s.rope_cos, a->s.rope_sin, T, U, HS);
         for (int kk = 0; kk < a->nblk; kk++) {
             size_t qo = (size_t)block_head(a, c, j, kk) * HS * C;
             // dh += dq Wq[rows], dWq[rows] += dq^T h
-            matmul_backward_ld(dh, C, g->wq + qo, C, a->qs + kk * a->bw, ld, h, C, w->wq + qo, C,
-                               T, C, a->bw);
+            typed_matmul_backward(a->s.tk, dh, C, (float *)g->wq + qo, C,
+                                  at(a, a->qs, (size_t)kk * a->bw), ld, h, C, at(a, w->wq, qo), C,
+                                  T, C, a->bw);
         }
         trace_end2(tt, "attention", "stage_backward", "stage", s, "heads", U);
         if (j < a->stages_per_chunk - 1) continue;
@@ -417,10 +455,10 @@ void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_w
         // gradients summed on the way back)
         to_seq(a, dkh, a->ks, a->Kc);
         to_seq(a, dvh, a->vs, a->Kc);
-        rope_backward(a->ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
+        typed_rope_backward(a->s.tk, a->ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
         size_t off = (size_t)c * kw * C;
-        matmul_backward(dh, g->wk + off, a->ks, h, w->wk + off, T, C, kw);
-        matmul_backward(dh, g->wv + off, a->vs, h, w->wv + off, T, C, kw);
+        typed_mm_bwd(a->s.tk, dh, (float *)g->wk + off, a->ks, h, at(a, w->wk, off), T, C, kw);
+        typed_mm_bwd(a->s.tk, dh, (float *)g->wv + off, a->vs, h, at(a, w->wv, off), T, C, kw);
     }
     attention_set_progress(NULL, NULL);
 }

@@ -26,6 +26,7 @@
 
 #include "comm/comm.h"
 #include "core/mem.h"
+#include "kernels/typed.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -45,22 +46,25 @@ typedef struct {
                                   on a second set of head-layout buffers; else ignored */
     mem_dtype dtype;           /* element type of q, k, v, o, their gradients and the exchange
                                   packs (DESIGN.md §5.1); the kernels' workspace is fp32 */
+    const typed_ctx *tk;       /* the kernels on stored tensors (its type is dtype) */
 } cp_attention_shape;
 
 /* What the forward of one layer saves for its backward (buffers owned by the caller). */
+/* (Elements of the run's type, lse fp32.) */
 typedef struct {
-    float *att; /* (T_loc, NH*HS) output o, sequence layout, model head order */
+    void *att;  /* (T_loc, NH*HS) output o, sequence layout, model head order */
     float *lse; /* (NH/P, T) log-sum-exp, stage after stage ((U/P, T) each) */
-    float *q;   /* (T, NH/P, HS) after RoPE, head layout: keep_qkv only */
-    float *k;   /* (T, NKV_loc, HS) after RoPE: keep_qkv only */
-    float *v;   /* (T, NKV_loc, HS): keep_qkv only */
+    void *q;    /* (T, NH/P, HS) after RoPE, head layout: keep_qkv only */
+    void *k;    /* (T, NKV_loc, HS) after RoPE: keep_qkv only */
+    void *v;    /* (T, NKV_loc, HS): keep_qkv only */
 } cp_attention_saved;
 
-/* The weights of one layer's attention (in place, model head order) or their gradients. */
+/* The weights of one layer's attention (in place, model head order; the run's type) or their
+ * gradients (fp32). */
 typedef struct {
-    float *wq; /* (NH*HS, C) */
-    float *wk; /* (NKV*HS, C) */
-    float *wv; /* (NKV*HS, C) */
+    void *wq; /* (NH*HS, C) */
+    void *wk; /* (NKV*HS, C) */
+    void *wv; /* (NKV*HS, C) */
 } cp_attention_weights;
 
 typedef struct cp_attention cp_attention;
@@ -81,15 +85,15 @@ void cp_attention_free(cp_attention *a);
 
 /* sv->att and sv->lse (and sv->q, k, v under keep_qkv) from h (T_loc, C), the attention
  * rmsnorm output. Collective over the context-parallel group. */
-void cp_attention_forward(cp_attention *a, const float *h, const cp_attention_weights *w,
+void cp_attention_forward(cp_attention *a, const void *h, const cp_attention_weights *w,
                           cp_attention_saved *sv);
 /* From dres (T_loc, C) = d loss / d x_mid and wo (C, NH*HS), the output projection (x_mid = x +
  * att wo^T): dh (T_loc, C) += d loss / d h; g's q/k/v weight gradients accumulate (wo's are the
  * caller's). d loss / d att = dres wo is formed stage by stage, so only a stage's columns of it
  * exist at a time. Needs the forward's saved tensors and the same h. Collective. */
-void cp_attention_backward(cp_attention *a, const float *h, const cp_attention_weights *w,
-                           const cp_attention_weights *g, const float *dres, const float *wo,
-                           const cp_attention_saved *sv, float *dh);
+void cp_attention_backward(cp_attention *a, const void *h, const cp_attention_weights *w,
+                           const cp_attention_weights *g, const void *dres, const void *wo,
+                           const cp_attention_saved *sv, void *dh);
 
 /* 1 when the pipe runs (overlap asked for, P > 1, the staged path with more than one stage). */
 int cp_attention_overlaps(const cp_attention *a);

@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/mem.h"
 #include "core/trace.h"
+#include "kernels/bf16.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +87,22 @@ float *fsdp_shard_at(const fsdp_state *f, float *slab, int u, size_t g) {
     return slab + f->shard_off[u] + (g - g0);
 }
 
+/* dst (bf16) := src (fp32) rounded, n elements, in threaded pieces. */
+static void round_into(uint16_t *dst, const float *src, size_t n) {
+    enum { PIECE = 1 << 16 };
+    long pieces = (long)((n + PIECE - 1) / PIECE);
+    bf16_path_current(); /* chosen outside the parallel region */
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (long k = 0; k < pieces; k++) {
+        size_t i = (size_t)k * PIECE, m = n - i < PIECE ? n - i : PIECE;
+        bf16_from_f32(src + i, dst + i, m);
+    }
+}
+
 void fsdp_begin_forward(fsdp_state *f) {
+    /* unsharded bf16: the matmuls' copy of the weights follows the masters the optimizer (or a
+     * load) changed */
+    if (f->wcopy) round_into(f->wcopy, f->params, f->nshard);
     for (int k = 0; k < 3; k++) {
         UP_CHECK(!f->gbuf_pending[k], "a gather of unit %d is still in flight", f->gbuf_unit[k]);
         f->gbuf_unit[k] = -1;
@@ -96,8 +112,8 @@ void fsdp_begin_forward(fsdp_state *f) {
 }
 
 /* Bytes this rank sends in a gather or reduce-scatter of unit u (the spans' argument). */
-static int64_t fsdp_unit_bytes(const fsdp_state *f, int u) {
-    return (int64_t)(f->shard_n[u] * sizeof(float)) * (f->R - 1);
+static int64_t fsdp_unit_bytes(const fsdp_state *f, int u, mem_dtype dt) {
+    return (int64_t)mem_dtype_bytes(dt, f->shard_n[u]) * (f->R - 1);
 }
 
 static int slot_of(const fsdp_state *f, int u) { return u == f->tied_unit ? 2 : u % 2; }
@@ -107,20 +123,29 @@ void fsdp_prefetch(fsdp_state *f, int u) {
     int k = slot_of(f, u);
     if (f->gbuf_unit[k] == u) return;
     UP_CHECK(!f->gbuf_pending[k], "gather slot %d busy with unit %d", k, f->gbuf_unit[k]);
-    comm_allgather_start(f->comm, f->params + f->shard_off[u], f->gbuf[k], f->shard_n[u],
-                         &f->req[k]);
+    if (f->wtype == MEM_DTYPE_F32) {
+        comm_allgather_start(f->comm, f->params + f->shard_off[u], f->gbuf[k], f->shard_n[u],
+                             MEM_DTYPE_F32, &f->req[k]);
+    } else { /* the shard rounded into its own place in the slot, then gathered in place */
+        uint16_t *own = (uint16_t *)f->gbuf[k] + (size_t)f->rank * f->shard_n[u];
+        round_into(own, f->params + f->shard_off[u], f->shard_n[u]);
+        comm_allgather_start(f->comm, NULL, f->gbuf[k], f->shard_n[u], f->wtype, &f->req[k]);
+    }
     f->gbuf_unit[k] = u;
     f->gbuf_pending[k] = 1;
 }
 
-float *fsdp_gather(fsdp_state *f, int u) {
-    if (f->R == 1) return f->params + f->shard_off[u];
+void *fsdp_gather(fsdp_state *f, int u) {
+    if (f->R == 1)
+        return f->wcopy ? (void *)((uint16_t *)f->wcopy + f->shard_off[u])
+                        : (void *)(f->params + f->shard_off[u]);
     int k = slot_of(f, u);
     fsdp_prefetch(f, u);
     if (f->gbuf_pending[k]) { /* the span: the wait for a gather started by a prefetch */
         uint64_t tt = trace_begin();
         comm_wait(f->comm, &f->req[k], COMM_FSDP_GATHER);
-        trace_end2(tt, "fsdp", "fsdp_gather", "unit", u, "bytes", fsdp_unit_bytes(f, u));
+        trace_end2(tt, "fsdp", "fsdp_gather", "unit", u, "bytes",
+                   fsdp_unit_bytes(f, u, f->wtype));
         f->gbuf_pending[k] = 0;
     }
     return f->gbuf[k];
@@ -142,13 +167,15 @@ void fsdp_reduce(fsdp_state *f, int u) {
     comm_reduce_scatter(f->comm, g, f->rs_tmp, n);
     float *dst = f->grads + f->shard_off[u];
     for (size_t i = 0; i < n; i++) dst[i] += f->rs_tmp[i];
-    trace_end2(tt, "fsdp", "fsdp_reduce_scatter", "unit", u, "bytes", fsdp_unit_bytes(f, u));
+    trace_end2(tt, "fsdp", "fsdp_reduce_scatter", "unit", u, "bytes",
+               fsdp_unit_bytes(f, u, MEM_DTYPE_F32));
 }
 
 const float *fsdp_gather_slab(fsdp_state *f, const float *slab, int u) {
     if (f->R == 1) return slab + f->shard_off[u];
     MPI_Request req;
-    comm_allgather_start(f->comm, slab + f->shard_off[u], f->gradbuf, f->shard_n[u], &req);
+    comm_allgather_start(f->comm, slab + f->shard_off[u], f->gradbuf, f->shard_n[u],
+                         MEM_DTYPE_F32, &req);
     comm_wait(f->comm, &req, COMM_FSDP_GATHER);
     return f->gradbuf;
 }

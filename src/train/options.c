@@ -33,8 +33,7 @@ void train_print_help(void) {
         "                         weights, gradients and AdamW moments fp32, a bf16 copy of the\n"
         "                         weights for the matmuls (gathered in bf16 under --fsdp),\n"
         "                         activations, checkpoints, the offload store and the attention's\n"
-        "                         q/k/v/o and exchanges bf16; statistics and loss tiles fp32.\n"
-        "                         Its kernels are not built yet: bf16 works with --dry-run only\n\n"
+        "                         q/k/v/o and exchanges bf16; statistics and loss tiles fp32\n\n"
         "optimisation\n"
         "  --steps N              training steps (default 10)\n"
         "  --grad-accum B         sequences per replica per step, gradients accumulated\n"
@@ -62,7 +61,10 @@ void train_print_help(void) {
         "  --val-every N          validate after every N steps (default 0: after the last step)\n"
         "  --val-windows K        windows per validation (default: the shard's, at most %d)\n\n"
         "outputs\n"
-        "  --save FILE            write the final weights (safetensors, F32, HF names)\n"
+        "  --save FILE            write the final weights (safetensors, HF names): the fp32\n"
+        "                         master weights as F32, or BF16 with --save-dtype bf16\n"
+        "  --save-dtype f32|bf16  tensor type of the --save file (default f32; bf16 rounds\n"
+        "                         to nearest even, as the bf16 run's copy of the weights)\n"
         "  --save-grads FILE      write the raw gradients of the first step's loss (before\n"
         "                         clipping and before any update; safetensors, F32, HF names)\n"
         "  --log FILE             one JSON object per step (step, loss, lr, grad_norm,\n"
@@ -164,12 +166,6 @@ mem_dtype opt_dtype(const char *flag, const char *s) {
     up_die_all("%s expects f32 or bf16, got '%s'", flag, s);
 }
 
-void opt_check_dtype_runs(mem_dtype dt, int dry_run) {
-    if (dt != MEM_DTYPE_F32 && !dry_run)
-        up_die_all("--dtype %s: the %s kernels are not built yet; use --dry-run to plan a %s run",
-                   mem_dtype_name(dt), mem_dtype_name(dt), mem_dtype_name(dt));
-}
-
 int opt_optional_count(const char *flag, int argc, char **argv) {
     if (optarg) return (int)opt_long(flag, optarg, 1, 1 << 30);
     if (optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9')
@@ -226,7 +222,8 @@ enum {
     OPT_PRINT_EVERY,
     OPT_VAL_WINDOWS,
     OPT_TRACE,
-    OPT_DTYPE
+    OPT_DTYPE,
+    OPT_SAVE_DTYPE
 };
 
 int train_parse_args(train_options *o, int argc, char **argv) {
@@ -298,6 +295,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
                                              {"val-windows", required_argument, 0, OPT_VAL_WINDOWS},
                                              {"trace", required_argument, 0, OPT_TRACE},
                                              {"dtype", required_argument, 0, OPT_DTYPE},
+                                             {"save-dtype", required_argument, 0, OPT_SAVE_DTYPE},
                                              {"help", no_argument, 0, OPT_HELP},
                                              {0, 0, 0, 0}};
     optind = 1;
@@ -459,6 +457,9 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_DTYPE:
             o->mopt.dtype = opt_dtype("--dtype", optarg);
             break;
+        case OPT_SAVE_DTYPE:
+            o->save_dtype = opt_dtype("--save-dtype", optarg);
+            break;
         case OPT_HELP:
             return 1;
         case ':':
@@ -470,7 +471,6 @@ int train_parse_args(train_options *o, int argc, char **argv) {
     if (optind < argc)
         up_die_all("unexpected argument '%s': flags are --name value (see upipe train --help)",
                    argv[optind]);
-    opt_check_dtype_runs(o->mopt.dtype, o->dry_run);
     if (!o->config)
         up_die_all("--config FILE is required (an HF config.json): see upipe train --help");
     if (!o->data)

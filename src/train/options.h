@@ -8,6 +8,7 @@
 
 typedef struct {
     const char *config, *data, *init, *save, *save_grads, *log, *mem_report;
+    mem_dtype save_dtype; /* --save-dtype: F32 (default) or BF16 file */
     long doc_sep;          /* --doc-sep: the token id that opens a document; -1: none */
     const char *loss_mask; /* --loss-mask: a mask shard aligned with --data; NULL: none */
     long T;
@@ -57,9 +58,6 @@ double opt_double(const char *flag, const char *s, double lo, double hi);
 unsigned long long opt_size(const char *flag, const char *s); /* 6GiB, 512MiB, bytes */
 /* --dtype: "f32" or "bf16". */
 mem_dtype opt_dtype(const char *flag, const char *s);
-/* After parsing: stops every rank with a message when dt has no kernels yet (bf16: a plan only)
- * and the run is not a --dry-run. */
-void opt_check_dtype_runs(mem_dtype dt, int dry_run);
 /* The value of a flag whose size is optional (getopt_long optional_argument): --flag=N,
  * --flag N, or --flag alone (-1: the default). */
 int opt_optional_count(const char *flag, int argc, char **argv);

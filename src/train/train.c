@@ -294,7 +294,7 @@ static void run_finish(train_run *r) {
     const train_options *o = &r->o;
     if (r->logf && fclose(r->logf) != 0) up_die("--log %s: write failed", o->log);
     r->logf = NULL;
-    if (o->save) model_save_params(&r->m, o->save);
+    if (o->save) model_save_params(&r->m, o->save, o->save_dtype);
     if (o->mem_report) {
         report_memory measured = report_capture();
         measured.rss = mem_rss_peak();

@@ -39,8 +39,8 @@ expect_error dtype_unknown "--dtype expects f32 or bf16, got 'fp8'" -- \
   $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --dtype fp8
 expect_error eval_dtype_unknown "--dtype expects f32 or bf16, got 'fp8'" -- \
   "$UPIPE" eval --threads 1 --config "$CFG" --init /dev/null --data "$TMP/d.bin" --seq-len 64 --dtype fp8
-expect_error dtype_bf16_run "--dtype bf16: the bf16 kernels are not built yet; use --dry-run" -- \
-  $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --dtype bf16
+expect_error save_dtype_unknown "--save-dtype expects f32 or bf16, got 'bf8'" -- \
+  $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --save-dtype bf8
 # UPIPE_KERNEL names a kernel path; an unknown one is refused, by train and by --version.
 expect_error kernel_unknown "UPIPE_KERNEL: unknown kernel path 'avx9000': use " -- \
   env UPIPE_KERNEL=avx9000 $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1

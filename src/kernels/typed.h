@@ -1,0 +1,100 @@
+/* typed.h — the kernels of kernels.h on tensors stored in the run's element type (DESIGN.md §5.1).
+ *
+ * Under --dtype f32 every function here is the fp32 kernel of kernels.h called as is: the same
+ * bytes, nothing converted, no workspace. Under --dtype bf16 the stored tensors (token-sized
+ * activations, their gradients, the weights the matmuls read) are bf16 (uint16_t) while the
+ * arithmetic stays fp32: the matrix products go to gemm_bf16 (bf16 operands, fp32 accumulation);
+ * element-wise kernels widen row tiles of their bf16 inputs into an fp32 workspace, run the fp32
+ * kernel on the tile, and round each output to bf16 once (bf16.h's rounding). An accumulating
+ * output ("+=") is widened, added to in fp32 and rounded once per call.
+ *
+ * Statistics (rstd), RoPE tables and weight gradients are fp32 under both types: the functions
+ * take them as float. A tensor argument typed `void *` is in t->dt; one typed `float *` is fp32
+ * whatever the run's type. Main thread only (the kernels thread themselves). */
+#ifndef UP_KERNELS_TYPED_H
+#define UP_KERNELS_TYPED_H
+
+#include "core/mem.h"
+#include "kernels/kernels.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Rows of a tile the bf16 element-wise kernels convert at a time. */
+enum { TYPED_TILE_ROWS = 256 };
+
+typedef struct {
+    mem_dtype dt; /* element type of the stored tensors */
+    float *ws;    /* bf16: fp32 workspace of typed_workspace_floats(...) floats; f32: NULL */
+    size_t ws_n;
+} typed_ctx;
+
+/* fp32 workspace the bf16 functions need for rows up to maxw elements wide (the widest of C, F,
+ * NH*HS) and weights of C columns; 0 under f32. */
+size_t typed_workspace_floats(mem_dtype dt, size_t maxw, size_t C);
+
+/* Element i of a tensor of type dt: p + i elements. */
+static inline void *typed_at(mem_dtype dt, const void *p, size_t i) {
+    return (char *)p + i * mem_dtype_size(dt);
+}
+
+/* dst := 0, n elements of t->dt; dst := src (n elements). */
+void typed_zero(const typed_ctx *t, void *dst, size_t n);
+void typed_copy(const typed_ctx *t, void *dst, const void *src, size_t n);
+/* dst[i] += src[i] (bf16: widened, added in fp32, rounded once). */
+void typed_add(const typed_ctx *t, void *dst, const void *src, size_t n);
+
+/* Matrix products of kernels.h with stored operands (the weights w in t->dt as the matmuls read
+ * them); dw, the weight gradient, is fp32 and accumulates. Row strides in elements. */
+void typed_matmul_forward(const typed_ctx *t, void *out, int ldo, const void *inp, int ldi,
+                          const void *w, int ldw, int N, int IC, int OC, int acc);
+void typed_matmul_backward(const typed_ctx *t, void *dinp, int lddi, float *dw, int lddw,
+                           const void *dout, int ldd, const void *inp, int ldi, const void *w,
+                           int ldw, int N, int IC, int OC);
+/* The packed forms (rows of out, inp, w, dinp, dw, dout OC, IC, IC, IC, IC, OC elements long),
+ * as matmul_forward and matmul_backward call the strided ones. */
+static inline void typed_mm_fwd(const typed_ctx *t, void *out, const void *inp, const void *w,
+                                int N, int IC, int OC, int acc) {
+    typed_matmul_forward(t, out, OC, inp, IC, w, IC, N, IC, OC, acc);
+}
+static inline void typed_mm_bwd(const typed_ctx *t, void *dinp, float *dw, const void *dout,
+                                const void *inp, const void *w, int N, int IC, int OC) {
+    typed_matmul_backward(t, dinp, IC, dw, IC, dout, OC, inp, IC, w, IC, N, IC, OC);
+}
+
+/* The LM head's products: out, inp, dout, dinp fp32 (the loss tiles), w stored (bf16: its rows
+ * widened in panels; the tile's fp32 operands are not rounded). */
+void typed_matmul_forward_f32(const typed_ctx *t, float *out, const float *inp, const void *w,
+                              int N, int IC, int OC);
+void typed_matmul_backward_f32(const typed_ctx *t, float *dinp, float *dw, const float *dout,
+                               const float *inp, const void *w, int N, int IC, int OC);
+
+/* embedding_forward / embedding_backward: out and wte stored (a bf16 row copied exactly), dout
+ * stored, dwte fp32. */
+void typed_embedding_forward(const typed_ctx *t, void *out, const int32_t *tokens, const void *wte,
+                             int N, int C);
+void typed_embedding_backward(const typed_ctx *t, float *dwte, const void *dout,
+                              const int32_t *tokens, int N, int C);
+
+/* rmsnorm_forward with inp and w stored; out stored (out_f32 == 0) or fp32 (out_f32 != 0: the
+ * final norm's output, the loss tile's input). rstd fp32. */
+void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rstd,
+                           const void *inp, const void *w, int N, int C, float eps);
+/* rmsnorm_backward: dinp, inp, w stored; dout stored or fp32 (dout_f32); dw fp32 (may be NULL). */
+void typed_rmsnorm_backward(const typed_ctx *t, void *dinp, float *dw, const void *dout,
+                            int dout_f32, const void *inp, const void *w, const float *rstd, int N,
+                            int C);
+
+/* rope_forward / rope_backward in place on a stored (N, nh, HS) tensor. */
+void typed_rope_forward(const typed_ctx *t, void *x, const float *cos_t, const float *sin_t, int N,
+                        int nh, int HS);
+void typed_rope_backward(const typed_ctx *t, void *dx, const float *cos_t, const float *sin_t,
+                         int N, int nh, int HS);
+
+/* swiglu_forward / swiglu_backward over n stored elements (dgate, dup may alias gate, up). */
+void typed_swiglu_forward(const typed_ctx *t, void *out, const void *gate, const void *up,
+                          size_t n);
+void typed_swiglu_backward(const typed_ctx *t, void *dgate, void *dup, const void *dout,
+                           const void *gate, const void *up, size_t n);
+
+#endif
