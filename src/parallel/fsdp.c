@@ -37,7 +37,6 @@ void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits
         f->req[k] = MPI_REQUEST_NULL;
     }
     f->params = mem_alloc_f32(MEM_PARAMS, f->nshard);
-    if (R == 1 && wtype != MEM_DTYPE_F32) f->wcopy = mem_alloc_n(MEM_PARAMS, wtype, f->nshard);
     if (grads) {
         f->grads = mem_alloc_f32(MEM_GRADS, f->nshard);
         f->m = mem_alloc_f32(MEM_OPTIMIZER, f->nshard);
@@ -46,18 +45,22 @@ void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits
                              : comm_reduce_scatter_temp_bytes(comm, maxs);
         mem_count(MEM_COMM, (long long)f->mpi_temp);
     }
-    if (R == 1) return;
+    if (R == 1 && wtype == MEM_DTYPE_F32) return; /* the matmuls read the slab itself */
+    /* unsharded bf16: the units are rounded into the slots as they are used, as the sharded ones
+     * are gathered, so the bf16 copy of the weights is two units, not the whole model (params:
+     * nothing is communicated) */
+    mem_category slots = R == 1 ? MEM_PARAMS : MEM_COMM;
     size_t full = up_mul(maxs, (size_t)R);
-    f->gbuf[0] = mem_alloc_n(MEM_COMM, wtype, full);
-    f->gbuf[1] = mem_alloc_n(MEM_COMM, wtype, full);
-    if (grads) {
+    f->gbuf[0] = mem_alloc_n(slots, wtype, full);
+    f->gbuf[1] = mem_alloc_n(slots, wtype, full);
+    if (grads && R > 1) {
         f->gradbuf = mem_alloc_f32(MEM_COMM, full);
         f->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
     }
     if (tied_unit >= 0) {
         size_t e = up_mul(f->shard_n[tied_unit], (size_t)R);
-        f->gbuf[2] = mem_alloc_n(MEM_COMM, wtype, e);
-        if (grads) f->tied_gradbuf = mem_alloc_f32(MEM_COMM, e);
+        f->gbuf[2] = mem_alloc_n(slots, wtype, e);
+        if (grads && R > 1) f->tied_gradbuf = mem_alloc_f32(MEM_COMM, e);
     }
 }
 
@@ -65,7 +68,6 @@ void fsdp_free(fsdp_state *f) {
     float *bufs[] = {f->params, f->grads,   f->m,      f->v,           f->gbuf[0],
                      f->gbuf[1], f->gbuf[2], f->gradbuf, f->tied_gradbuf, f->rs_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
-    mem_free(f->wcopy);
     mem_count(MEM_COMM, -(long long)f->mpi_temp);
     free(f->unit_off);
     free(f->shard_n);
@@ -100,9 +102,6 @@ static void round_into(uint16_t *dst, const float *src, size_t n) {
 }
 
 void fsdp_begin_forward(fsdp_state *f) {
-    /* unsharded bf16: the matmuls' copy of the weights follows the masters the optimizer (or a
-     * load) changed */
-    if (f->wcopy) round_into(f->wcopy, f->params, f->nshard);
     for (int k = 0; k < 3; k++) {
         UP_CHECK(!f->gbuf_pending[k], "a gather of unit %d is still in flight", f->gbuf_unit[k]);
         f->gbuf_unit[k] = -1;
@@ -119,9 +118,14 @@ static int64_t fsdp_unit_bytes(const fsdp_state *f, int u, mem_dtype dt) {
 static int slot_of(const fsdp_state *f, int u) { return u == f->tied_unit ? 2 : u % 2; }
 
 void fsdp_prefetch(fsdp_state *f, int u) {
-    if (f->R == 1 || u < 0 || u >= f->nunits) return;
+    if (!f->gbuf[0] || u < 0 || u >= f->nunits) return;
     int k = slot_of(f, u);
     if (f->gbuf_unit[k] == u) return;
+    if (f->R == 1) { /* unsharded bf16: the unit rounded into its slot, now */
+        round_into(f->gbuf[k], f->params + f->shard_off[u], f->shard_n[u]);
+        f->gbuf_unit[k] = u;
+        return;
+    }
     UP_CHECK(!f->gbuf_pending[k], "gather slot %d busy with unit %d", k, f->gbuf_unit[k]);
     if (f->wtype == MEM_DTYPE_F32) {
         comm_allgather_start(f->comm, f->params + f->shard_off[u], f->gbuf[k], f->shard_n[u],
@@ -136,9 +140,7 @@ void fsdp_prefetch(fsdp_state *f, int u) {
 }
 
 void *fsdp_gather(fsdp_state *f, int u) {
-    if (f->R == 1)
-        return f->wcopy ? (void *)((uint16_t *)f->wcopy + f->shard_off[u])
-                        : (void *)(f->params + f->shard_off[u]);
+    if (!f->gbuf[0]) return f->params + f->shard_off[u]; /* unsharded fp32 */
     int k = slot_of(f, u);
     fsdp_prefetch(f, u);
     if (f->gbuf_pending[k]) { /* the span: the wait for a gather started by a prefetch */

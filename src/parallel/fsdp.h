@@ -35,8 +35,7 @@ typedef struct {
     size_t nshard;     /* floats of a slab */
     float *params, *grads, *m, *v; /* this rank's shards (the full layout when R == 1) */
     mem_dtype wtype; /* element type of the weights the matmuls read (DESIGN.md §5.1) */
-    void *wcopy;     /* R == 1, wtype bf16: the slab's copy in wtype (NULL: the slab itself) */
-    void *gbuf[3];   /* gather slots (R > 1), elements of wtype */
+    void *gbuf[3];   /* gather slots (R > 1, or R == 1 with wtype bf16), elements of wtype */
     int gbuf_unit[3], gbuf_pending[3];
     MPI_Request req[3];
     float *gradbuf;      /* (R * max shard_n) full gradients of the unit in backward */
@@ -52,7 +51,8 @@ typedef struct {
  * fsdp_reduce and fsdp_gather_slab must not be called). wtype is the element type of the weights
  * the matmuls read: with bf16 the gather slots hold bf16 (each rank converts its shard into its
  * own place in the slot and the gather runs in place, so no bf16 shard is kept), and unsharded
- * (R == 1) a bf16 copy of the slab is kept beside it (category params). Gradients and their
+ * (R == 1) the slots exist too (category params): a unit is rounded into its slot when it is
+ * first used after fsdp_begin_forward, so the bf16 copy is two units (three, tied), not the model. Gradients and their
  * buffers stay fp32 (the reductions add in fp32). Under mem plan mode nothing is allocated. */
 void fsdp_init(fsdp_state *f, comm_ctx *comm, const size_t *unit_off, int nunits, int R,
                int tied_unit, int grads, mem_dtype wtype);
@@ -63,16 +63,15 @@ void fsdp_owned(const fsdp_state *f, int u, size_t *g0, size_t *g1);
 /* Where the owned global offset g of unit u lives in a slab (params, grads, m or v). */
 float *fsdp_shard_at(const fsdp_state *f, float *slab, int u, size_t g);
 
-/* Before a forward: forgets what the gather slots hold (the optimizer changed the shards),
- * rewrites the unsharded bf16 copy from the masters, and zeroes the tied unit's gradient
- * buffer. */
+/* Before a forward: forgets what the gather slots hold (the optimizer changed the shards) and
+ * zeroes the tied unit's gradient buffer. */
 void fsdp_begin_forward(fsdp_state *f);
 /* Starts the gather of unit u into its slot (no-op when R == 1, u out of range, or the slot
  * already holds u). Collective. */
 void fsdp_prefetch(fsdp_state *f, int u);
 /* Full parameters of unit u as the matmuls read them (elements of wtype): its place in the slab
- * or its copy (R == 1), or its gather slot, waiting for a prefetch or gathering now. Collective
- * when it gathers. */
+ * (R == 1, fp32), or its slot, waiting for a prefetch or gathering (rounding, unsharded) now.
+ * Collective when it gathers. */
 void *fsdp_gather(fsdp_state *f, int u);
 /* Where the backward of unit u accumulates full gradients: the slab (R == 1) or a buffer that
  * fsdp_reduce reduce-scatters (zeroed here, except the tied unit's). */

@@ -85,7 +85,7 @@ TRAIN="train --data $TMP/d.bin"
 # 1 rank, plain (plain Ulysses keeps q, k, v per layer; P = 1: no exchange buffers, o read in place).
 load_dims "$TINY"; T=256
 plans tiny_plain 1 $TRAIN --config "$TINY" --seq-len $T && check tiny_plain \
-  $((2 * NPARAM)) 0 0 \
+  $((2 * 2 * $(max_shard 1))) 0 0 \
   $((-2 * L * T * C)) \
   $((-2 * L * T * (NH * HS + C + 3 * F))) \
   $((-2 * ((L + 1) * T * (NH + 2 * NKV) * HS + T * NH * HS) + $(attn_ws_delta $T $NH $NKV))) \
@@ -99,7 +99,7 @@ plans tiny_plain 1 $TRAIN --config "$TINY" --seq-len $T && check tiny_plain \
 # stage's dk, dv (two stages per KV head): 10 (T, HS) tensors.
 TM=64
 plans tiny_stack 1 $TRAIN --config "$TINY" --seq-len $T --checkpoint --tile-mlp $TM --tile-loss 64 --upipe-heads 1 \
-  && check tiny_stack $((2 * NPARAM)) 0 0 \
+  && check tiny_stack $((2 * 2 * $(max_shard 1))) 0 0 \
     $((-2 * L * T * C)) \
     $((-2 * T * NH * HS)) \
     $((-2 * 10 * T * HS + $(attn_ws_delta $T 1 1))) \
@@ -128,7 +128,7 @@ plans tiny_fsdp 2 $TRAIN --config "$TINY" --seq-len $T --fsdp --offload "$TMP/st
 # with the offload buffer and store instead of resident checkpoints.
 load_dims "$BENCH"; T=4096
 plans bench_stack 1 $TRAIN --config "$BENCH" --seq-len $T --offload "$TMP/store" --tile-mlp --tile-loss --upipe-heads 1 \
-  && check bench_stack $((2 * NPARAM)) 0 0 \
+  && check bench_stack $((2 * 2 * $(max_shard 1))) 0 0 \
     $((-2 * T * C)) \
     $((-2 * T * NH * HS)) \
     $((-2 * 10 * T * HS + $(attn_ws_delta $T 1 1))) \
@@ -153,7 +153,7 @@ plans bench_fsdp 2 $TRAIN --config "$BENCH" --seq-len $T --fsdp --checkpoint \
 # saved q, k, v (P = 1: the stage needs nothing else); h and the residual stream (dres).
 load_dims "$TINY"; T=256
 plans tiny_eval 1 eval --data "$TMP/d.bin" --config "$TINY" --init /dev/null --seq-len $T \
-  && check tiny_eval $((2 * NPARAM)) 0 0 0 \
+  && check tiny_eval $((2 * 2 * $(max_shard 1))) 0 0 0 \
     $((-2 * T * (NH * HS + 3 * F))) \
     $((-2 * T * (NH + 2 * NKV) * HS + $(attn_ws_delta $T $NH $NKV))) \
     $((-2 * 2 * T * C + $(typed_ws))) \
