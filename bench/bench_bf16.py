@@ -2,7 +2,8 @@
 
 speed: configs/bench.json on 1 rank with 2 threads, fp32 and bf16 tokens/s (median over the steps
   after the first) at each T, run alternately --reps times on this machine's best kernel path
-  and forced onto AVX2 (UPIPE_KERNEL=avx2: what an AVX2-only host runs), medians of the runs;
+  and forced onto AVX2 (UPIPE_KERNEL=avx2 and OPENBLAS_CORETYPE=Haswell: what an AVX2-only host
+  runs), medians of the runs;
   the ratio bf16 / fp32 per path. Targets: at least 1.6x on an AVX512_BF16 host, at least 1.0x on
   AVX2. Also the peak accounted memory of each run.
 curve: configs/tiny.json for --curve-steps steps on a byte-level text shard made from the
@@ -42,8 +43,9 @@ def speed(a, tmp):
     rows = []
     for path in paths:
         env = dict(os.environ)
-        if path:
+        if path:  # what an AVX2-only host runs: upipe's avx2 kernels and OpenBLAS's Haswell ones
             env["UPIPE_KERNEL"] = path
+            env["OPENBLAS_CORETYPE"] = "Haswell"
         else:
             env.pop("UPIPE_KERNEL", None)
         old = dict(os.environ)
@@ -61,8 +63,8 @@ def speed(a, tmp):
                         tps[dt].append(o["tokens_per_s"])
                         peak[dt] = o["mem"]["peak_bytes"] / 2**20
                 f, b = statistics.median(tps["f32"]), statistics.median(tps["bf16"])
-                name = version(a.upipe, env).split("kernels: ")[-1] if "kernels: " in version(
-                    a.upipe, env) else (path or "best")
+                v = version(a.upipe, env)
+                name = v.split("kernels: ")[-1].split(";")[0] if "kernels: " in v else (path or "best")
                 print(f"| {name} | {T} | {f:.0f} | {b:.0f} | {b / f:.2f}x | {peak['f32']:.1f} | "
                       f"{peak['bf16']:.1f} |", flush=True)
                 rows.append({"path": name, "T": T, "f32": tps["f32"], "bf16": tps["bf16"],

@@ -323,9 +323,10 @@ static void eval_outputs(const eval_job *j, const eval_stats *s) {
     const eval_options *o = &j->o;
     if (j->rank != 0) return;
     if (!o->quiet) {
-        printf("upipe eval: %s on %s (%ld window%s of T=%ld, %d rank%s: cp=%d, %d thread%s)\n",
+        printf("upipe eval: %s on %s (%ld window%s of T=%ld, %d rank%s: cp=%d, %d thread%s%s)\n",
                j->weights, o->data, j->windows, j->windows == 1 ? "" : "s", o->T, j->world,
-               j->world == 1 ? "" : "s", j->P, j->threads, j->threads == 1 ? "" : "s");
+               j->world == 1 ? "" : "s", j->P, j->threads, j->threads == 1 ? "" : "s",
+               o->mopt.dtype == MEM_DTYPE_BF16 ? ", bf16" : "");
         eval_print(s);
     }
     char err[1024];

@@ -38,6 +38,10 @@ void print_summary(const train_run *r) {
     printf("  machine %d thread%s, kernels: %s, %s\n", r->threads, r->threads == 1 ? "" : "s",
            kernel_path_name(),
            blas_describe());
+    if (m->opt.dtype == MEM_DTYPE_BF16) /* DESIGN.md §5.1 */
+        printf("  dtype   bf16: fp32 masters, gradients and AdamW; bf16 weights' copy, "
+               "activations, checkpoints, attention; gemm: %s\n",
+               gemm_bf16_path());
     printf("  memory  %s accounted after allocation (model state %s)\n",
            up_fmt_bytes(b1, sizeof b1, (double)mem_live_total()),
            up_fmt_bytes(b2, sizeof b2,

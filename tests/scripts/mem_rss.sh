@@ -2,7 +2,7 @@
 # The memory plan bounds real memory (DESIGN.md §5): at a size where buffers dominate, the
 # accounted peak (every buffer by category, MPI's temporaries in `comm`, the process's own bytes
 # in `runtime`) and the measured peak RSS agree: RSS <= peak + 16 MiB and peak <= 1.1 x RSS, on
-# 1 and 2 ranks, plain and with the full stack. configs/bench.json with vocab_size 32000 at
+# 1 and 2 ranks, plain and with the full stack, in fp32 and bf16. configs/bench.json with vocab_size 32000 at
 # T = 8192: one hidden (T_loc, V) buffer is 1 GiB on one rank and 500 MiB on two, far past the
 # 16 MiB. Tried once: a (T_loc, V) malloc, touched and left unaccounted in the tiled loss, failed
 # every case here (RSS 1 GiB / 500 MiB above the peak); a (T, F) one is 44 MiB and fails too.
@@ -33,4 +33,8 @@ rss_case plain_1 1
 rss_case plain_2 2
 rss_case stack_1 1 $STACK --upipe-heads 1
 rss_case stack_2 2 $STACK --upipe-heads 2
+# bf16 (DESIGN.md §5.1): the typed kernels' workspace and the GEMM's panels are counted, and
+# OpenBLAS, called on fp32 panels, keeps its usual buffers.
+rss_case bf16_plain_1 1 --dtype bf16
+rss_case bf16_stack_2 2 $STACK --upipe-heads 2 --dtype bf16
 finish
