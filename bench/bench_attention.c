@@ -25,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
+
 static float *bench_alloc(size_t n) {
     float *p = malloc(n * sizeof(float));
     if (!p) {
@@ -45,29 +47,6 @@ static void bench_fill(float *x, size_t n, uint64_t seed) {
 static int bench_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-/* "model name (family F, model M)" from /proc/cpuinfo (bench_convert's): virtual machines often
- * hide the name. */
-static void cpu_model(char *buf, size_t len) {
-    char name[128] = "unknown", family[16] = "?", model[16] = "?", line[256];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (!colon) continue;
-        char *v = colon + 1 + (colon[1] == ' ');
-        v[strcspn(v, "\n")] = '\0';
-        if (!strncmp(line, "model name", 10))
-            snprintf(name, sizeof name, "%s", v);
-        else if (!strncmp(line, "cpu family", 10))
-            snprintf(family, sizeof family, "%s", v);
-        else if (!strncmp(line, "model\t", 6))
-            snprintf(model, sizeof model, "%s", v);
-        else if (!strncmp(line, "processor", 9) && strcmp(v, "0"))
-            break; // the first CPU only
-    }
-    if (f) fclose(f);
-    snprintf(buf, len, "%s (family %s, model %s)", name, family, model);
 }
 
 /* Buffers of one run: fp32 ones, and their bf16 copies (inputs rounded, outputs bf16). */

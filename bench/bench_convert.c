@@ -11,28 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-/* "model name (family F, model M)" from /proc/cpuinfo: virtual machines often hide the name. */
-static void cpu_model(char *buf, size_t len) {
-    char name[128] = "unknown", family[16] = "?", model[16] = "?", line[256];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (!colon) continue;
-        char *v = colon + 1 + (colon[1] == ' ');
-        v[strcspn(v, "\n")] = '\0';
-        if (!strncmp(line, "model name", 10))
-            snprintf(name, sizeof name, "%s", v);
-        else if (!strncmp(line, "cpu family", 10))
-            snprintf(family, sizeof family, "%s", v);
-        else if (!strncmp(line, "model\t", 6))
-            snprintf(model, sizeof model, "%s", v);
-        else if (!strncmp(line, "processor", 9) && strcmp(v, "0"))
-            break; // the first CPU only
-    }
-    if (f) fclose(f);
-    snprintf(buf, len, "%s (family %s, model %s)", name, family, model);
-}
-
 enum { REPS = 15 };
 
 /* GB/s of one direction of one path: median of REPS after a warm-up. */

@@ -34,28 +34,6 @@ extern dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t 
                                            dnnl_dim_t lda, const uint16_t *B, dnnl_dim_t ldb,
                                            float beta, float *C, dnnl_dim_t ldc);
 
-/* "model name (family F, model M)" from /proc/cpuinfo (as bench_convert). */
-static void cpu_model(char *buf, size_t len) {
-    char name[128] = "unknown", family[16] = "?", model[16] = "?", line[256];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (!colon) continue;
-        char *v = colon + 1 + (colon[1] == ' ');
-        v[strcspn(v, "\n")] = '\0';
-        if (!strncmp(line, "model name", 10))
-            snprintf(name, sizeof name, "%s", v);
-        else if (!strncmp(line, "cpu family", 10))
-            snprintf(family, sizeof family, "%s", v);
-        else if (!strncmp(line, "model\t", 6))
-            snprintf(model, sizeof model, "%s", v);
-        else if (!strncmp(line, "processor", 9) && strcmp(v, "0"))
-            break;
-    }
-    if (f) fclose(f);
-    snprintf(buf, len, "%s (family %s, model %s)", name, family, model);
-}
-
 /* VmRSS of this process in KiB. */
 static long rss_kib(void) {
     char line[256];

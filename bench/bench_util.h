@@ -1,8 +1,10 @@
-/* bench_util.h — the small helpers the C benchmarks share: a monotonic clock and the comparison
- * qsort needs for medians. Header-only (each benchmark is one file). */
+/* bench_util.h — the small helpers the C benchmarks share: a monotonic clock, the comparison
+ * qsort needs for medians, and the CPU model for the headers. Header-only (each benchmark is one file). */
 #ifndef UP_BENCH_UTIL_H
 #define UP_BENCH_UTIL_H
 
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 static inline double now_s(void) {
@@ -14,6 +16,28 @@ static inline double now_s(void) {
 static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* "model name (family F, model M)" of the first CPU in /proc/cpuinfo, for benchmark headers. */
+static inline void cpu_model(char *buf, size_t len) {
+    char name[128] = "unknown", family[16] = "?", model[16] = "?", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        char *v = colon + 1 + (colon[1] == ' ');
+        v[strcspn(v, "\n")] = '\0';
+        if (!strncmp(line, "model name", 10))
+            snprintf(name, sizeof name, "%s", v);
+        else if (!strncmp(line, "cpu family", 10))
+            snprintf(family, sizeof family, "%s", v);
+        else if (!strncmp(line, "model\t", 6))
+            snprintf(model, sizeof model, "%s", v);
+        else if (!strncmp(line, "processor", 9) && strcmp(v, "0"))
+            break; // the first CPU only
+    }
+    if (f) fclose(f);
+    snprintf(buf, len, "%s (family %s, model %s)", name, family, model);
 }
 
 #endif
