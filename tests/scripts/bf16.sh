@@ -42,11 +42,14 @@ T3="--config $TIED/config.json --data $TIED/tokens.bin --init $TIED/weights.safe
 run_case tied1 1 $T3 && compare tied1 ref_tied
 run_case tied3 3 $T3 --fsdp && compare tied3 ref_tied        # tied embedding, 3 ranks, FSDP
 
-# Checkpointing and offload recompute each layer from its bf16 input with the same operations in
-# the same order: the same bytes.
+# The same arithmetic in the same order gives the same bytes: checkpointing and offload recompute
+# each layer from its bf16 input.
 run_case b1_ckpt 1 $G --checkpoint && compare b1_ckpt b1 0 0
 run_case b1_off 1 $G --offload "$TMP/store" && compare b1_off b1 0 0
 run_case b2_ckpt 2 $G --checkpoint && compare b2_ckpt b2 0 0
+# FSDP on 2 ranks: the gather moves the bf16 the unsharded run rounds from the same masters, and
+# the reduce-scatter adds the same two fp32 terms the all-reduce adds: the same bytes.
+run_case b2_fsdp 2 $G --fsdp && compare b2_fsdp b2 0 0
 [ -z "$(ls -A "$TMP/store")" ] && ok "offload store leaves no file behind" || bad "files left: $(ls "$TMP/store")"
 
 # bf16 is not fp32: the comparison above can tell them apart (the bf16 run's gradients differ from
