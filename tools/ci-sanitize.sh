@@ -26,6 +26,7 @@ export ASAN_OPTIONS="log_path=$LOGS/san:detect_leaks=1:check_initialization_orde
 export UBSAN_OPTIONS="log_path=$LOGS/san:print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$SRC/tests/sanitize/lsan.supp:print_suppressions=0"
 export OMP_NUM_THREADS=1
+export UPIPE_TEST_QUICK=1 # the unit tests' smaller case lists (test_attention_bf16)
 
 failed=0
 (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" -L 'unit|golden|errors' &&

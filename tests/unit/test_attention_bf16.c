@@ -342,6 +342,10 @@ int main(void) {
     const int Ts[] = {7, 300, 519};
     const int heads[][2] = {{4, 4}, {4, 2}, {8, 2}};
     const int HSs[] = {32, 64, 128, 24}; // 24 (T = 300 only): widening with a tail
+    /* UPIPE_TEST_QUICK (the sanitizer run, tools/ci-sanitize.sh, where the double reference is
+     * tens of times slower): T = 7 and 300, HS = 32 and 24 only; every path, GQA shape, document
+     * case and check still runs */
+    const int quick = getenv("UPIPE_TEST_QUICK") != NULL;
     double worst[NPATHS][5] = {{0}};     // worst |err| / bound: out, lse, dq, dk, dv
     uint64_t seed = 1;
     for (int a = 0; a < 3; a++)
@@ -349,6 +353,7 @@ int main(void) {
             for (int c = 0; c < 4; c++)
                 for (int d = 0; d < 2; d++) {
                     if (c == 3 && a != 1) continue;
+                    if (quick && (a == 2 || c == 1 || c == 2)) continue;
                     const int T = Ts[a];
                     int32_t *doc = d ? docs_make(T) : NULL;
                     problem p;

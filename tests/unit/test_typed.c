@@ -15,6 +15,16 @@
 
 #include "harness.h"
 
+/* Every buffer of the test, freed at the end (the sanitizer run checks for leaks). */
+static void *bufs[256];
+static int nbufs;
+static void *keep(void *p) {
+    if (!p || nbufs == (int)(sizeof bufs / sizeof bufs[0])) abort();
+    return bufs[nbufs++] = p;
+}
+static void *tmalloc(size_t n) { return keep(malloc(n)); }
+static void *tcalloc(size_t n, size_t m) { return keep(calloc(n, m)); }
+
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* xorshift, uniform in [-1, 1) */
     rng ^= rng << 13;
@@ -25,8 +35,8 @@ static float frand(void) { /* xorshift, uniform in [-1, 1) */
 
 /* n random bf16 values, and their fp32 widening. */
 static uint16_t *rand_bf16(size_t n, float **wide) {
-    uint16_t *b = malloc(n * 2 + 2);
-    *wide = malloc(n * 4 + 4);
+    uint16_t *b = tmalloc(n * 2 + 2);
+    *wide = tmalloc(n * 4 + 4);
     for (size_t i = 0; i < n; i++) {
         b[i] = bf16_round(frand());
         (*wide)[i] = bf16_widen(b[i]);
@@ -43,7 +53,7 @@ static size_t count_diff(const uint16_t *got, const float *ref, size_t n) {
 
 static typed_ctx bf16_ctx(size_t maxw, size_t C) {
     typed_ctx t = {MEM_DTYPE_BF16, NULL, typed_workspace_floats(MEM_DTYPE_BF16, maxw, C)};
-    t.ws = malloc(t.ws_n * sizeof(float));
+    t.ws = tmalloc(t.ws_n * sizeof(float));
     return t;
 }
 
@@ -54,9 +64,9 @@ static void test_elementwise(void) {
     float *x, *w, *g, *d0;
     uint16_t *xb = rand_bf16(nc, &x), *wb = rand_bf16((size_t)C, &w);
     uint16_t *gb = rand_bf16(nc, &g), *db = rand_bf16(nc, &d0);
-    float *ref = malloc(nc * 4), *rstd = malloc((size_t)N * 4), *rstd2 = malloc((size_t)N * 4);
-    uint16_t *out = malloc(nc * 2);
-    float *outf = malloc(nc * 4);
+    float *ref = tmalloc(nc * 4), *rstd = tmalloc((size_t)N * 4), *rstd2 = tmalloc((size_t)N * 4);
+    uint16_t *out = tmalloc(nc * 2);
+    float *outf = tmalloc(nc * 4);
     // RMSNorm forward: bf16 and fp32 outputs
     rmsnorm_forward(ref, rstd, x, w, N, C, 1e-5f);
     typed_rmsnorm_forward(&t, out, 0, rstd2, xb, wb, N, C, 1e-5f);
@@ -65,10 +75,10 @@ static void test_elementwise(void) {
     typed_rmsnorm_forward(&t, outf, 1, rstd2, xb, wb, N, C, 1e-5f);
     CHECK(memcmp(outf, ref, nc * 4) == 0, "rmsnorm_forward with an fp32 output = fp32 kernel");
     // RMSNorm backward: dinp += (accumulates into the widened dinp, rounds once); dw fp32
-    float *dinp = malloc(nc * 4), *dw = calloc((size_t)C, 4), *dw2 = calloc((size_t)C, 4);
+    float *dinp = tmalloc(nc * 4), *dw = tcalloc((size_t)C, 4), *dw2 = tcalloc((size_t)C, 4);
     memcpy(dinp, d0, nc * 4);
     rmsnorm_backward(dinp, dw, g, x, w, rstd, N, C);
-    uint16_t *din = malloc(nc * 2);
+    uint16_t *din = tmalloc(nc * 2);
     memcpy(din, db, nc * 2);
     typed_rmsnorm_backward(&t, din, dw2, gb, 0, xb, wb, rstd, N, C);
     /* dw_i = sum over rows of dout * x * rstd: the tiles add their partial sums in another order
@@ -83,14 +93,14 @@ static void test_elementwise(void) {
     CHECK(dwbad == 0, "rmsnorm_backward dw within the fp32 reassociation bound (%zu off)", dwbad);
     // RoPE forward and backward in place on (N, nh, HS)
     size_t nr = (size_t)N * nh * HS, half = (size_t)HS / 2;
-    float *r, *cs = malloc((size_t)N * half * 4), *sn = malloc((size_t)N * half * 4);
+    float *r, *cs = tmalloc((size_t)N * half * 4), *sn = tmalloc((size_t)N * half * 4);
     float inv[64];
     rope_inv_freq(inv, HS, 10000.0f);
     rope_tables(cs, sn, inv, 1000, N, HS);
     uint16_t *rb = rand_bf16(nr, &r);
     for (int back = 0; back < 2; back++) {
-        float *rr = malloc(nr * 4);
-        uint16_t *rt = malloc(nr * 2);
+        float *rr = tmalloc(nr * 4);
+        uint16_t *rt = tmalloc(nr * 2);
         memcpy(rr, r, nr * 4);
         memcpy(rt, rb, nr * 2);
         if (back) {
@@ -101,15 +111,13 @@ static void test_elementwise(void) {
             typed_rope_forward(&t, rt, cs, sn, N, nh, HS);
         }
         CHECK(count_diff(rt, rr, nr) == 0, "rope_%s bf16 = round(fp32)", back ? "backward" : "forward");
-        free(rr);
-        free(rt);
     }
     // SwiGLU forward and backward (in place on gate, up)
     size_t nf = (size_t)N * F;
     float *ga, *up, *dd;
     uint16_t *gab = rand_bf16(nf, &ga), *upb = rand_bf16(nf, &up), *ddb = rand_bf16(nf, &dd);
-    float *act = malloc(nf * 4);
-    uint16_t *actb = malloc(nf * 2);
+    float *act = tmalloc(nf * 4);
+    uint16_t *actb = tmalloc(nf * 2);
     swiglu_forward(act, ga, up, nf);
     typed_swiglu_forward(&t, actb, gab, upb, nf);
     CHECK(count_diff(actb, act, nf) == 0, "swiglu_forward bf16 = round(fp32)");
@@ -121,23 +129,22 @@ static void test_elementwise(void) {
     int32_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 7) % 11);
     float *wte;
-    uint16_t *wteb = rand_bf16((size_t)11 * C, &wte), *eb = malloc(nc * 2);
-    float *ef = malloc(nc * 4);
+    uint16_t *wteb = rand_bf16((size_t)11 * C, &wte), *eb = tmalloc(nc * 2);
+    float *ef = tmalloc(nc * 4);
     embedding_forward(ef, tok, wte, N, C);
     typed_embedding_forward(&t, eb, tok, wteb, N, C);
     CHECK(count_diff(eb, ef, nc) == 0, "embedding_forward bf16 copies rows exactly");
-    float *de = calloc((size_t)11 * C, 4), *de2 = calloc((size_t)11 * C, 4);
+    float *de = tcalloc((size_t)11 * C, 4), *de2 = tcalloc((size_t)11 * C, 4);
     embedding_backward(de, g, tok, N, C);
     typed_embedding_backward(&t, de2, gb, tok, N, C);
     CHECK(memcmp(de, de2, (size_t)11 * C * 4) == 0, "embedding_backward bf16 = fp32 on widened rows");
     // addition: fp32 sum rounded once
-    uint16_t *sum = malloc(nc * 2);
+    uint16_t *sum = tmalloc(nc * 2);
     memcpy(sum, xb, nc * 2);
     typed_add(&t, sum, gb, nc);
-    float *sref = malloc(nc * 4);
+    float *sref = tmalloc(nc * 4);
     for (size_t i = 0; i < nc; i++) sref[i] = x[i] + g[i];
     CHECK(count_diff(sum, sref, nc) == 0, "typed_add bf16 = round(fp32 sum)");
-    free(t.ws);
 }
 
 /* A stored-output matmul against fp32 on the widened operands: each element within half a bf16
@@ -151,10 +158,10 @@ static void test_matmul(void) {
     uint16_t *xb = rand_bf16((size_t)N * IC, &x), *wb = rand_bf16((size_t)OC * IC, &w);
     uint16_t *ob = rand_bf16((size_t)N * OC, &o0), *dyb = rand_bf16((size_t)N * OC, &dy);
     for (int acc = 0; acc < 2; acc++) {
-        float *ref = malloc((size_t)N * OC * 4);
+        float *ref = tmalloc((size_t)N * OC * 4);
         memcpy(ref, o0, (size_t)N * OC * 4);
         matmul_forward(ref, x, w, N, IC, OC, acc);
-        uint16_t *got = malloc((size_t)N * OC * 2);
+        uint16_t *got = tmalloc((size_t)N * OC * 2);
         memcpy(got, ob, (size_t)N * OC * 2);
         typed_mm_fwd(&t, got, xb, wb, N, IC, OC, acc);
         size_t bad = 0;
@@ -166,11 +173,9 @@ static void test_matmul(void) {
                 bad += fabs(g - r) > fabs(r) * (1.0 / 128) + 2 * (IC + 2) * 0x1p-23 * s;
             }
         CHECK(bad == 0, "matmul_forward acc=%d bf16 within a bf16 ulp of fp32 (%zu off)", acc, bad);
-        free(ref);
-        free(got);
     }
     // backward: dinp (bf16, +=) and dw (fp32, +=, all rows in one product)
-    float *dinp = malloc((size_t)N * IC * 4), *dw = calloc((size_t)OC * IC, 4), *dw2 = calloc((size_t)OC * IC, 4);
+    float *dinp = tmalloc((size_t)N * IC * 4), *dw = tcalloc((size_t)OC * IC, 4), *dw2 = tcalloc((size_t)OC * IC, 4);
     float *di0;
     uint16_t *dib = rand_bf16((size_t)N * IC, &di0);
     memcpy(dinp, di0, (size_t)N * IC * 4);
@@ -183,7 +188,6 @@ static void test_matmul(void) {
     for (size_t i = 0; i < (size_t)OC * IC; i++) e = fmax(e, fabs((double)dw[i] - dw2[i]));
     CHECK(bad == 0, "matmul_backward dinp bf16 within a bf16 ulp of fp32 (%zu off)", bad);
     CHECK(e <= 2 * (N + 2) * 0x1p-23 * N, "matmul_backward dw fp32 within the summation bound (%g)", e);
-    free(t.ws);
 }
 
 /* Under f32 every function is the fp32 kernel itself. */
@@ -191,8 +195,8 @@ static void test_f32_passthrough(void) {
     typed_ctx t = {MEM_DTYPE_F32, NULL, 0};
     CHECK(typed_workspace_floats(MEM_DTYPE_F32, 4096, 4096) == 0, "f32 needs no workspace");
     const int N = 33, C = 40;
-    float *x = malloc((size_t)N * C * 4), *w = malloc((size_t)C * 4), *a = malloc((size_t)N * C * 4),
-          *b = malloc((size_t)N * C * 4), r1[33], r2[33];
+    float *x = tmalloc((size_t)N * C * 4), *w = tmalloc((size_t)C * 4), *a = tmalloc((size_t)N * C * 4),
+          *b = tmalloc((size_t)N * C * 4), r1[33], r2[33];
     for (int i = 0; i < N * C; i++) x[i] = frand();
     for (int i = 0; i < C; i++) w[i] = frand();
     rmsnorm_forward(a, r1, x, w, N, C, 1e-6f);
@@ -208,5 +212,6 @@ int main(void) {
     test_elementwise();
     test_matmul();
     test_f32_passthrough();
+    for (int i = 0; i < nbufs; i++) free(bufs[i]);
     return harness_finish("test_typed");
 }
