@@ -51,6 +51,18 @@ if train --stop-at 2 && train --resume; then
 else
   echo "SANITIZE FAIL: 2-rank train"; cat "$TMP/train.out"; failed=1
 fi
+# bf16 (DESIGN.md §5.1): the typed kernels, bf16 exchanges and gather slots, the offload store
+# in bf16, on 2 ranks with UPipe's pipe and tiles; and unsharded (the weights rounded into slots).
+mkdir -p "$TMP/store"
+B="--quiet --threads 1 --config $G/config.json --data $G/tokens.bin --init $G/weights.safetensors --seq-len 80 --steps 2 --dtype bf16"
+if timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" train $B --fsdp --offload "$TMP/store" --tile-mlp 16 \
+     --tile-loss 7 --upipe-heads 2 --upipe-overlap >>"$TMP/bf16.out" 2>&1 &&
+   timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" train $B --checkpoint --save "$TMP/b.st" --save-dtype bf16 \
+     >>"$TMP/bf16.out" 2>&1; then
+  echo "sanitize: 2-rank bf16 train (FSDP, offload, tiles, the pipe; unsharded): ok"
+else
+  echo "SANITIZE FAIL: bf16 train"; cat "$TMP/bf16.out"; failed=1
+fi
 t3=$(date +%s)
 echo "sanitize: 2-rank train $((t3 - t2)) s"
 
