@@ -4,7 +4,6 @@
 
 #include "kernels/bf16.h"
 
-#include <cblas.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -16,16 +15,15 @@ enum { TYPED_MM_ROWS = 1024 };
 /* Rows of W widened at a time for the LM head's fp32 products. */
 enum { TYPED_PANEL_ROWS = 256 };
 
+/* The staging tile also holds three element-wise tiles and a norm weight, or a weight panel. */
+_Static_assert((int)TYPED_MM_ROWS >= 3 * (int)TYPED_TILE_ROWS + 1 &&
+                   (int)TYPED_MM_ROWS >= (int)TYPED_PANEL_ROWS,
+               "the matmul's staging tile must hold the other uses of the workspace");
+
 size_t typed_workspace_floats(mem_dtype dt, size_t maxw, size_t C) {
     if (dt == MEM_DTYPE_F32) return 0;
-    /* staging (the matmul's rows, three element-wise tiles, or a weight panel), the GEMM's own */
-    size_t stage = up_mul((size_t)TYPED_MM_ROWS, maxw);
-    size_t three = up_mul((size_t)3 * TYPED_TILE_ROWS, maxw);
-    size_t panel = up_mul((size_t)TYPED_PANEL_ROWS, C), norm = up_mul((size_t)3 * TYPED_TILE_ROWS + 1, C);
-    size_t s = stage > three ? stage : three;
-    s = s > panel ? s : panel;
-    s = s > norm ? s : norm;
-    return up_add(s, (size_t)GEMM_BF16_WS_FLOATS);
+    /* the staging tile, then the GEMM's own workspace */
+    return up_add(up_mul((size_t)TYPED_MM_ROWS, maxw > C ? maxw : C), (size_t)GEMM_BF16_WS_FLOATS);
 }
 
 /* The workspace's parts: the staging area (also the LM head's weight panel, never in use at the
@@ -52,13 +50,15 @@ static ws_parts parts_any(const typed_ctx *t, size_t w) {
 static void widen_rows(float *dst, size_t ldd, const uint16_t *src, size_t lds, int n, size_t w) {
     bf16_path_current(); /* chooses the path outside the parallel region */
 #pragma omp parallel for schedule(static) if ((size_t)n * w > 32768)
-    for (int i = 0; i < n; i++) f32_from_bf16(src + (size_t)i * lds, dst + (size_t)i * ldd, w);
+    for (int i = 0; i < n; i++)
+        f32_from_bf16(src + (size_t)i * lds, dst + (size_t)i * ldd, w);
 }
 
 static void round_rows(uint16_t *dst, size_t ldd, const float *src, size_t lds, int n, size_t w) {
     bf16_path_current();
 #pragma omp parallel for schedule(static) if ((size_t)n * w > 32768)
-    for (int i = 0; i < n; i++) bf16_from_f32(src + (size_t)i * lds, dst + (size_t)i * ldd, w);
+    for (int i = 0; i < n; i++)
+        bf16_from_f32(src + (size_t)i * lds, dst + (size_t)i * ldd, w);
 }
 
 /* n contiguous elements, widened / rounded in threaded pieces. */
@@ -102,7 +102,8 @@ void typed_add(const typed_ctx *t, void *dst, const void *src, size_t n) {
     if (is_f32(t)) {
         float *d = dst;
         const float *s = src;
-        for (size_t i = 0; i < n; i++) d[i] += s[i];
+        for (size_t i = 0; i < n; i++)
+            d[i] += s[i];
         return;
     }
     ws_parts p = parts_any(t, 1);
@@ -113,7 +114,8 @@ void typed_add(const typed_ctx *t, void *dst, const void *src, size_t n) {
         widen_n(a, (const uint16_t *)dst + i0, m);
         widen_n(b, (const uint16_t *)src + i0, m);
 #pragma omp parallel for simd schedule(static) if (m > 32768)
-        for (size_t i = 0; i < m; i++) a[i] += b[i];
+        for (size_t i = 0; i < m; i++)
+            a[i] += b[i];
         round_n((uint16_t *)dst + i0, a, m);
     }
 }
@@ -247,8 +249,8 @@ static float *norm_weight(const ws_parts *p, const void *w, int C) {
     return wf;
 }
 
-void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rstd,
-                           const void *inp, const void *w, int N, int C, float eps) {
+void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rstd, const void *inp,
+                           const void *w, int N, int C, float eps) {
     if (is_f32(t)) {
         rmsnorm_forward(out, rstd, inp, w, N, C, eps);
         return;

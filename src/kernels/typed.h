@@ -78,8 +78,8 @@ void typed_embedding_backward(const typed_ctx *t, float *dwte, const void *dout,
 
 /* rmsnorm_forward with inp and w stored; out stored (out_f32 == 0) or fp32 (out_f32 != 0: the
  * final norm's output, the loss tile's input). rstd fp32. */
-void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rstd,
-                           const void *inp, const void *w, int N, int C, float eps);
+void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rstd, const void *inp,
+                           const void *w, int N, int C, float eps);
 /* rmsnorm_backward: dinp, inp, w stored; dout stored or fp32 (dout_f32); dw fp32 (may be NULL). */
 void typed_rmsnorm_backward(const typed_ctx *t, void *dinp, float *dw, const void *dout,
                             int dout_f32, const void *inp, const void *w, const float *rstd, int N,

@@ -16,7 +16,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     int v[5];
-    for (int i = 0; i < 5; i++) v[i] = atoi(argv[i + 1]);
+    for (int i = 0; i < 5; i++)
+        v[i] = atoi(argv[i + 1]);
     char err[256];
     if (kernel_path_init(err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);

@@ -22,8 +22,12 @@ static void *keep(void *p) {
     if (!p || nbufs == (int)(sizeof bufs / sizeof bufs[0])) abort();
     return bufs[nbufs++] = p;
 }
-static void *tmalloc(size_t n) { return keep(malloc(n)); }
-static void *tcalloc(size_t n, size_t m) { return keep(calloc(n, m)); }
+static void *tmalloc(size_t n) {
+    return keep(malloc(n));
+}
+static void *tcalloc(size_t n, size_t m) {
+    return keep(calloc(n, m));
+}
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) { /* xorshift, uniform in [-1, 1) */
@@ -47,7 +51,8 @@ static uint16_t *rand_bf16(size_t n, float **wide) {
 /* Elements of a bf16 result that differ from the rounded fp32 reference. */
 static size_t count_diff(const uint16_t *got, const float *ref, size_t n) {
     size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += got[i] != bf16_round(ref[i]);
+    for (size_t i = 0; i < n; i++)
+        bad += got[i] != bf16_round(ref[i]);
     return bad;
 }
 
@@ -86,7 +91,8 @@ static void test_elementwise(void) {
     size_t dwbad = 0;
     for (int i = 0; i < C; i++) {
         double s = 0;
-        for (int n = 0; n < N; n++) s += fabs((double)g[(size_t)n * C + i] * x[(size_t)n * C + i] * rstd[n]);
+        for (int n = 0; n < N; n++)
+            s += fabs((double)g[(size_t)n * C + i] * x[(size_t)n * C + i] * rstd[n]);
         dwbad += fabs((double)dw[i] - dw2[i]) > 2 * (N + 2) * 0x1p-24 * s;
     }
     CHECK(count_diff(din, dinp, nc) == 0, "rmsnorm_backward dinp bf16 = round(fp32 +=)");
@@ -110,7 +116,8 @@ static void test_elementwise(void) {
             rope_forward(rr, cs, sn, N, nh, HS);
             typed_rope_forward(&t, rt, cs, sn, N, nh, HS);
         }
-        CHECK(count_diff(rt, rr, nr) == 0, "rope_%s bf16 = round(fp32)", back ? "backward" : "forward");
+        CHECK(count_diff(rt, rr, nr) == 0, "rope_%s bf16 = round(fp32)",
+              back ? "backward" : "forward");
     }
     // SwiGLU forward and backward (in place on gate, up)
     size_t nf = (size_t)N * F;
@@ -127,7 +134,8 @@ static void test_elementwise(void) {
           "swiglu_backward bf16 = round(fp32), in place");
     // embedding: rows copied exactly; the backward adds rows in order into fp32
     int32_t tok[N];
-    for (int i = 0; i < N; i++) tok[i] = (int32_t)((i * 7) % 11);
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)((i * 7) % 11);
     float *wte;
     uint16_t *wteb = rand_bf16((size_t)11 * C, &wte), *eb = tmalloc(nc * 2);
     float *ef = tmalloc(nc * 4);
@@ -137,13 +145,15 @@ static void test_elementwise(void) {
     float *de = tcalloc((size_t)11 * C, 4), *de2 = tcalloc((size_t)11 * C, 4);
     embedding_backward(de, g, tok, N, C);
     typed_embedding_backward(&t, de2, gb, tok, N, C);
-    CHECK(memcmp(de, de2, (size_t)11 * C * 4) == 0, "embedding_backward bf16 = fp32 on widened rows");
+    CHECK(memcmp(de, de2, (size_t)11 * C * 4) == 0,
+          "embedding_backward bf16 = fp32 on widened rows");
     // addition: fp32 sum rounded once
     uint16_t *sum = tmalloc(nc * 2);
     memcpy(sum, xb, nc * 2);
     typed_add(&t, sum, gb, nc);
     float *sref = tmalloc(nc * 4);
-    for (size_t i = 0; i < nc; i++) sref[i] = x[i] + g[i];
+    for (size_t i = 0; i < nc; i++)
+        sref[i] = x[i] + g[i];
     CHECK(count_diff(sum, sref, nc) == 0, "typed_add bf16 = round(fp32 sum)");
 }
 
@@ -168,14 +178,16 @@ static void test_matmul(void) {
         for (int i = 0; i < N; i++)
             for (int j = 0; j < OC; j++) {
                 double s = acc ? fabs(o0[(size_t)i * OC + j]) : 0;
-                for (int k = 0; k < IC; k++) s += fabs((double)x[(size_t)i * IC + k] * w[(size_t)j * IC + k]);
+                for (int k = 0; k < IC; k++)
+                    s += fabs((double)x[(size_t)i * IC + k] * w[(size_t)j * IC + k]);
                 double r = ref[(size_t)i * OC + j], g = bf16_widen(got[(size_t)i * OC + j]);
                 bad += fabs(g - r) > fabs(r) * (1.0 / 128) + 2 * (IC + 2) * 0x1p-23 * s;
             }
         CHECK(bad == 0, "matmul_forward acc=%d bf16 within a bf16 ulp of fp32 (%zu off)", acc, bad);
     }
     // backward: dinp (bf16, +=) and dw (fp32, +=, all rows in one product)
-    float *dinp = tmalloc((size_t)N * IC * 4), *dw = tcalloc((size_t)OC * IC, 4), *dw2 = tcalloc((size_t)OC * IC, 4);
+    float *dinp = tmalloc((size_t)N * IC * 4), *dw = tcalloc((size_t)OC * IC, 4),
+          *dw2 = tcalloc((size_t)OC * IC, 4);
     float *di0;
     uint16_t *dib = rand_bf16((size_t)N * IC, &di0);
     memcpy(dinp, di0, (size_t)N * IC * 4);
@@ -183,11 +195,14 @@ static void test_matmul(void) {
     typed_mm_bwd(&t, dib, dw2, dyb, xb, wb, N, IC, OC);
     size_t bad = 0;
     for (size_t i = 0; i < (size_t)N * IC; i++)
-        bad += fabs(bf16_widen(dib[i]) - dinp[i]) > fabs(dinp[i]) / 128 + 2 * (OC + 2) * 0x1p-23 * (OC + 1);
+        bad += fabs(bf16_widen(dib[i]) - dinp[i]) >
+               fabs(dinp[i]) / 128 + 2 * (OC + 2) * 0x1p-23 * (OC + 1);
     double e = 0;
-    for (size_t i = 0; i < (size_t)OC * IC; i++) e = fmax(e, fabs((double)dw[i] - dw2[i]));
+    for (size_t i = 0; i < (size_t)OC * IC; i++)
+        e = fmax(e, fabs((double)dw[i] - dw2[i]));
     CHECK(bad == 0, "matmul_backward dinp bf16 within a bf16 ulp of fp32 (%zu off)", bad);
-    CHECK(e <= 2 * (N + 2) * 0x1p-23 * N, "matmul_backward dw fp32 within the summation bound (%g)", e);
+    CHECK(e <= 2 * (N + 2) * 0x1p-23 * N, "matmul_backward dw fp32 within the summation bound (%g)",
+          e);
 }
 
 /* Under f32 every function is the fp32 kernel itself. */
@@ -195,10 +210,12 @@ static void test_f32_passthrough(void) {
     typed_ctx t = {MEM_DTYPE_F32, NULL, 0};
     CHECK(typed_workspace_floats(MEM_DTYPE_F32, 4096, 4096) == 0, "f32 needs no workspace");
     const int N = 33, C = 40;
-    float *x = tmalloc((size_t)N * C * 4), *w = tmalloc((size_t)C * 4), *a = tmalloc((size_t)N * C * 4),
-          *b = tmalloc((size_t)N * C * 4), r1[33], r2[33];
-    for (int i = 0; i < N * C; i++) x[i] = frand();
-    for (int i = 0; i < C; i++) w[i] = frand();
+    float *x = tmalloc((size_t)N * C * 4), *w = tmalloc((size_t)C * 4),
+          *a = tmalloc((size_t)N * C * 4), *b = tmalloc((size_t)N * C * 4), r1[33], r2[33];
+    for (int i = 0; i < N * C; i++)
+        x[i] = frand();
+    for (int i = 0; i < C; i++)
+        w[i] = frand();
     rmsnorm_forward(a, r1, x, w, N, C, 1e-6f);
     typed_rmsnorm_forward(&t, b, 0, r2, x, w, N, C, 1e-6f);
     CHECK(memcmp(a, b, (size_t)N * C * 4) == 0 && memcmp(r1, r2, sizeof r1) == 0,
@@ -212,6 +229,7 @@ int main(void) {
     test_elementwise();
     test_matmul();
     test_f32_passthrough();
-    for (int i = 0; i < nbufs; i++) free(bufs[i]);
+    for (int i = 0; i < nbufs; i++)
+        free(bufs[i]);
     return harness_finish("test_typed");
 }
