@@ -179,6 +179,30 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
     }
 }
 
+/* The greedy assignment both backward drivers replay on every thread: tasks in order, each to the
+ * thread with the least work so far (ties to the lowest index). */
+enum { ATTN_MAX_THREADS = 512 };
+typedef struct {
+    long load[ATTN_MAX_THREADS];
+    int nth;
+} attn_greedy;
+
+static void attn_greedy_init(attn_greedy *g, int nth) {
+    UP_CHECK(nth <= ATTN_MAX_THREADS, "attention: %d threads exceed %d", nth, ATTN_MAX_THREADS);
+    g->nth = nth;
+    for (int t = 0; t < nth; t++)
+        g->load[t] = 0;
+}
+
+/* The thread that runs the next task, of `work` units. */
+static int attn_greedy_take(attn_greedy *g, long work) {
+    int best = 0;
+    for (int t = 1; t < g->nth; t++)
+        if (g->load[t] < g->load[best]) best = t;
+    g->load[best] += work;
+    return best;
+}
+
 /* Second scheme's greedy assignment: tasks (kvh, jb) in order of increasing jb (decreasing work
  * without documents), each to the least loaded thread (lowest id on a tie). Work of key block jb:
  * the queries from its first key to the end of the document of its last key (T - jb*BKB without
@@ -188,21 +212,14 @@ static void attn_bwd_greedy(const attn_ops *ops, float *dqacc, float *dk, float 
                             const float *dout, const float *q, const float *k, const float *v,
                             const float *lse, const float *D, const attn_shape *sh, float *tws,
                             int tid, int nth) {
-    enum { MAXT = 512 };
-    UP_CHECK(nth <= MAXT, "attention: %d threads exceed %d", nth, MAXT);
-    long load[MAXT];
-    for (int t = 0; t < nth; t++)
-        load[t] = 0;
+    attn_greedy g;
+    attn_greedy_init(&g, nth);
     const int nb = (sh->T + ops->bkb - 1) / ops->bkb;
     for (int jb = 0; jb < nb; jb++) {
         const int j0 = jb * ops->bkb, j1 = attn_min(sh->T, j0 + ops->bkb);
         const long work = attn_doc_query_end(sh, j1) - j0;
         for (int kvh = 0; kvh < sh->NKV; kvh++) {
-            int best = 0;
-            for (int t = 1; t < nth; t++)
-                if (load[t] < load[best]) best = t;
-            load[best] += work;
-            if (best == tid) {
+            if (attn_greedy_take(&g, work) == tid) {
                 ops->bwd_block(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
                 attn_progress(tid);
             }
@@ -331,21 +348,14 @@ static void attn_bwd_greedy_bf16(const attn_ops *ops, const attn_dq *dqacc, uint
                                  const uint16_t *k, const uint16_t *v, const float *lse,
                                  const float *D, const attn_shape *sh, float *tws, int tid,
                                  int nth) {
-    enum { MAXT = 512 };
-    UP_CHECK(nth <= MAXT, "attention: %d threads exceed %d", nth, MAXT);
-    long load[MAXT];
-    for (int t = 0; t < nth; t++)
-        load[t] = 0;
+    attn_greedy g;
+    attn_greedy_init(&g, nth);
     const int nb = (sh->T + ops->bkb - 1) / ops->bkb;
     for (int jb = 0; jb < nb; jb++) {
         const int j0 = jb * ops->bkb, j1 = attn_min(sh->T, j0 + ops->bkb);
         const long work = attn_doc_query_end(sh, j1) - j0;
         for (int kvh = 0; kvh < sh->NKV; kvh++) {
-            int best = 0;
-            for (int t = 1; t < nth; t++)
-                if (load[t] < load[best]) best = t;
-            load[best] += work;
-            if (best == tid) {
+            if (attn_greedy_take(&g, work) == tid) {
                 ops->bwd_block_bf16(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
                 attn_progress(tid);
             }
