@@ -16,6 +16,7 @@
 
 #include <cblas.h>
 #include <dnnl.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,10 +42,7 @@ static void gemm_onednn(int transa, int transb, int M, int N, int K, float alpha
 
 /* ---- converted panels ----------------------------------------------------------------------- */
 
-/* dst (rows, cols), rows packed = the bf16 block at src (row stride ld) widened. On the calling
- * thread: a panel feeds a product of 2 x its size x the other block's width in flops (>= 256 in
- * the model), so the widening is a few percent of the sgemm; an OpenMP region of its own would
- * add a barrier per panel, which costs milliseconds on a busy host (measured). */
+/* dst (rows, cols), rows packed = the bf16 block at src (row stride ld) widened. */
 static void widen_block(float *dst, const uint16_t *src, int ld, int rows, int cols) {
     for (int r = 0; r < rows; r++)
         f32_from_bf16(src + (size_t)r * (size_t)ld, dst + (size_t)r * (size_t)cols, (size_t)cols);
@@ -54,50 +52,96 @@ static int imin(int a, int b) {
     return a < b ? a : b;
 }
 
-/* Loops n, k, m: a B panel (kb, nb) is widened once and serves every m block; the C block gets
- * beta from the first k block and adds (beta 1) the later ones. The panels keep the operands'
- * orientation (op(A) = A^T: the panel is (kb, mb) of A's rows), so sgemm takes the same trans. */
-void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, float alpha,
-                                const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
-                                float *C, int ldc, float *ws, int mb, int nb, int kb) {
+/* One OpenMP region for the whole product, so that the conversions run on every thread and cost
+ * no region of their own (each region's barrier costs a time slice on a busy host: measured,
+ * docs/BENCHMARKS.md). Loops n, k: the threads widen a B panel (kb, nb) together (its rows split
+ * between them), then each takes its own contiguous share of C's rows, mb at a time: it widens
+ * its A block into its own part of ws and calls cblas_sgemm, which inside a parallel region runs
+ * on the calling thread (OpenBLAS's OpenMP build). The C block gets beta, or the widened cin, from
+ * the first k block and adds (beta 1) the later ones; after the last, cout = round(C) if given,
+ * on the thread that computed those rows while they are in its cache. The panels keep the
+ * operands' orientation (op(A) = A^T: the block is (kb, mb) of A's rows), so sgemm takes the
+ * same trans. ws: kb*nb + mb*kb per thread (omp_get_max_threads()). */
+static void converted(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
+                      int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                      const uint16_t *cin, uint16_t *cout, int ldco, float *ws, int mb, int nb,
+                      int kb) {
     mb = imin(mb, M), nb = imin(nb, N), kb = imin(kb, K);
-    float *pa = ws, *pb = ws + (size_t)mb * (size_t)kb;
-    for (int n0 = 0; n0 < N; n0 += nb) {
-        int nn = imin(nb, N - n0);
-        for (int k0 = 0; k0 < K; k0 += kb) {
-            int kk = imin(kb, K - k0);
-            if (transb) // B (N, K): rows n0.., columns k0..
-                widen_block(pb, B + (size_t)n0 * (size_t)ldb + k0, ldb, nn, kk);
-            else // B (K, N): rows k0.., columns n0..
-                widen_block(pb, B + (size_t)k0 * (size_t)ldb + n0, ldb, kk, nn);
-            int ldpb = transb ? kk : nn;
-            float b = k0 == 0 ? beta : 1.0f;
-            for (int m0 = 0; m0 < M; m0 += mb) {
-                int mm = imin(mb, M - m0);
-                if (transa) // A (K, M)
-                    widen_block(pa, A + (size_t)k0 * (size_t)lda + m0, lda, kk, mm);
-                else // A (M, K)
-                    widen_block(pa, A + (size_t)m0 * (size_t)lda + k0, lda, mm, kk);
-                int ldpa = transa ? mm : kk;
-                cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
-                            transb ? CblasTrans : CblasNoTrans, mm, nn, kk, alpha, pa, ldpa, pb,
-                            ldpb, b, C + (size_t)m0 * (size_t)ldc + n0, ldc);
+    float *pb = ws;
+    bf16_path_current(); /* chooses the conversion path outside the parallel region */
+#pragma omp parallel
+    {
+        int nth = omp_get_num_threads(), tid = omp_get_thread_num();
+        int r0 = (int)((long long)M * tid / nth), r1 = (int)((long long)M * (tid + 1) / nth);
+        float *pa = ws + (size_t)kb * (size_t)nb + (size_t)tid * (size_t)mb * (size_t)kb;
+        for (int n0 = 0; n0 < N; n0 += nb) {
+            int nn = imin(nb, N - n0);
+            for (int k0 = 0; k0 < K; k0 += kb) {
+                int kk = imin(kb, K - k0);
+                int brows = transb ? nn : kk, bcols = transb ? kk : nn;
+                const uint16_t *b0 = transb ? B + (size_t)n0 * (size_t)ldb + k0
+                                            : B + (size_t)k0 * (size_t)ldb + n0;
+#pragma omp barrier /* every thread is done with the previous panel */
+#pragma omp for schedule(static)
+                for (int r = 0; r < brows; r++)
+                    f32_from_bf16(b0 + (size_t)r * (size_t)ldb, pb + (size_t)r * (size_t)bcols,
+                                  (size_t)bcols);
+                /* the for's barrier: the panel is whole */
+                for (int m0 = r0; m0 < r1; m0 += mb) {
+                    int mm = imin(mb, r1 - m0);
+                    float *c = C + (size_t)m0 * (size_t)ldc + n0;
+                    float b = k0 == 0 ? beta : 1.0f;
+                    if (k0 == 0 && cin) {
+                        for (int i = 0; i < mm; i++)
+                            f32_from_bf16(cin + (size_t)(m0 + i) * (size_t)ldco + n0,
+                                          c + (size_t)i * (size_t)ldc, (size_t)nn);
+                        b = 1.0f;
+                    }
+                    if (transa) // A (K, M)
+                        widen_block(pa, A + (size_t)k0 * (size_t)lda + m0, lda, kk, mm);
+                    else // A (M, K)
+                        widen_block(pa, A + (size_t)m0 * (size_t)lda + k0, lda, mm, kk);
+                    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
+                                transb ? CblasTrans : CblasNoTrans, mm, nn, kk, alpha, pa,
+                                transa ? mm : kk, pb, transb ? kk : nn, b, c, ldc);
+                    if (cout && k0 + kk == K)
+                        for (int i = 0; i < mm; i++)
+                            bf16_from_f32(c + (size_t)i * (size_t)ldc,
+                                          cout + (size_t)(m0 + i) * (size_t)ldco + n0, (size_t)nn);
+                }
             }
         }
     }
 }
 
-/* Blocks of K and N up to GEMM_BF16_KB and _NB, and as many rows of A as the rest of the
- * workspace holds (at least GEMM_BF16_KB, since it is twice KB * NB): the fewest sgemm calls the
- * workspace allows. Few calls matter: each is an OpenMP region whose barrier costs milliseconds
- * when another process holds a core (measured, docs/BENCHMARKS.md). */
+void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, float alpha,
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                                float *C, int ldc, float *ws, int mb, int nb, int kb) {
+    converted(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, ws, mb,
+              nb, kb);
+}
+
+/* Blocks of K and N up to GEMM_BF16_KB and _NB, and as many rows of A per thread as the rest of
+ * the workspace holds (at least GEMM_BF16_KB * GEMM_BF16_NB floats, so 1024 / threads rows). */
+static int rows_per_thread(int K, int N) {
+    int kb = imin(K, GEMM_BF16_KB), nb = imin(N, GEMM_BF16_NB), nth = omp_get_max_threads();
+    int mb = (int)(((size_t)GEMM_BF16_WS_FLOATS - (size_t)kb * nb) / ((size_t)kb * (size_t)nth));
+    return mb > 0 ? mb : 1;
+}
+
+static void gemm_converted_io(int transa, int transb, int M, int N, int K, float alpha,
+                              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                              float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                              float *ws) {
+    converted(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout, ldco, ws,
+              rows_per_thread(K, N), GEMM_BF16_NB, GEMM_BF16_KB);
+}
+
 static void gemm_converted(int transa, int transb, int M, int N, int K, float alpha,
                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                            float *C, int ldc, float *ws) {
-    int kb = imin(K, GEMM_BF16_KB), nb = imin(N, GEMM_BF16_NB);
-    int mb = (GEMM_BF16_WS_FLOATS - kb * nb) / kb;
-    gemm_bf16_converted_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws,
-                               mb, nb, kb);
+    gemm_converted_io(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0,
+                      ws);
 }
 
 /* ---- choice --------------------------------------------------------------------------------- */
@@ -187,18 +231,42 @@ static void scale_rows(float *C, int ldc, int M, int N, float beta) {
     }
 }
 
-void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
-               int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws) {
+static void check_args(int transa, int transb, int M, int N, int K, int lda, int ldb, int ldc) {
     UP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative shape M=%d N=%d K=%d", M, N, K);
     int arow = transa ? M : K, brow = transb ? K : N;
     UP_CHECK(lda >= (arow > 1 ? arow : 1) && ldb >= (brow > 1 ? brow : 1) &&
                  ldc >= (N > 1 ? N : 1),
              "gemm_bf16: leading dimensions %d %d %d below the rows (%d %d %d)", lda, ldb, ldc,
              arow, brow, N);
+}
+
+void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
+               int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws) {
+    check_args(transa, transb, M, N, K, lda, ldb, ldc);
     if (M == 0 || N == 0) return;
     if (K == 0 || alpha == 0.0f) {
         scale_rows(C, ldc, M, N, beta);
         return;
     }
     path_current()->fn(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
+}
+
+void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
+                  int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                  const uint16_t *cin, uint16_t *cout, int ldco, float *ws) {
+    UP_CHECK(!(cin || cout) || ldco >= (N > 1 ? N : 1),
+             "gemm_bf16_io: leading dimension %d of the bf16 C below its %d columns", ldco, N);
+    const gemm_bf16_ops *p = path_current();
+    if (p->fn == gemm_converted && M > 0 && N > 0 && K > 0 && alpha != 0.0f) {
+        check_args(transa, transb, M, N, K, lda, ldb, ldc);
+        gemm_converted_io(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout,
+                          ldco, ws);
+        return;
+    }
+    /* any other path, or an empty product: widen, multiply, round, one after another */
+    for (int i = 0; cin && i < M; i++)
+        f32_from_bf16(cin + (size_t)i * (size_t)ldco, C + (size_t)i * (size_t)ldc, (size_t)N);
+    gemm_bf16(transa, transb, M, N, K, alpha, A, lda, B, ldb, cin ? 1.0f : beta, C, ldc, ws);
+    for (int i = 0; cout && i < M; i++)
+        bf16_from_f32(C + (size_t)i * (size_t)ldc, cout + (size_t)i * (size_t)ldco, (size_t)N);
 }

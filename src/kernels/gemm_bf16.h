@@ -25,8 +25,8 @@ const gemm_bf16_ops *gemm_bf16_path_at(int i);
  * it or this CPU cannot run it. */
 int gemm_bf16_path_set(const char *name);
 
-/* The converted-panel product with explicit blocks (mb, nb, kb >= 1): ws holds mb*kb + kb*nb
- * floats. gemm_bf16's converted path is this with blocks that fill GEMM_BF16_WS_FLOATS. */
+/* The converted-panel product with explicit blocks (mb, nb, kb >= 1; mb rows of A at a time per
+ * thread): ws holds kb*nb + mb*kb floats per OpenMP thread (omp_get_max_threads()). gemm_bf16's converted path is this with blocks that fill GEMM_BF16_WS_FLOATS. */
 void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, float alpha,
                                 const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                                 float *C, int ldc, float *ws, int mb, int nb, int kb);

@@ -42,9 +42,10 @@ void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float 
  * CPU (oneDNN's bf16 gemm measured slower; it stays a tested second path, gemm_bf16.h).
  * ws: caller-owned fp32 workspace of GEMM_BF16_WS_FLOATS floats (any content; a fixed size,
  * independent of the shape: the memory plan counts it), used only by the path that converts
- * panels to fp32. Threads: OpenBLAS's (blas_set_threads), as for the fp32 matmuls; oneDNN's are
- * the OpenMP threads. Repeated calls give the same bits; across thread counts they do where
- * OpenBLAS's sgemm does (its SkylakeX kernels: yes; Haswell: no, fp32 alike). Main thread only. */
+ * panels to fp32. Threads: the OpenMP threads (omp_set_num_threads), each running OpenBLAS on its
+ * own rows; oneDNN's are the OpenMP threads too. Repeated calls give the same bits; across thread
+ * counts they do where OpenBLAS's sgemm gives the same bits for different row counts (its SkylakeX
+ * kernels: yes; Haswell: no, as its own threaded sgemm). Main thread only. */
 enum {
     GEMM_BF16_KB = 1024, // the converted path's largest blocks of K and N; M takes the rest
     GEMM_BF16_NB = 1024, // of the workspace (DESIGN.md §5.1): 8 MiB
@@ -52,6 +53,13 @@ enum {
 };
 void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
                int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws);
+/* gemm_bf16 for a product whose result is stored in bf16: C (fp32, the caller's staging, M x N)
+ * = alpha op(A) op(B) + widen(cin) (cin NULL: + beta C), then cout = bf16_from_f32(C) (cout NULL:
+ * none). cin and cout are (M, N) bf16 with rows ldco apart; they may be the same (an accumulation
+ * in place). Same sums as gemm_bf16; the widening and rounding run inside its threads. */
+void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
+                  int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                  const uint16_t *cin, uint16_t *cout, int ldco, float *ws);
 /* The path gemm_bf16 runs, for benchmark and run headers ("openblas sgemm on converted panels
  * (bf16 avx512bf16)", "onednn 2.6 avx512_core_bf16"); chooses it first if needed. */
 const char *gemm_bf16_path(void);

@@ -136,11 +136,9 @@ void typed_matmul_forward(const typed_ctx *t, void *out, int ldo, const void *in
     for (int i0 = 0; i0 < N && OC > 0; i0 += rows) {
         int n = N - i0 < rows ? N - i0 : rows;
         uint16_t *o = (uint16_t *)out + (size_t)i0 * ldo;
-        if (acc) widen_rows(p.stage, (size_t)OC, o, (size_t)ldo, n, (size_t)OC);
-        // stage (n, OC) = inp rows @ w^T (+ out rows): fp32 accumulation, one rounding
-        gemm_bf16(0, 1, n, OC, IC, 1.0f, (const uint16_t *)inp + (size_t)i0 * ldi, ldi, w, ldw,
-                  acc ? 1.0f : 0.0f, p.stage, OC, p.gemm);
-        round_rows(o, (size_t)ldo, p.stage, (size_t)OC, n, (size_t)OC);
+        // stage (n, OC) = inp rows @ w^T (+ out rows): fp32 accumulation, one rounding into out
+        gemm_bf16_io(0, 1, n, OC, IC, 1.0f, (const uint16_t *)inp + (size_t)i0 * ldi, ldi, w, ldw,
+                     0.0f, p.stage, OC, acc ? o : NULL, o, ldo, p.gemm);
     }
 }
 
@@ -160,10 +158,8 @@ void typed_matmul_backward(const typed_ctx *t, void *dinp, int lddi, float *dw, 
     for (int i0 = 0; dinp && i0 < N; i0 += rows) {
         int n = N - i0 < rows ? N - i0 : rows;
         uint16_t *d = (uint16_t *)dinp + (size_t)i0 * lddi;
-        widen_rows(p.stage, (size_t)IC, d, (size_t)lddi, n, (size_t)IC);
-        gemm_bf16(0, 0, n, IC, OC, 1.0f, (const uint16_t *)dout + (size_t)i0 * ldd, ldd, w, ldw,
-                  1.0f, p.stage, IC, p.gemm);
-        round_rows(d, (size_t)lddi, p.stage, (size_t)IC, n, (size_t)IC);
+        gemm_bf16_io(0, 0, n, IC, OC, 1.0f, (const uint16_t *)dout + (size_t)i0 * ldd, ldd, w, ldw,
+                     1.0f, p.stage, IC, d, d, lddi, p.gemm);
     }
     // dw (OC, IC) += dout^T (OC, N) @ inp (N, IC): fp32 gradients, all N rows in one product
     if (dw) gemm_bf16(1, 0, OC, IC, N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, lddw, p.gemm);

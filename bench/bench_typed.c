@@ -1,0 +1,191 @@
+/* bench_typed — the typed kernels (kernels/typed.h) of one layer and the LM head of
+ * configs/bench.json (C 512, F 1408, NH 8, NKV 4, HS 64, V 4096) at T tokens, fp32 against bf16:
+ * every call a training step makes outside attention, timed per operation, the two types taking
+ * turns within each repetition (the machines are shared: a ratio from one run is what counts).
+ * Prints each operation's median seconds for f32 and bf16 and their ratio, then the sums.
+ * usage: bench_typed [T (4096)] [threads (2)] [reps (7)]. UPIPE_KERNEL and OPENBLAS_CORETYPE
+ * apply as in a run. */
+#include "bench_util.h"
+#include "kernels/bf16.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/typed.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { C = 512, F = 1408, NH = 8, NKV = 4, HS = 64, V = 4096, LOSS_ROWS = 1024 };
+
+typedef struct {
+    typed_ctx t;
+    void *x, *xn, *q, *k, *v, *o, *g, *u, *h, *dx, *dxn, *dq, *dk, *dv, *dout, *dg, *du, *dh;
+    void *wq, *wk, *wv, *wo, *wg, *wu, *wd, *wn, *wlm;
+    float *rstd, *dwq, *dwk, *dwv, *dwo, *dwg, *dwu, *dwd, *dwn, *dwlm, *cos_t, *sin_t;
+    float *lin, *logits, *dlogits, *dlin;
+} layer;
+
+static void *alloc_fill(mem_dtype dt, size_t n, float scale, unsigned *seed) {
+    float *f = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        f[i] = scale * ((float)(*seed >> 8) / 16777216.0f - 0.5f);
+    }
+    if (dt == MEM_DTYPE_F32) return f;
+    uint16_t *b = malloc(n * sizeof(uint16_t));
+    bf16_from_f32(f, b, n);
+    free(f);
+    return b;
+}
+
+static float *falloc(size_t n, float scale, unsigned *seed) {
+    return alloc_fill(MEM_DTYPE_F32, n, scale, seed);
+}
+
+static void layer_init(layer *L, mem_dtype dt, int T) {
+    unsigned s = 12345;
+    memset(L, 0, sizeof *L);
+    L->t.dt = dt;
+    L->t.ws_n = typed_workspace_floats(dt, F > V ? F : V, C);
+    L->t.ws = L->t.ws_n ? malloc(L->t.ws_n * sizeof(float)) : NULL;
+    size_t TC = (size_t)T * C, TQ = (size_t)T * NH * HS, TK = (size_t)T * NKV * HS,
+           TF = (size_t)T * F;
+    void **tok[] = {&L->x, &L->xn, &L->o, &L->dx, &L->dxn, &L->dout};
+    for (size_t i = 0; i < sizeof tok / sizeof *tok; i++) *tok[i] = alloc_fill(dt, TC, 2.0f, &s);
+    L->q = alloc_fill(dt, TQ, 2.0f, &s), L->dq = alloc_fill(dt, TQ, 2.0f, &s);
+    L->k = alloc_fill(dt, TK, 2.0f, &s), L->dk = alloc_fill(dt, TK, 2.0f, &s);
+    L->v = alloc_fill(dt, TK, 2.0f, &s), L->dv = alloc_fill(dt, TK, 2.0f, &s);
+    void **ff[] = {&L->g, &L->u, &L->h, &L->dg, &L->du, &L->dh};
+    for (size_t i = 0; i < sizeof ff / sizeof *ff; i++) *ff[i] = alloc_fill(dt, TF, 2.0f, &s);
+    L->wq = alloc_fill(dt, (size_t)NH * HS * C, 0.05f, &s);
+    L->wk = alloc_fill(dt, (size_t)NKV * HS * C, 0.05f, &s);
+    L->wv = alloc_fill(dt, (size_t)NKV * HS * C, 0.05f, &s);
+    L->wo = alloc_fill(dt, (size_t)C * NH * HS, 0.05f, &s);
+    L->wg = alloc_fill(dt, (size_t)F * C, 0.05f, &s);
+    L->wu = alloc_fill(dt, (size_t)F * C, 0.05f, &s);
+    L->wd = alloc_fill(dt, (size_t)C * F, 0.05f, &s);
+    L->wn = alloc_fill(dt, C, 1.0f, &s);
+    L->wlm = alloc_fill(dt, (size_t)V * C, 0.05f, &s);
+    L->rstd = falloc((size_t)T, 1.0f, &s);
+    L->dwq = falloc((size_t)NH * HS * C, 0.0f, &s), L->dwk = falloc((size_t)NKV * HS * C, 0.0f, &s);
+    L->dwv = falloc((size_t)NKV * HS * C, 0.0f, &s), L->dwo = falloc((size_t)C * NH * HS, 0.0f, &s);
+    L->dwg = falloc((size_t)F * C, 0.0f, &s), L->dwu = falloc((size_t)F * C, 0.0f, &s);
+    L->dwd = falloc((size_t)C * F, 0.0f, &s), L->dwn = falloc(C, 0.0f, &s);
+    L->dwlm = falloc((size_t)V * C, 0.0f, &s);
+    L->cos_t = falloc((size_t)T * HS / 2, 1.0f, &s), L->sin_t = falloc((size_t)T * HS / 2, 1.0f, &s);
+    L->lin = falloc((size_t)LOSS_ROWS * C, 2.0f, &s);
+    L->logits = falloc((size_t)LOSS_ROWS * V, 0.0f, &s);
+    L->dlogits = falloc((size_t)LOSS_ROWS * V, 0.01f, &s);
+    L->dlin = falloc((size_t)LOSS_ROWS * C, 0.0f, &s);
+}
+
+enum {
+    OP_NORM_F, OP_QKV_F, OP_ROPE_F, OP_O_F, OP_GATEUP_F, OP_SWIGLU_F, OP_DOWN_F, OP_ADD,
+    OP_LM_F, OP_LM_B, OP_DOWN_B, OP_SWIGLU_B, OP_GATEUP_B, OP_O_B, OP_ROPE_B, OP_QKV_B,
+    OP_NORM_B, NOPS
+};
+static const char *const op_names[NOPS] = {
+    "rmsnorm fwd", "q,k,v fwd", "rope fwd", "o fwd", "gate,up fwd", "swiglu fwd", "down fwd",
+    "residual add", "lm head fwd", "lm head bwd", "down bwd", "swiglu bwd", "gate,up bwd",
+    "o bwd", "rope bwd", "q,k,v bwd", "rmsnorm bwd"};
+
+static void op_run(layer *L, int op, int T) {
+    const typed_ctx *t = &L->t;
+    int Q = NH * HS, K = NKV * HS;
+    switch (op) {
+    case OP_NORM_F: typed_rmsnorm_forward(t, L->xn, 0, L->rstd, L->x, L->wn, T, C, 1e-5f); break;
+    case OP_QKV_F:
+        typed_mm_fwd(t, L->q, L->xn, L->wq, T, C, Q, 0);
+        typed_mm_fwd(t, L->k, L->xn, L->wk, T, C, K, 0);
+        typed_mm_fwd(t, L->v, L->xn, L->wv, T, C, K, 0);
+        break;
+    case OP_ROPE_F:
+        typed_rope_forward(t, L->q, L->cos_t, L->sin_t, T, NH, HS);
+        typed_rope_forward(t, L->k, L->cos_t, L->sin_t, T, NKV, HS);
+        break;
+    case OP_O_F: typed_mm_fwd(t, L->x, L->o, L->wo, T, Q, C, 1); break;
+    case OP_GATEUP_F:
+        typed_mm_fwd(t, L->g, L->xn, L->wg, T, C, F, 0);
+        typed_mm_fwd(t, L->u, L->xn, L->wu, T, C, F, 0);
+        break;
+    case OP_SWIGLU_F: typed_swiglu_forward(t, L->h, L->g, L->u, (size_t)T * F); break;
+    case OP_DOWN_F: typed_mm_fwd(t, L->x, L->h, L->wd, T, F, C, 1); break;
+    case OP_ADD: typed_add(t, L->dx, L->dxn, (size_t)T * C); break;
+    case OP_LM_F:
+        for (int i0 = 0; i0 < T; i0 += LOSS_ROWS)
+            typed_matmul_forward_f32(t, L->logits, L->lin, L->wlm, LOSS_ROWS, C, V);
+        break;
+    case OP_LM_B:
+        for (int i0 = 0; i0 < T; i0 += LOSS_ROWS)
+            typed_matmul_backward_f32(t, L->dlin, L->dwlm, L->dlogits, L->lin, L->wlm, LOSS_ROWS,
+                                      C, V);
+        break;
+    case OP_DOWN_B: typed_mm_bwd(t, L->dh, L->dwd, L->dout, L->h, L->wd, T, F, C); break;
+    case OP_SWIGLU_B:
+        typed_swiglu_backward(t, L->dg, L->du, L->dh, L->g, L->u, (size_t)T * F);
+        break;
+    case OP_GATEUP_B:
+        typed_mm_bwd(t, L->dxn, L->dwg, L->dg, L->xn, L->wg, T, C, F);
+        typed_mm_bwd(t, L->dxn, L->dwu, L->du, L->xn, L->wu, T, C, F);
+        break;
+    case OP_O_B: typed_mm_bwd(t, L->o, L->dwo, L->dout, L->o, L->wo, T, Q, C); break;
+    case OP_ROPE_B:
+        typed_rope_backward(t, L->dq, L->cos_t, L->sin_t, T, NH, HS);
+        typed_rope_backward(t, L->dk, L->cos_t, L->sin_t, T, NKV, HS);
+        break;
+    case OP_QKV_B:
+        typed_mm_bwd(t, L->dxn, L->dwq, L->dq, L->xn, L->wq, T, C, Q);
+        typed_mm_bwd(t, L->dxn, L->dwk, L->dk, L->xn, L->wk, T, C, K);
+        typed_mm_bwd(t, L->dxn, L->dwv, L->dv, L->xn, L->wv, T, C, K);
+        break;
+    case OP_NORM_B:
+        typed_rmsnorm_backward(t, L->dx, L->dwn, L->dxn, 0, L->x, L->wn, L->rstd, T, C);
+        break;
+    }
+}
+
+int main(int argc, char **argv) {
+    int T = argc > 1 ? atoi(argv[1]) : 4096, threads = argc > 2 ? atoi(argv[2]) : 2,
+        reps = argc > 3 ? atoi(argv[3]) : 7;
+    if (T < LOSS_ROWS || T % LOSS_ROWS || threads < 1 || reps < 1 || reps > 100) {
+        fprintf(stderr, "usage: bench_typed [T, a multiple of %d] [threads] [reps 1..100]\n",
+                LOSS_ROWS);
+        return 2;
+    }
+    omp_set_num_threads(threads);
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    static layer L[2];
+    layer_init(&L[0], MEM_DTYPE_F32, T);
+    layer_init(&L[1], MEM_DTYPE_BF16, T);
+    printf("typed kernels of one layer + LM head, configs/bench.json shapes, T=%d, %d threads, "
+           "median of %d\n",
+           T, threads, reps);
+    printf("CPU: %s; bf16 conversions: %s; GEMM: %s\n", cpu, bf16_path_current()->name,
+           gemm_bf16_path());
+    double *ts = calloc((size_t)2 * NOPS * reps, sizeof(double));
+    for (int r = -1; r < reps; r++) // r = -1: the warm-up
+        for (int op = 0; op < NOPS; op++)
+            for (int d = 0; d < 2; d++) {
+                double t0 = now_s();
+                op_run(&L[d], op, T);
+                double dt = now_s() - t0;
+                if (r >= 0) ts[((size_t)d * NOPS + op) * reps + r] = dt;
+            }
+    printf("| operation | f32 ms | bf16 ms | bf16 / f32 time |\n|---|---:|---:|---:|\n");
+    double sum[2] = {0, 0};
+    for (int op = 0; op < NOPS; op++) {
+        double med[2];
+        for (int d = 0; d < 2; d++) {
+            double *x = ts + ((size_t)d * NOPS + op) * reps;
+            qsort(x, (size_t)reps, sizeof *x, cmp_double);
+            med[d] = x[reps / 2];
+            sum[d] += med[d];
+        }
+        printf("| %s | %.2f | %.2f | %.3f |\n", op_names[op], 1e3 * med[0], 1e3 * med[1],
+               med[1] / med[0]);
+    }
+    printf("| **sum** | %.2f | %.2f | %.3f |\n", 1e3 * sum[0], 1e3 * sum[1], sum[1] / sum[0]);
+    free(ts);
+    return 0;
+}
