@@ -94,6 +94,10 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, 
 /* dinp (N, C) += d/dinp; dw (C) += d/dw (dw may be NULL). Uses the saved rstd. accumulate. */
 void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                       const float *rstd, int N, int C);
+/* rmsnorm_forward on the calling thread (no OpenMP region), the same bits: for a caller that
+ * runs its own region over chunks of rows (typed.c). Likewise the _serial kernels below. */
+void rmsnorm_forward_serial(float *out, float *rstd, const float *inp, const float *w, int N,
+                            int C, float eps);
 
 /* ---- RoPE (HF "rotate_half" layout) --------------------------------------------------------- */
 
@@ -110,6 +114,9 @@ void rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int64_t pos0
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS);
 /* In place on dx (N, nh, HS): the transpose of rope_forward (rotation by -angle). */
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int nh, int HS);
+void rope_forward_serial(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS);
+void rope_backward_serial(float *dx, const float *cos_t, const float *sin_t, int N, int nh,
+                          int HS);
 
 /* ---- SwiGLU --------------------------------------------------------------------------------- */
 
@@ -118,6 +125,11 @@ void swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 /* dgate, dup overwrite (they may alias gate and up: computed element-wise in place). */
 void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
                      const float *up, size_t n);
+/* The same element by element on the calling thread (the bits where the parallel kernel's lanes
+ * are vector lanes too: both inline one body in `omp simd` loops). */
+void swiglu_forward_serial(float *out, const float *gate, const float *up, size_t n);
+void swiglu_backward_serial(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, size_t n);
 
 /* ---- kernel path (run-time dispatch) -------------------------------------------------------- */
 /* The attention tile kernels come in paths, one binary holding all: "avx512" (AVX-512 F, BW, DQ,

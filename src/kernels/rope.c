@@ -64,37 +64,52 @@ void rope_tables(float *cos_t, float *sin_t, const float *inv_freq, int64_t pos0
     }
 }
 
-/* Rotates every head of x (N, nh, HS) by table row i; sign = +1 forward, -1 backward
- * (the transpose of a rotation is the rotation by -angle). */
-KERNEL_CLONES
-static void rope_apply(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS,
-                       float sign) {
-    UP_CHECK(N >= 0 && nh >= 0 && HS > 0 && HS % 2 == 0, "rope: bad shape N=%d nh=%d HS=%d", N, nh,
-             HS);
+/* Rotates every head of row x (nh, HS) by the table row (cos, sin); sign = +1 forward, -1
+ * backward (the transpose of a rotation is the rotation by -angle). The body both drivers below
+ * inline (so their bits agree). */
+static inline void rope_row(float *x, const float *c, const float *s, int nh, int HS, float sign) {
     int half = HS / 2;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *c = cos_t + (size_t)i * half; // (HS/2)
-        const float *s = sin_t + (size_t)i * half; // (HS/2)
-        for (int h = 0; h < nh; h++) {
-            float *x1 = x + ((size_t)i * nh + h) * HS; // (HS/2) first half
-            float *x2 = x1 + half;                     // (HS/2) second half
+    for (int h = 0; h < nh; h++) {
+        float *x1 = x + (size_t)h * HS; // (HS/2) first half
+        float *x2 = x1 + half;          // (HS/2) second half
 #pragma omp simd
-            for (int j = 0; j < half; j++) {
-                float a = x1[j], b = x2[j], sn = sign * s[j];
-                x1[j] = a * c[j] - b * sn;
-                x2[j] = b * c[j] + a * sn;
-            }
+        for (int j = 0; j < half; j++) {
+            float a = x1[j], b = x2[j], sn = sign * s[j];
+            x1[j] = a * c[j] - b * sn;
+            x2[j] = b * c[j] + a * sn;
         }
     }
 }
 
+/* Every row i of x (N, nh, HS) by table row i, rows split between the threads, or (serial) on
+ * the calling thread. */
+KERNEL_CLONES
+static void rope_apply(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS,
+                       float sign, int serial) {
+    UP_CHECK(N >= 0 && nh >= 0 && HS > 0 && HS % 2 == 0, "rope: bad shape N=%d nh=%d HS=%d", N, nh,
+             HS);
+    size_t half = (size_t)HS / 2, w = (size_t)nh * HS;
+#pragma omp parallel for schedule(static) if (!serial)
+    for (int i = 0; i < N; i++)
+        rope_row(x + (size_t)i * w, cos_t + (size_t)i * half, sin_t + (size_t)i * half, nh, HS,
+                 sign);
+}
+
 void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS) {
     // out1 = x1 cos - x2 sin; out2 = x2 cos + x1 sin
-    rope_apply(x, cos_t, sin_t, N, nh, HS, 1.0f);
+    rope_apply(x, cos_t, sin_t, N, nh, HS, 1.0f, 0);
 }
 
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int nh, int HS) {
     // dx1 = d1 cos + d2 sin; dx2 = d2 cos - d1 sin
-    rope_apply(dx, cos_t, sin_t, N, nh, HS, -1.0f);
+    rope_apply(dx, cos_t, sin_t, N, nh, HS, -1.0f, 0);
+}
+
+void rope_forward_serial(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS) {
+    rope_apply(x, cos_t, sin_t, N, nh, HS, 1.0f, 1);
+}
+
+void rope_backward_serial(float *dx, const float *cos_t, const float *sin_t, int N, int nh,
+                          int HS) {
+    rope_apply(dx, cos_t, sin_t, N, nh, HS, -1.0f, 1);
 }

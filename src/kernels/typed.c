@@ -4,6 +4,7 @@
 
 #include "kernels/bf16.h"
 
+#include <omp.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -61,31 +62,44 @@ static void round_rows(uint16_t *dst, size_t ldd, const float *src, size_t lds, 
         bf16_from_f32(src + (size_t)i * lds, dst + (size_t)i * ldd, w);
 }
 
-/* n contiguous elements, widened / rounded in threaded pieces. */
-static void widen_n(float *dst, const uint16_t *src, size_t n) {
-    enum { PIECE = 4096 };
-    int pieces = (int)((n + PIECE - 1) / PIECE);
-    bf16_path_current();
-#pragma omp parallel for schedule(static) if (pieces > 8)
-    for (int k = 0; k < pieces; k++) {
-        size_t i = (size_t)k * PIECE, m = n - i < PIECE ? n - i : PIECE;
-        f32_from_bf16(src + i, dst + i, m);
-    }
-}
-
-static void round_n(uint16_t *dst, const float *src, size_t n) {
-    enum { PIECE = 4096 };
-    int pieces = (int)((n + PIECE - 1) / PIECE);
-    bf16_path_current();
-#pragma omp parallel for schedule(static) if (pieces > 8)
-    for (int k = 0; k < pieces; k++) {
-        size_t i = (size_t)k * PIECE, m = n - i < PIECE ? n - i : PIECE;
-        bf16_from_f32(src + i, dst + i, m);
-    }
-}
-
 static int is_f32(const typed_ctx *t) {
     return t->dt == MEM_DTYPE_F32;
+}
+
+/* ---- fused element-wise passes ----------------------------------------------------------------
+ * One OpenMP region per call: each thread takes chunks of rows in turn and, in its own share of
+ * the staging area (cache-sized), widens its inputs, runs the fp32 kernel's serial twin on them
+ * (kernels.h) and rounds the outputs: every element makes one trip through memory
+ * in bf16, where separate widen / compute / round passes made three in fp32, each in a region of
+ * its own. The kernels are row-wise (or element-wise), so a row's result does not depend on the
+ * chunk it falls in: the bits of the fp32 kernel on the widened tensors, rounded. */
+enum { FUSED_FLOATS = 16384 }; /* floats per chunk and array: 64 KiB, L2-resident */
+
+typedef struct {
+    size_t rows, width; /* the tensor: rows of width elements */
+    int arrays;         /* fp32 arrays of a chunk's size the pass needs per thread */
+    void (*chunk)(const void *ctx, size_t r0, size_t nr, float *scratch, size_t stride);
+    const void *ctx;
+} fused_pass;
+
+static void fused_run(const typed_ctx *t, const fused_pass *f) {
+    if (f->rows == 0 || f->width == 0) return;
+    ws_parts p = parts_any(t, 1);
+    int nth = omp_get_max_threads();
+    size_t share = p.stage_n / (size_t)nth / (size_t)f->arrays; /* floats per array and thread */
+    size_t per = share < FUSED_FLOATS ? share : FUSED_FLOATS;
+    size_t rows = per / f->width;
+    UP_CHECK(rows > 0, "typed kernels: workspace of %zu floats too small for rows of %zu on %d "
+             "threads", t->ws_n, f->width, nth);
+    if (rows > f->rows) rows = f->rows;
+    long long chunks = (long long)((f->rows + rows - 1) / rows);
+    bf16_path_current();
+#pragma omp parallel for schedule(static) if (chunks > 1)
+    for (long long c = 0; c < chunks; c++) {
+        float *scratch = p.stage + (size_t)omp_get_thread_num() * share * (size_t)f->arrays;
+        size_t r0 = (size_t)c * rows, nr = f->rows - r0 < rows ? f->rows - r0 : rows;
+        f->chunk(f->ctx, r0, nr, scratch, share);
+    }
 }
 
 /* ---- copies --------------------------------------------------------------------------------- */
@@ -98,6 +112,21 @@ void typed_copy(const typed_ctx *t, void *dst, const void *src, size_t n) {
     memcpy(dst, src, mem_dtype_bytes(t->dt, n));
 }
 
+typedef struct {
+    uint16_t *dst;
+    const uint16_t *src;
+} add_ctx;
+
+static void add_chunk(const void *ctx, size_t r0, size_t nr, float *a, size_t stride) {
+    const add_ctx *c = ctx;
+    float *b = a + stride;
+    f32_from_bf16(c->dst + r0, a, nr);
+    f32_from_bf16(c->src + r0, b, nr);
+    for (size_t i = 0; i < nr; i++)
+        a[i] += b[i];
+    bf16_from_f32(a, c->dst + r0, nr);
+}
+
 void typed_add(const typed_ctx *t, void *dst, const void *src, size_t n) {
     if (is_f32(t)) {
         float *d = dst;
@@ -106,18 +135,9 @@ void typed_add(const typed_ctx *t, void *dst, const void *src, size_t n) {
             d[i] += s[i];
         return;
     }
-    ws_parts p = parts_any(t, 1);
-    size_t piece = p.stage_n / 2;
-    float *a = p.stage, *b = p.stage + piece;
-    for (size_t i0 = 0; i0 < n; i0 += piece) {
-        size_t m = n - i0 < piece ? n - i0 : piece;
-        widen_n(a, (const uint16_t *)dst + i0, m);
-        widen_n(b, (const uint16_t *)src + i0, m);
-#pragma omp parallel for simd schedule(static) if (m > 32768)
-        for (size_t i = 0; i < m; i++)
-            a[i] += b[i];
-        round_n((uint16_t *)dst + i0, a, m);
-    }
+    add_ctx c = {dst, src};
+    fused_pass f = {n, 1, 2, add_chunk, &c};
+    fused_run(t, &f);
 }
 
 /* ---- matrix products ------------------------------------------------------------------------ */
@@ -245,6 +265,25 @@ static float *norm_weight(const ws_parts *p, const void *w, int C) {
     return wf;
 }
 
+typedef struct {
+    void *out;
+    int out_f32;
+    float *rstd;
+    const uint16_t *inp;
+    const float *w;
+    int C;
+    float eps;
+} norm_ctx;
+
+static void norm_chunk(const void *ctx, size_t r0, size_t nr, float *a, size_t stride) {
+    const norm_ctx *c = ctx;
+    size_t C = (size_t)c->C;
+    f32_from_bf16(c->inp + r0 * C, a, nr * C);
+    float *o = c->out_f32 ? (float *)c->out + r0 * C : a + stride;
+    rmsnorm_forward_serial(o, c->rstd + r0, a, c->w, (int)nr, c->C, c->eps);
+    if (!c->out_f32) bf16_from_f32(o, (uint16_t *)c->out + r0 * C, nr * C);
+}
+
 void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rstd, const void *inp,
                            const void *w, int N, int C, float eps) {
     if (is_f32(t)) {
@@ -252,15 +291,11 @@ void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rs
         return;
     }
     ws_parts p = parts_any(t, (size_t)C);
-    float *a = p.stage, *b = p.stage + (size_t)TYPED_TILE_ROWS * C, *wf = norm_weight(&p, w, C);
-    for (int i0 = 0; i0 < N; i0 += TYPED_TILE_ROWS) {
-        int n = N - i0 < TYPED_TILE_ROWS ? N - i0 : TYPED_TILE_ROWS;
-        size_t r = (size_t)i0 * C;
-        widen_rows(a, (size_t)C, (const uint16_t *)inp + r, (size_t)C, n, (size_t)C);
-        float *o = out_f32 ? (float *)out + r : b;
-        rmsnorm_forward(o, rstd + i0, a, wf, n, C, eps);
-        if (!out_f32) round_rows((uint16_t *)out + r, (size_t)C, b, (size_t)C, n, (size_t)C);
-    }
+    float *wf = p.gemm; /* the norm weight, widened where no chunk's scratch lies */
+    f32_from_bf16(w, wf, (size_t)C);
+    norm_ctx c = {out, out_f32, rstd, inp, wf, C, eps};
+    fused_pass f = {(size_t)N, (size_t)C, out_f32 ? 1 : 2, norm_chunk, &c};
+    fused_run(t, &f);
 }
 
 void typed_rmsnorm_backward(const typed_ctx *t, void *dinp, float *dw, const void *dout,
@@ -290,20 +325,31 @@ void typed_rmsnorm_backward(const typed_ctx *t, void *dinp, float *dw, const voi
 
 /* ---- RoPE ----------------------------------------------------------------------------------- */
 
+typedef struct {
+    uint16_t *x;
+    const float *cos_t, *sin_t;
+    int nh, HS, backward;
+} rope_ctx;
+
+static void rope_chunk(const void *ctx, size_t r0, size_t nr, float *a, size_t stride) {
+    const rope_ctx *c = ctx;
+    size_t w = (size_t)c->nh * c->HS, half = (size_t)c->HS / 2;
+    (void)stride;
+    f32_from_bf16(c->x + r0 * w, a, nr * w);
+    if (c->backward)
+        rope_backward_serial(a, c->cos_t + r0 * half, c->sin_t + r0 * half, (int)nr, c->nh,
+                             c->HS);
+    else
+        rope_forward_serial(a, c->cos_t + r0 * half, c->sin_t + r0 * half, (int)nr, c->nh,
+                            c->HS);
+    bf16_from_f32(a, c->x + r0 * w, nr * w);
+}
+
 static void rope_typed(const typed_ctx *t, void *x, const float *cos_t, const float *sin_t, int N,
                        int nh, int HS, int backward) {
-    size_t w = (size_t)nh * HS, half = (size_t)HS / 2;
-    ws_parts p = parts_any(t, w);
-    for (int i0 = 0; i0 < N; i0 += TYPED_TILE_ROWS) {
-        int n = N - i0 < TYPED_TILE_ROWS ? N - i0 : TYPED_TILE_ROWS;
-        uint16_t *xr = (uint16_t *)x + (size_t)i0 * w;
-        widen_rows(p.stage, w, xr, w, n, w);
-        if (backward)
-            rope_backward(p.stage, cos_t + (size_t)i0 * half, sin_t + (size_t)i0 * half, n, nh, HS);
-        else
-            rope_forward(p.stage, cos_t + (size_t)i0 * half, sin_t + (size_t)i0 * half, n, nh, HS);
-        round_rows(xr, w, p.stage, w, n, w);
-    }
+    rope_ctx c = {x, cos_t, sin_t, nh, HS, backward};
+    fused_pass f = {(size_t)N, (size_t)nh * HS, 1, rope_chunk, &c};
+    fused_run(t, &f);
 }
 
 void typed_rope_forward(const typed_ctx *t, void *x, const float *cos_t, const float *sin_t, int N,
@@ -324,22 +370,40 @@ void typed_rope_backward(const typed_ctx *t, void *dx, const float *cos_t, const
 
 /* ---- SwiGLU --------------------------------------------------------------------------------- */
 
+typedef struct {
+    uint16_t *out, *dgate, *dup;
+    const uint16_t *gate, *up, *dout;
+} swiglu_ctx;
+
+static void swiglu_fwd_chunk(const void *ctx, size_t r0, size_t nr, float *g, size_t stride) {
+    const swiglu_ctx *c = ctx;
+    float *u = g + stride;
+    f32_from_bf16(c->gate + r0, g, nr);
+    f32_from_bf16(c->up + r0, u, nr);
+    swiglu_forward_serial(g, g, u, nr); /* in place: element i reads only index i */
+    bf16_from_f32(g, c->out + r0, nr);
+}
+
+static void swiglu_bwd_chunk(const void *ctx, size_t r0, size_t nr, float *g, size_t stride) {
+    const swiglu_ctx *c = ctx;
+    float *u = g + stride, *d = u + stride;
+    f32_from_bf16(c->gate + r0, g, nr);
+    f32_from_bf16(c->up + r0, u, nr);
+    f32_from_bf16(c->dout + r0, d, nr);
+    swiglu_backward_serial(g, u, d, g, u, nr); /* in place: inputs read before the rounding */
+    bf16_from_f32(g, c->dgate + r0, nr);
+    bf16_from_f32(u, c->dup + r0, nr);
+}
+
 void typed_swiglu_forward(const typed_ctx *t, void *out, const void *gate, const void *up,
                           size_t n) {
     if (is_f32(t)) {
         swiglu_forward(out, gate, up, n);
         return;
     }
-    ws_parts p = parts_any(t, 1);
-    size_t piece = p.stage_n / 3;
-    float *g = p.stage, *u = g + piece, *o = u + piece;
-    for (size_t i0 = 0; i0 < n; i0 += piece) {
-        size_t m = n - i0 < piece ? n - i0 : piece;
-        widen_n(g, (const uint16_t *)gate + i0, m);
-        widen_n(u, (const uint16_t *)up + i0, m);
-        swiglu_forward(o, g, u, m);
-        round_n((uint16_t *)out + i0, o, m);
-    }
+    swiglu_ctx c = {.out = out, .gate = gate, .up = up};
+    fused_pass f = {n, 1, 2, swiglu_fwd_chunk, &c};
+    fused_run(t, &f);
 }
 
 void typed_swiglu_backward(const typed_ctx *t, void *dgate, void *dup, const void *dout,
@@ -348,16 +412,7 @@ void typed_swiglu_backward(const typed_ctx *t, void *dgate, void *dup, const voi
         swiglu_backward(dgate, dup, dout, gate, up, n);
         return;
     }
-    ws_parts p = parts_any(t, 1);
-    size_t piece = p.stage_n / 3;
-    float *g = p.stage, *u = g + piece, *d = u + piece;
-    for (size_t i0 = 0; i0 < n; i0 += piece) {
-        size_t m = n - i0 < piece ? n - i0 : piece;
-        widen_n(g, (const uint16_t *)gate + i0, m);
-        widen_n(u, (const uint16_t *)up + i0, m);
-        widen_n(d, (const uint16_t *)dout + i0, m);
-        swiglu_backward(g, u, d, g, u, m); /* in place: all inputs read before the rounding */
-        round_n((uint16_t *)dgate + i0, g, m);
-        round_n((uint16_t *)dup + i0, u, m);
-    }
+    swiglu_ctx c = {.dgate = dgate, .dup = dup, .gate = gate, .up = up, .dout = dout};
+    fused_pass f = {n, 1, 3, swiglu_bwd_chunk, &c};
+    fused_run(t, &f);
 }
