@@ -96,8 +96,8 @@ void rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *in
                       const float *rstd, int N, int C);
 /* rmsnorm_forward on the calling thread (no OpenMP region), the same bits: for a caller that
  * runs its own region over chunks of rows (typed.c). Likewise the _serial kernels below. */
-void rmsnorm_forward_serial(float *out, float *rstd, const float *inp, const float *w, int N,
-                            int C, float eps);
+void rmsnorm_forward_serial(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                            float eps);
 
 /* ---- RoPE (HF "rotate_half" layout) --------------------------------------------------------- */
 
@@ -115,8 +115,7 @@ void rope_forward(float *x, const float *cos_t, const float *sin_t, int N, int n
 /* In place on dx (N, nh, HS): the transpose of rope_forward (rotation by -angle). */
 void rope_backward(float *dx, const float *cos_t, const float *sin_t, int N, int nh, int HS);
 void rope_forward_serial(float *x, const float *cos_t, const float *sin_t, int N, int nh, int HS);
-void rope_backward_serial(float *dx, const float *cos_t, const float *sin_t, int N, int nh,
-                          int HS);
+void rope_backward_serial(float *dx, const float *cos_t, const float *sin_t, int N, int nh, int HS);
 
 /* ---- SwiGLU --------------------------------------------------------------------------------- */
 

@@ -36,8 +36,8 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, 
 }
 
 KERNEL_CLONES
-void rmsnorm_forward_serial(float *out, float *rstd, const float *inp, const float *w, int N,
-                            int C, float eps) {
+void rmsnorm_forward_serial(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                            float eps) {
     UP_CHECK(N >= 0 && C > 0, "rmsnorm_forward: bad shape N=%d C=%d", N, C);
     for (int i = 0; i < N; i++)
         rmsnorm_row(out + (size_t)i * C, rstd + i, inp + (size_t)i * C, w, C, eps);

@@ -89,8 +89,10 @@ static void fused_run(const typed_ctx *t, const fused_pass *f) {
     size_t share = p.stage_n / (size_t)nth / (size_t)f->arrays; /* floats per array and thread */
     size_t per = share < FUSED_FLOATS ? share : FUSED_FLOATS;
     size_t rows = per / f->width;
-    UP_CHECK(rows > 0, "typed kernels: workspace of %zu floats too small for rows of %zu on %d "
-             "threads", t->ws_n, f->width, nth);
+    UP_CHECK(rows > 0,
+             "typed kernels: workspace of %zu floats too small for rows of %zu on %d "
+             "threads",
+             t->ws_n, f->width, nth);
     if (rows > f->rows) rows = f->rows;
     long long chunks = (long long)((f->rows + rows - 1) / rows);
     bf16_path_current();
@@ -337,11 +339,9 @@ static void rope_chunk(const void *ctx, size_t r0, size_t nr, float *a, size_t s
     (void)stride;
     f32_from_bf16(c->x + r0 * w, a, nr * w);
     if (c->backward)
-        rope_backward_serial(a, c->cos_t + r0 * half, c->sin_t + r0 * half, (int)nr, c->nh,
-                             c->HS);
+        rope_backward_serial(a, c->cos_t + r0 * half, c->sin_t + r0 * half, (int)nr, c->nh, c->HS);
     else
-        rope_forward_serial(a, c->cos_t + r0 * half, c->sin_t + r0 * half, (int)nr, c->nh,
-                            c->HS);
+        rope_forward_serial(a, c->cos_t + r0 * half, c->sin_t + r0 * half, (int)nr, c->nh, c->HS);
     bf16_from_f32(a, c->x + r0 * w, nr * w);
 }
 
