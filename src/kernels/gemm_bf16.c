@@ -62,10 +62,10 @@ static int imin(int a, int b) {
  * on the thread that computed those rows while they are in its cache. The panels keep the
  * operands' orientation (op(A) = A^T: the block is (kb, mb) of A's rows), so sgemm takes the
  * same trans. ws: kb*nb + mb*kb per thread (omp_get_max_threads()). */
-static void converted(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
-                      int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
-                      const uint16_t *cin, uint16_t *cout, int ldco, float *ws, int mb, int nb,
-                      int kb) {
+static void converted(int transa, int transb, int M, int N, int K, float alpha, const void *A,
+                      int a_f32, int lda, const uint16_t *B, int ldb, float beta, float *C,
+                      int ldc, const uint16_t *cin, uint16_t *cout, int ldco, float *ws, int mb,
+                      int nb, int kb) {
     mb = imin(mb, M), nb = imin(nb, N), kb = imin(kb, K);
     float *pb = ws;
     bf16_path_current(); /* chooses the conversion path outside the parallel region */
@@ -97,13 +97,19 @@ static void converted(int transa, int transb, int M, int N, int K, float alpha, 
                                           c + (size_t)i * (size_t)ldc, (size_t)nn);
                         b = 1.0f;
                     }
-                    if (transa) // A (K, M)
-                        widen_block(pa, A + (size_t)k0 * (size_t)lda + m0, lda, kk, mm);
-                    else // A (M, K)
-                        widen_block(pa, A + (size_t)m0 * (size_t)lda + k0, lda, mm, kk);
+                    /* A (M, K), or transposed (K, M): the block at rows m0, columns k0 */
+                    size_t at = transa ? (size_t)k0 * (size_t)lda + (size_t)m0
+                                       : (size_t)m0 * (size_t)lda + (size_t)k0;
+                    const float *a = (const float *)A + at; /* fp32 A: read in place */
+                    int ldpa = lda;
+                    if (!a_f32) {
+                        widen_block(pa, (const uint16_t *)A + at, lda, transa ? kk : mm,
+                                    transa ? mm : kk);
+                        a = pa, ldpa = transa ? mm : kk;
+                    }
                     cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans,
-                                transb ? CblasTrans : CblasNoTrans, mm, nn, kk, alpha, pa,
-                                transa ? mm : kk, pb, transb ? kk : nn, b, c, ldc);
+                                transb ? CblasTrans : CblasNoTrans, mm, nn, kk, alpha, a, ldpa, pb,
+                                transb ? kk : nn, b, c, ldc);
                     if (cout && k0 + kk == K)
                         for (int i = 0; i < mm; i++)
                             bf16_from_f32(c + (size_t)i * (size_t)ldc,
@@ -117,8 +123,8 @@ static void converted(int transa, int transb, int M, int N, int K, float alpha, 
 void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, float alpha,
                                 const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                                 float *C, int ldc, float *ws, int mb, int nb, int kb) {
-    converted(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, ws, mb,
-              nb, kb);
+    converted(transa, transb, M, N, K, alpha, A, 0, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, ws,
+              mb, nb, kb);
 }
 
 /* Blocks of K and N up to GEMM_BF16_KB and _NB, and as many rows of A per thread as the rest of
@@ -133,7 +139,7 @@ static void gemm_converted_io(int transa, int transb, int M, int N, int K, float
                               const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                               float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
                               float *ws) {
-    converted(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout, ldco, ws,
+    converted(transa, transb, M, N, K, alpha, A, 0, lda, B, ldb, beta, C, ldc, cin, cout, ldco, ws,
               rows_per_thread(K, N), GEMM_BF16_NB, GEMM_BF16_KB);
 }
 
@@ -269,4 +275,16 @@ void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, cons
     gemm_bf16(transa, transb, M, N, K, alpha, A, lda, B, ldb, cin ? 1.0f : beta, C, ldc, ws);
     for (int i = 0; cout && i < M; i++)
         bf16_from_f32(C + (size_t)i * (size_t)ldc, cout + (size_t)i * (size_t)ldco, (size_t)N);
+}
+
+void gemm_f32_bf16(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                   int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws) {
+    check_args(transa, transb, M, N, K, lda, ldb, ldc);
+    if (M == 0 || N == 0) return;
+    if (K == 0 || alpha == 0.0f) {
+        scale_rows(C, ldc, M, N, beta);
+        return;
+    }
+    converted(transa, transb, M, N, K, alpha, A, 1, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, ws,
+              rows_per_thread(K, N), GEMM_BF16_NB, GEMM_BF16_KB);
 }

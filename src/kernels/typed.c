@@ -13,12 +13,10 @@
  * GEMM widens each weight panel few times and keeps its efficiency (1024 rows: 4 tiles at
  * T_loc = 4096), small beside the token-sized tensors (1024 x F floats: 59 MiB for Llama 3 8B). */
 enum { TYPED_MM_ROWS = 1024 };
-/* Rows of W widened at a time for the LM head's fp32 products. */
-enum { TYPED_PANEL_ROWS = 256 };
 
-/* The staging tile also holds three element-wise tiles and a norm weight, or a weight panel. */
-_Static_assert((int)TYPED_MM_ROWS >= 3 * (int)TYPED_TILE_ROWS + 1 &&
-                   (int)TYPED_MM_ROWS >= (int)TYPED_PANEL_ROWS,
+/* The staging tile also holds the RMSNorm backward's three tiles and its weight (the fused passes
+ * take what it has, per thread). */
+_Static_assert((int)TYPED_MM_ROWS >= 3 * (int)TYPED_TILE_ROWS + 1,
                "the matmul's staging tile must hold the other uses of the workspace");
 
 size_t typed_workspace_floats(mem_dtype dt, size_t maxw, size_t C) {
@@ -27,8 +25,8 @@ size_t typed_workspace_floats(mem_dtype dt, size_t maxw, size_t C) {
     return up_add(up_mul((size_t)TYPED_MM_ROWS, maxw > C ? maxw : C), (size_t)GEMM_BF16_WS_FLOATS);
 }
 
-/* The workspace's parts: the staging area (also the LM head's weight panel, never in use at the
- * same time) and, at its end, the GEMM's workspace. */
+/* The workspace's parts: the staging area and, at its end, the GEMM's workspace (also the norm
+ * weight of the fused RMSNorm forward, which runs no product). */
 typedef struct {
     float *stage, *gemm;
     size_t stage_n;
@@ -187,26 +185,14 @@ void typed_matmul_backward(const typed_ctx *t, void *dinp, int lddi, float *dw, 
     if (dw) gemm_bf16(1, 0, OC, IC, N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, lddw, p.gemm);
 }
 
-/* Rows [v0, v0 + nb) of w (rows of C) widened into the panel. */
-static float *widen_panel(const typed_ctx *t, const void *w, int v0, int nb, int C) {
-    ws_parts p = parts_any(t, 1);
-    UP_CHECK(p.stage_n >= (size_t)nb * C, "typed kernels: workspace too small for a panel");
-    widen_rows(p.stage, (size_t)C, (const uint16_t *)w + (size_t)v0 * C, (size_t)C, nb, (size_t)C);
-    return p.stage;
-}
-
 void typed_matmul_forward_f32(const typed_ctx *t, float *out, const float *inp, const void *w,
                               int N, int IC, int OC) {
     if (is_f32(t)) {
         matmul_forward(out, inp, w, N, IC, OC, 0);
         return;
     }
-    // out[:, v0 .. v0+nb) = inp @ w[v0 .. v0+nb)^T, the rows of w widened a panel at a time
-    for (int v0 = 0; v0 < OC; v0 += TYPED_PANEL_ROWS) {
-        int nb = OC - v0 < TYPED_PANEL_ROWS ? OC - v0 : TYPED_PANEL_ROWS;
-        const float *wp = widen_panel(t, w, v0, nb, IC);
-        matmul_forward_ld(out + v0, OC, inp, IC, wp, IC, N, IC, nb, 0);
-    }
+    ws_parts p = parts_any(t, 1);
+    gemm_f32_bf16(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC, p.gemm);
 }
 
 void typed_matmul_backward_f32(const typed_ctx *t, float *dinp, float *dw, const float *dout,
@@ -215,12 +201,9 @@ void typed_matmul_backward_f32(const typed_ctx *t, float *dinp, float *dw, const
         matmul_backward(dinp, dw, dout, inp, w, N, IC, OC);
         return;
     }
-    // dinp += dout[:, panel] @ w[panel], panels in order (a fixed summation order); dw in fp32
-    for (int v0 = 0; dinp && v0 < OC; v0 += TYPED_PANEL_ROWS) {
-        int nb = OC - v0 < TYPED_PANEL_ROWS ? OC - v0 : TYPED_PANEL_ROWS;
-        const float *wp = widen_panel(t, w, v0, nb, IC);
-        matmul_backward_ld(dinp, IC, NULL, IC, dout + v0, OC, inp, IC, wp, IC, N, IC, nb);
-    }
+    ws_parts p = parts_any(t, 1);
+    // dinp += dout @ w (K = OC in blocks, in order: a fixed summation order); dw in fp32
+    if (dinp) gemm_f32_bf16(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC, p.gemm);
     if (dw) matmul_backward_ld(NULL, IC, dw, IC, dout, OC, inp, IC, inp, IC, N, IC, OC);
 }
 

@@ -205,6 +205,50 @@ static void test_matmul(void) {
           e);
 }
 
+/* The LM head's products, fp32 activations times bf16 weights into fp32, against the fp32 kernels
+ * on the widened weights, within the two fp32 sums' bound (no rounding to bf16 on the way). V
+ * spans several of the GEMM's 1024 blocks: the forward's N, the backward's K. */
+static void test_matmul_f32(void) {
+    const int N = 301, IC = 72, V = 2100;
+    typed_ctx t = bf16_ctx(IC, IC);
+    float *w, *x = tmalloc((size_t)N * IC * 4), *dy = tmalloc((size_t)N * V * 4);
+    uint16_t *wb = rand_bf16((size_t)V * IC, &w);
+    for (size_t i = 0; i < (size_t)N * IC; i++)
+        x[i] = frand();
+    for (size_t i = 0; i < (size_t)N * V; i++)
+        dy[i] = frand();
+    float *ref = tmalloc((size_t)N * V * 4), *got = tmalloc((size_t)N * V * 4);
+    matmul_forward(ref, x, w, N, IC, V, 0);
+    typed_matmul_forward_f32(&t, got, x, wb, N, IC, V);
+    size_t bad = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < V; j++) {
+            double s = 0;
+            for (int k = 0; k < IC; k++)
+                s += fabs((double)x[(size_t)i * IC + k] * w[(size_t)j * IC + k]);
+            bad += fabs((double)got[(size_t)i * V + j] - ref[(size_t)i * V + j]) >
+                   2 * (IC + 2) * 0x1p-23 * s;
+        }
+    CHECK(bad == 0, "LM head forward fp32 x bf16 within the fp32 summation bound (%zu off)", bad);
+    float *di = tmalloc((size_t)N * IC * 4), *di2 = tmalloc((size_t)N * IC * 4),
+          *dw = tcalloc((size_t)V * IC, 4), *dw2 = tcalloc((size_t)V * IC, 4);
+    for (size_t i = 0; i < (size_t)N * IC; i++)
+        di[i] = di2[i] = frand();
+    matmul_backward(di, dw, dy, x, w, N, IC, V);
+    typed_matmul_backward_f32(&t, di2, dw2, dy, x, wb, N, IC, V);
+    bad = 0;
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < IC; k++) {
+            double s = 1; /* |dinp| before: below 1 */
+            for (int j = 0; j < V; j++)
+                s += fabs((double)dy[(size_t)i * V + j] * w[(size_t)j * IC + k]);
+            bad += fabs((double)di2[(size_t)i * IC + k] - di[(size_t)i * IC + k]) >
+                   2 * (V + 2) * 0x1p-23 * s;
+        }
+    CHECK(bad == 0, "LM head backward dinp within the fp32 summation bound (%zu off)", bad);
+    CHECK(memcmp(dw, dw2, (size_t)V * IC * 4) == 0, "LM head dw: the fp32 product itself");
+}
+
 /* Under f32 every function is the fp32 kernel itself. */
 static void test_f32_passthrough(void) {
     typed_ctx t = {MEM_DTYPE_F32, NULL, 0};
@@ -228,6 +272,7 @@ static void test_f32_passthrough(void) {
 int main(void) {
     test_elementwise();
     test_matmul();
+    test_matmul_f32();
     test_f32_passthrough();
     for (int i = 0; i < nbufs; i++)
         free(bufs[i]);
