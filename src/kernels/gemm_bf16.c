@@ -63,9 +63,9 @@ static int imin(int a, int b) {
  * operands' orientation (op(A) = A^T: the block is (kb, mb) of A's rows), so sgemm takes the
  * same trans. ws: kb*nb + mb*kb per thread (omp_get_max_threads()). */
 static void converted(int transa, int transb, int M, int N, int K, float alpha, const void *A,
-                      int a_f32, int lda, const uint16_t *B, int ldb, float beta, float *C,
-                      int ldc, const uint16_t *cin, uint16_t *cout, int ldco, float *ws, int mb,
-                      int nb, int kb) {
+                      int a_f32, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                      const uint16_t *cin, uint16_t *cout, int ldco, float *ws, int mb, int nb,
+                      int kb) {
     mb = imin(mb, M), nb = imin(nb, N), kb = imin(kb, K);
     float *pb = ws;
     bf16_path_current(); /* chooses the conversion path outside the parallel region */
