@@ -144,6 +144,15 @@ static void gemm_converted(int transa, int transb, int M, int N, int K, float al
                       ws);
 }
 
+/* ---- packed (gemm_packed.c) ---------------------------------------------------------------- */
+
+static void gemm_packed(int transa, int transb, int M, int N, int K, float alpha,
+                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                        float *C, int ldc, float *ws) {
+    gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL,
+                            NULL, 0, ws, 0, 0, 0);
+}
+
 /* ---- choice --------------------------------------------------------------------------------- */
 
 /* oneDNN 2.6's bf16 gemm exists from avx512_core (AVX-512 F, BW, DQ, VL) up; below it returns
@@ -161,6 +170,7 @@ static int cpu_any(void) {
 
 static const gemm_bf16_ops paths[] = {
     {"converted", "nothing", cpu_any, gemm_converted},
+    {"packed", "nothing", cpu_any, gemm_packed},
     {"onednn", "AVX-512 F, BW, DQ and VL", onednn_runs, gemm_onednn},
 };
 enum { NPATHS = sizeof paths / sizeof paths[0] };
@@ -213,6 +223,9 @@ const char *gemm_bf16_path(void) {
     if (p->fn == gemm_onednn) {
         const dnnl_version_t *v = dnnl_version();
         snprintf(label, sizeof label, "onednn %d.%d %s", v->major, v->minor, onednn_isa());
+    } else if (p->fn == gemm_packed) {
+        snprintf(label, sizeof label, "packed, %s micro-kernel (bf16 %s)", kernel_path_name(),
+                 bf16_path_current()->name);
     } else {
         snprintf(label, sizeof label, "openblas sgemm on converted panels (bf16 %s)",
                  bf16_path_current()->name);
@@ -261,6 +274,12 @@ void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, cons
         check_args(transa, transb, M, N, K, lda, ldb, ldc);
         gemm_converted_io(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout,
                           ldco, ws);
+        return;
+    }
+    if (p->fn == gemm_packed && M > 0 && N > 0 && K > 0 && alpha != 0.0f) {
+        check_args(transa, transb, M, N, K, lda, ldb, ldc);
+        gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin,
+                                cout, ldco, ws, 0, 0, 0);
         return;
     }
     /* any other path, or an empty product: widen, multiply, round, one after another */

@@ -1,0 +1,186 @@
+/* gemm_packed.c — the "packed" bf16 GEMM path (gemm_bf16.c): driver and plain C micro-kernel.
+ *
+ * GotoBLAS / BLIS loops in one OpenMP region per product (each region and barrier costs a time
+ * slice on a busy host): jc over N in nc blocks; pc over K in kc blocks, where the threads pack
+ * the (kc, nc) B block together, widening bf16 to fp32 on the way (a shift by 16), and meet at a
+ * barrier; then each thread walks its own rows of C (a contiguous share of A's mr-row panels),
+ * mc rows at a time: it packs that A block into its part of the workspace and runs the
+ * micro-kernel over the tiles, B panel outer (kept in L1), A panel inner (the A block in L2).
+ * Threads split M only, and every tile is summed the same way wherever it falls, so the bits do
+ * not depend on the thread count. The first kc block starts C from beta C (or the widened cin),
+ * the later ones add to it; after the last, cout gets each tile rounded while it is in L1.
+ * Edge tiles (m < mr or n < nr) run the kernel into a scratch tile with beta 0 and apply
+ * C = fma(beta, C, t) element by element: the kernel's own formula, so they give its bits. */
+#include "kernels/gemm_packed.h"
+
+#include "kernels/attention_tiles.h"
+#include "kernels/bf16.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/check.h"
+
+/* ---- portable micro-kernel ------------------------------------------------------------------ */
+
+enum { P_MR = 4, P_NR = 16 };
+
+/* Plain C; cloned per CPU (dispatch.h) so that fmaf is an instruction where the CPU has one (on
+ * the baseline it is libm's, correctly rounded too, hence the same bits). */
+KERNEL_CLONES
+static void portable_kernel(int kc, const float *a, int kmajor, const float *b, float *c,
+                            ptrdiff_t ldc, float alpha, float beta) {
+    float acc[P_MR][P_NR] = {{0}};
+    ptrdiff_t rsa = kmajor ? 1 : kc, csa = kmajor ? P_MR : 1;
+    for (int k = 0; k < kc; k++, b += P_NR)
+        for (int i = 0; i < P_MR; i++) {
+            float x = a[i * rsa + k * csa];
+            for (int j = 0; j < P_NR; j++)
+                acc[i][j] = fmaf(x, b[j], acc[i][j]);
+        }
+    for (int i = 0; i < P_MR; i++)
+        for (int j = 0; j < P_NR; j++) {
+            float t = alpha * acc[i][j], *p = c + i * ldc + j;
+            *p = beta == 0.0f ? t : fmaf(beta, *p, t);
+        }
+}
+
+static void portable_pack_b(float *dst, const uint16_t *B, int ldb, int transb, int k0, int j0,
+                            int kc, int n) {
+    gemm_packed_pack_b_generic(dst, B, ldb, transb, k0, j0, kc, n, P_NR);
+}
+
+static void portable_pack_a(float *dst, const uint16_t *A, int lda, int transa, int i0, int k0,
+                            int kc, int m) {
+    gemm_packed_pack_a_generic(dst, A, lda, transa, i0, k0, kc, m, P_MR);
+}
+
+const gemm_packed_ops gemm_packed_portable = {
+    .name = "portable",
+    .mr = P_MR,
+    .nr = P_NR,
+    .mc = 128,
+    .kc = 256,
+    .nc = 4096,
+    .kernel = portable_kernel,
+    .pack_b = portable_pack_b,
+    .pack_a = portable_pack_a,
+};
+
+/* ---- driver --------------------------------------------------------------------------------- */
+
+/* The micro-kernel of the chosen kernel path (kernel_path_name's choice, UPIPE_KERNEL). */
+static const gemm_packed_ops *ops_current(void) {
+    const char *name = attn_ops_current()->name;
+#if defined(__x86_64__)
+    if (!strcmp(name, gemm_packed_avx512.name)) return &gemm_packed_avx512;
+    if (!strcmp(name, gemm_packed_avx2.name)) return &gemm_packed_avx2;
+#endif
+    return &gemm_packed_portable;
+}
+
+static int imin(int a, int b) {
+    return a < b ? a : b;
+}
+
+enum { WS_ALIGN = 16 }; // floats: panels start on cache lines
+
+static size_t round_up(size_t x, size_t to) {
+    return (x + to - 1) / to * to;
+}
+
+/* One tile of C (m rows, n columns at c): cin widened into it on the first K block, the kernel
+ * (through a scratch tile at the edges), cout rounded from it after the last. */
+static void tile(const gemm_packed_ops *o, int kc, const float *a, int kmajor, const float *b,
+                 float *c, int ldc, int m, int n, float alpha, float beta, const uint16_t *cin,
+                 uint16_t *cout, int ldco) {
+    if (cin) {
+        for (int i = 0; i < m; i++)
+            f32_from_bf16(cin + (size_t)i * (size_t)ldco, c + (size_t)i * (size_t)ldc, (size_t)n);
+        beta = 1.0f;
+    }
+    if (m == o->mr && n == o->nr) {
+        o->kernel(kc, a, kmajor, b, c, ldc, alpha, beta);
+    } else {
+        float t[32 * 32]; // the largest tile of any path
+        o->kernel(kc, a, kmajor, b, t, o->nr, alpha, 0.0f);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                float *p = c + (size_t)i * (size_t)ldc + j, x = t[i * o->nr + j];
+                *p = beta == 0.0f ? x : fmaf(beta, *p, x);
+            }
+    }
+    if (cout)
+        for (int i = 0; i < m; i++)
+            bf16_from_f32(c + (size_t)i * (size_t)ldc, cout + (size_t)i * (size_t)ldco, (size_t)n);
+}
+
+void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float alpha,
+                             const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                             float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                             float *ws, int mc, int nc, int kc) {
+    const gemm_packed_ops *o = ops_current();
+    const int MR = o->mr, NR = o->nr, nth = omp_get_max_threads();
+    UP_CHECK(MR * NR <= 32 * 32, "gemm_bf16 packed: tile %dx%d too large", MR, NR);
+    /* Blocks that fit the workspace for any thread count: kc first, then nc leaving every thread
+     * at least one A panel, then mc from what is left (whole panels). */
+    size_t avail = GEMM_BF16_WS_FLOATS - WS_ALIGN;
+    kc = imin(kc > 0 ? kc : o->kc, K);
+    size_t panels_a = (size_t)nth * ((size_t)MR * (size_t)kc + WS_ALIGN);
+    UP_CHECK(avail > panels_a + (size_t)NR * (size_t)kc,
+             "gemm_bf16 packed: the workspace cannot hold the panels of %d threads", nth);
+    size_t nc_fit = (avail - panels_a - WS_ALIGN) / (size_t)kc / (size_t)NR * (size_t)NR;
+    nc = (int)(nc > 0 ? (size_t)nc : (size_t)o->nc);
+    nc = (int)(round_up((size_t)imin(nc, N), (size_t)NR));
+    if ((size_t)nc > nc_fit) nc = (int)nc_fit;
+    size_t bfloats = round_up((size_t)kc * (size_t)nc, WS_ALIGN);
+    size_t a_fit =
+        ((avail - bfloats) / (size_t)nth - WS_ALIGN) / ((size_t)MR * (size_t)kc) * (size_t)MR;
+    mc = (int)round_up((size_t)(mc > 0 ? mc : o->mc), (size_t)MR);
+    if ((size_t)mc > a_fit) mc = (int)a_fit;
+    size_t afloats = round_up((size_t)mc * (size_t)kc, WS_ALIGN);
+
+    float *pb = (float *)round_up((size_t)ws, WS_ALIGN * sizeof(float));
+    (void)bf16_path_current(); /* the conversions' path, chosen before the threads use it */
+    const int npanels = (M + MR - 1) / MR;
+#pragma omp parallel
+    {
+        int th = omp_get_num_threads(), tid = omp_get_thread_num();
+        int r0 = (int)((long long)npanels * tid / th) * MR;
+        int r1 = imin(M, (int)((long long)npanels * (tid + 1) / th) * MR);
+        float *pa = pb + bfloats + (size_t)tid * afloats;
+        for (int jc = 0; jc < N; jc += nc) {
+            int nn = imin(nc, N - jc), nbp = (nn + NR - 1) / NR;
+            for (int pc = 0; pc < K; pc += kc) {
+                int kk = imin(kc, K - pc);
+                int first = pc == 0, last = pc + kk == K;
+                if (jc > 0 || pc > 0) {
+#pragma omp barrier /* every thread is done with the previous B block */
+                }
+                for (int q = nbp * tid / th; q < nbp * (tid + 1) / th; q++)
+                    o->pack_b(pb + (size_t)q * (size_t)NR * (size_t)kk, B, ldb, transb, pc,
+                              jc + q * NR, kk, imin(NR, nn - q * NR));
+#pragma omp barrier /* the B block is whole */
+                for (int ic = r0; ic < r1; ic += mc) {
+                    int mm = imin(mc, r1 - ic);
+                    for (int ir = 0; ir < mm; ir += MR)
+                        o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc, kk,
+                                  imin(MR, mm - ir));
+                    for (int jr = 0; jr < nn; jr += NR)
+                        for (int ir = 0; ir < mm; ir += MR) {
+                            size_t row = (size_t)(ic + ir), col = (size_t)(jc + jr);
+                            tile(o, kk, pa + (size_t)ir * (size_t)kk, transa,
+                                 pb + (size_t)jr * (size_t)kk, C + row * (size_t)ldc + col, ldc,
+                                 imin(MR, mm - ir), imin(NR, nn - jr), alpha, first ? beta : 1.0f,
+                                 first && cin ? cin + row * (size_t)ldco + col : NULL,
+                                 last && cout ? cout + row * (size_t)ldco + col : NULL, ldco);
+                        }
+                }
+            }
+        }
+    }
+}
