@@ -129,7 +129,11 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
     /* Blocks that fit the workspace for any thread count: kc first, then nc leaving every thread
      * at least one A panel, then mc from what is left (whole panels). */
     size_t avail = GEMM_BF16_WS_FLOATS - WS_ALIGN;
-    kc = imin(kc > 0 ? kc : o->kc, K);
+    /* K in equal blocks of at most kc (multiples of 8): K = 512 as 2 x 256 rather than 384 + 128,
+     * whose short block would pay a whole pass over C for little work. */
+    kc = kc > 0 ? kc : o->kc;
+    int kblocks = (K + kc - 1) / kc;
+    kc = imin(K, (int)round_up((size_t)((K + kblocks - 1) / kblocks), 8));
     size_t panels_a = (size_t)nth * ((size_t)MR * (size_t)kc + WS_ALIGN);
     UP_CHECK(avail > panels_a + (size_t)NR * (size_t)kc,
              "gemm_bf16 packed: the workspace cannot hold the panels of %d threads", nth);

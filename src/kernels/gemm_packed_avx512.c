@@ -9,38 +9,89 @@
 
 enum { MR = 12, NR = 32 };
 
-/* a(i, k) at a[i*rsa + k*csa]; with the strides constant after inlining, the loop keeps its A
- * addresses in registers. */
-static inline __attribute__((always_inline)) void tile(int kc, const float *a, ptrdiff_t rsa,
-                                                       ptrdiff_t csa, const float *b, float *c,
-                                                       ptrdiff_t ldc, float alpha, float beta) {
-    __m512 acc[MR][2];
-    for (int i = 0; i < MR; i++)
-        acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+/* The tile's sums into out (MR rows of NR), a(i, k) at a[i*rsa + k*csa]; with the strides
+ * constant after inlining, the loop keeps its A addresses in registers. The accumulators are
+ * named variables: an array of vectors, GCC kept in memory and stored in every iteration. */
+#define ROW(i)                                                                                     \
+    do {                                                                                           \
+        __m512 x = _mm512_set1_ps(a[(i)*rsa + k * csa]);                                           \
+        c##i##_0 = _mm512_fmadd_ps(x, b0, c##i##_0);                                               \
+        c##i##_1 = _mm512_fmadd_ps(x, b1, c##i##_1);                                               \
+    } while (0)
+#define STORE(i)                                                                                   \
+    do {                                                                                           \
+        _mm512_store_ps(out + (i)*NR, c##i##_0);                                                   \
+        _mm512_store_ps(out + (i)*NR + 16, c##i##_1);                                              \
+    } while (0)
+static inline __attribute__((always_inline)) void sums(int kc, const float *a, ptrdiff_t rsa,
+                                                       ptrdiff_t csa, const float *b, float *out) {
+    __m512 z = _mm512_setzero_ps();
+    __m512 c0_0 = z, c0_1 = z, c1_0 = z, c1_1 = z, c2_0 = z, c2_1 = z, c3_0 = z, c3_1 = z, c4_0 = z,
+           c4_1 = z, c5_0 = z, c5_1 = z, c6_0 = z, c6_1 = z, c7_0 = z, c7_1 = z, c8_0 = z, c8_1 = z,
+           c9_0 = z, c9_1 = z, c10_0 = z, c10_1 = z, c11_0 = z, c11_1 = z;
     for (int k = 0; k < kc; k++, b += NR) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            __m512 x = _mm512_set1_ps(a[i * rsa + k * csa]);
-            acc[i][0] = _mm512_fmadd_ps(x, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(x, b1, acc[i][1]);
-        }
+        ROW(0);
+        ROW(1);
+        ROW(2);
+        ROW(3);
+        ROW(4);
+        ROW(5);
+        ROW(6);
+        ROW(7);
+        ROW(8);
+        ROW(9);
+        ROW(10);
+        ROW(11);
     }
-    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    for (int i = 0; i < MR; i++)
-        for (int h = 0; h < 2; h++) {
-            float *p = c + i * ldc + 16 * h;
-            __m512 t = _mm512_mul_ps(va, acc[i][h]);
-            _mm512_storeu_ps(p, beta == 0.0f ? t : _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), t));
-        }
+    STORE(0);
+    STORE(1);
+    STORE(2);
+    STORE(3);
+    STORE(4);
+    STORE(5);
+    STORE(6);
+    STORE(7);
+    STORE(8);
+    STORE(9);
+    STORE(10);
+    STORE(11);
+}
+#undef ROW
+#undef STORE
+
+/* The loops out of line, away from alpha, beta and C's pointers: inlined into the kernel, GCC
+ * kept those in registers and spilled accumulators to the stack in every iteration. */
+static __attribute__((noinline)) void sums_kmajor(int kc, const float *a, const float *b,
+                                                  float *out) {
+    sums(kc, a, 1, MR, b, out);
+}
+
+static __attribute__((noinline)) void sums_rowmajor(int kc, const float *a, const float *b,
+                                                    float *out) {
+    sums(kc, a, kc, 1, b, out);
 }
 
 static void kernel(int kc, const float *a, int kmajor, const float *b, float *c, ptrdiff_t ldc,
                    float alpha, float beta) {
+    /* C's rows are far apart, so no hardware prefetcher brings them: ask for them now and the
+     * k loop hides the memory latency. */
+    for (int i = 0; i < MR; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + NR - 1), _MM_HINT_T0);
+    }
+    _Alignas(64) float acc[MR * NR];
     if (kmajor)
-        tile(kc, a, 1, MR, b, c, ldc, alpha, beta);
+        sums_kmajor(kc, a, b, acc);
     else
-        tile(kc, a, kc, 1, b, c, ldc, alpha, beta);
+        sums_rowmajor(kc, a, b, acc);
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int i = 0; i < MR; i++)
+        for (int h = 0; h < NR; h += 16) {
+            float *p = c + i * ldc + h;
+            __m512 t = _mm512_mul_ps(va, _mm512_load_ps(acc + i * NR + h));
+            _mm512_storeu_ps(p, beta == 0.0f ? t : _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), t));
+        }
 }
 
 static void pack_b(float *dst, const uint16_t *B, int ldb, int transb, int k0, int j0, int kc,
