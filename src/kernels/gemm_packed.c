@@ -1,16 +1,17 @@
 /* gemm_packed.c — the "packed" bf16 GEMM path (gemm_bf16.c): driver and plain C micro-kernel.
  *
  * GotoBLAS / BLIS loops in one OpenMP region per product (each region and barrier costs a time
- * slice on a busy host): jc over N in nc blocks; pc over K in kc blocks, where the threads pack
- * the (kc, nc) B block together, widening bf16 to fp32 on the way (a shift by 16), and meet at a
- * barrier; then each thread walks its own rows of C (a contiguous share of A's mr-row panels),
- * mc rows at a time: it packs that A block into its part of the workspace and runs the
- * micro-kernel over the tiles, B panel outer (kept in L1), A panel inner (the A block in L2).
- * Threads split M only, and every tile is summed the same way wherever it falls, so the bits do
- * not depend on the thread count. The first kc block starts C from beta C (or the widened cin),
- * the later ones add to it; after the last, cout gets each tile rounded while it is in L1.
- * Edge tiles (m < mr or n < nr) run the kernel into a scratch tile with beta 0 and apply
- * C = fma(beta, C, t) element by element: the kernel's own formula, so they give its bits. */
+ * slice on a busy host): jc over N in nc blocks; over K in blocks of up to KB_DEPTH, where the
+ * threads pack that B block together as (kc, nc) blocks, widening bf16 to fp32 on the way (a
+ * shift by 16), and meet at a barrier; then, for each kc block (pc) in it, each thread walks its
+ * own rows of C (a contiguous share of A's mr-row panels), mc rows at a time: it packs that A block
+ * into its part of the workspace and runs the micro-kernel over the tiles, B panel outer (kept in
+ * L1), A panel inner (the A block in L2). Threads split M only, and every tile is summed the same
+ * way wherever it falls, so the bits do not depend on the thread count. The first kc block starts C
+ * from beta C (or the widened cin), the later ones add to it; after the last, cout gets each tile
+ * rounded while it is in L1. Edge tiles (m < mr or n < nr) run the kernel into a scratch tile with
+ * beta 0 and apply C = fma(beta, C, t) element by element: the kernel's own formula, so they give
+ * its bits. */
 #include "kernels/gemm_packed.h"
 
 #include "kernels/attention_tiles.h"
@@ -87,7 +88,10 @@ static int imin(int a, int b) {
     return a < b ? a : b;
 }
 
-enum { WS_ALIGN = 16 }; // floats: panels start on cache lines
+enum {
+    WS_ALIGN = 16,   // floats: panels start on cache lines
+    KB_DEPTH = 1024, // the depth of K that one packed B block covers, at most
+};
 
 static size_t round_up(size_t x, size_t to) {
     return (x + to - 1) / to * to;
@@ -134,14 +138,21 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
     kc = kc > 0 ? kc : o->kc;
     int kblocks = (K + kc - 1) / kc;
     kc = imin(K, (int)round_up((size_t)((K + kblocks - 1) / kblocks), 8));
+    /* B is packed kb = S kc deep at a time (S kc blocks per pair of barriers: a barrier waits
+     * for the slowest thread, and on a shared host that is often a descheduled one). */
+    int S = imin(kblocks, imin(K, KB_DEPTH) / kc > 1 ? imin(K, KB_DEPTH) / kc : 1);
+    size_t kb = (size_t)S * (size_t)kc;
     size_t panels_a = (size_t)nth * ((size_t)MR * (size_t)kc + WS_ALIGN);
-    UP_CHECK(avail > panels_a + (size_t)NR * (size_t)kc,
+    UP_CHECK(avail > panels_a + (size_t)NR * kb + WS_ALIGN,
              "gemm_bf16 packed: the workspace cannot hold the panels of %d threads", nth);
-    size_t nc_fit = (avail - panels_a - WS_ALIGN) / (size_t)kc / (size_t)NR * (size_t)NR;
+    size_t nc_fit = (avail - panels_a - WS_ALIGN) / kb / (size_t)NR * (size_t)NR;
+    /* N in equal blocks of at most nc too (whole micro-panels): N = 4096 as 2 x 2048, not
+     * 4080 + 16, whose thin block would pack all of A again for 16 columns. */
     nc = (int)(nc > 0 ? (size_t)nc : (size_t)o->nc);
-    nc = (int)(round_up((size_t)imin(nc, N), (size_t)NR));
     if ((size_t)nc > nc_fit) nc = (int)nc_fit;
-    size_t bfloats = round_up((size_t)kc * (size_t)nc, WS_ALIGN);
+    int nblocks = (N + nc - 1) / nc;
+    nc = (int)round_up((size_t)((N + nblocks - 1) / nblocks), (size_t)NR);
+    size_t bfloats = round_up(kb * (size_t)nc, WS_ALIGN);
     size_t a_fit =
         ((avail - bfloats) / (size_t)nth - WS_ALIGN) / ((size_t)MR * (size_t)kc) * (size_t)MR;
     mc = (int)round_up((size_t)(mc > 0 ? mc : o->mc), (size_t)MR);
@@ -159,30 +170,38 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
         float *pa = pb + bfloats + (size_t)tid * afloats;
         for (int jc = 0; jc < N; jc += nc) {
             int nn = imin(nc, N - jc), nbp = (nn + NR - 1) / NR;
-            for (int pc = 0; pc < K; pc += kc) {
-                int kk = imin(kc, K - pc);
-                int first = pc == 0, last = pc + kk == K;
-                if (jc > 0 || pc > 0) {
+            for (int p0 = 0; p0 < K; p0 += (int)kb) {
+                if (jc > 0 || p0 > 0) {
 #pragma omp barrier /* every thread is done with the previous B block */
                 }
-                for (int q = nbp * tid / th; q < nbp * (tid + 1) / th; q++)
-                    o->pack_b(pb + (size_t)q * (size_t)NR * (size_t)kk, B, ldb, transb, pc,
-                              jc + q * NR, kk, imin(NR, nn - q * NR));
+                for (int pc = p0; pc < imin(K, p0 + (int)kb); pc += kc) {
+                    int kk = imin(kc, K - pc);
+                    float *pbs = pb + (size_t)(pc - p0) * (size_t)nc;
+                    for (int q = nbp * tid / th; q < nbp * (tid + 1) / th; q++)
+                        o->pack_b(pbs + (size_t)q * (size_t)NR * (size_t)kk, B, ldb, transb, pc,
+                                  jc + q * NR, kk, imin(NR, nn - q * NR));
+                }
 #pragma omp barrier /* the B block is whole */
-                for (int ic = r0; ic < r1; ic += mc) {
-                    int mm = imin(mc, r1 - ic);
-                    for (int ir = 0; ir < mm; ir += MR)
-                        o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc, kk,
-                                  imin(MR, mm - ir));
-                    for (int jr = 0; jr < nn; jr += NR)
-                        for (int ir = 0; ir < mm; ir += MR) {
-                            size_t row = (size_t)(ic + ir), col = (size_t)(jc + jr);
-                            tile(o, kk, pa + (size_t)ir * (size_t)kk, transa,
-                                 pb + (size_t)jr * (size_t)kk, C + row * (size_t)ldc + col, ldc,
-                                 imin(MR, mm - ir), imin(NR, nn - jr), alpha, first ? beta : 1.0f,
-                                 first && cin ? cin + row * (size_t)ldco + col : NULL,
-                                 last && cout ? cout + row * (size_t)ldco + col : NULL, ldco);
-                        }
+                for (int pc = p0; pc < imin(K, p0 + (int)kb); pc += kc) {
+                    int kk = imin(kc, K - pc);
+                    int first = pc == 0, last = pc + kk == K;
+                    const float *pbs = pb + (size_t)(pc - p0) * (size_t)nc;
+                    for (int ic = r0; ic < r1; ic += mc) {
+                        int mm = imin(mc, r1 - ic);
+                        for (int ir = 0; ir < mm; ir += MR)
+                            o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc, kk,
+                                      imin(MR, mm - ir));
+                        for (int jr = 0; jr < nn; jr += NR)
+                            for (int ir = 0; ir < mm; ir += MR) {
+                                size_t row = (size_t)(ic + ir), col = (size_t)(jc + jr);
+                                tile(o, kk, pa + (size_t)ir * (size_t)kk, transa,
+                                     pbs + (size_t)jr * (size_t)kk, C + row * (size_t)ldc + col,
+                                     ldc, imin(MR, mm - ir), imin(NR, nn - jr), alpha,
+                                     first ? beta : 1.0f,
+                                     first && cin ? cin + row * (size_t)ldco + col : NULL,
+                                     last && cout ? cout + row * (size_t)ldco + col : NULL, ldco);
+                            }
+                    }
                 }
             }
         }

@@ -114,6 +114,14 @@ static inline void gemm_packed_pack_b_generic(float *dst, const uint16_t *B, int
 
 static inline void gemm_packed_pack_a_generic(float *dst, const uint16_t *A, int lda, int transa,
                                               int i0, int k0, int kc, int m, int mr) {
+    if (transa && m == mr) { // A (K, M), a whole panel: loops of constant length, vectorised
+        for (int k = 0; k < kc; k++) {
+            const uint16_t *s = A + (size_t)(k0 + k) * (size_t)lda + i0;
+            for (int i = 0; i < mr; i++)
+                dst[(size_t)k * (size_t)mr + i] = gemm_packed_widen(s[i]);
+        }
+        return;
+    }
     if (transa) { // A (K, M): k-major panel, mr contiguous values per k
         for (int k = 0; k < kc; k++) {
             const uint16_t *s = A + (size_t)(k0 + k) * (size_t)lda + i0;

@@ -28,6 +28,7 @@ static inline __attribute__((always_inline)) void sums(int kc, const float *a, p
     __m256 z = _mm256_setzero_ps();
     __m256 c0_0 = z, c0_1 = z, c1_0 = z, c1_1 = z, c2_0 = z, c2_1 = z, c3_0 = z, c3_1 = z, c4_0 = z,
            c4_1 = z, c5_0 = z, c5_1 = z;
+#pragma GCC unroll 4
     for (int k = 0; k < kc; k++, b += NR) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
         ROW(0);

@@ -5,7 +5,7 @@
  * widened bf16 inputs: all four trans combinations, M, N, K in {1, 7, 33, 129, 300}, leading
  * dimensions past the row length (the gaps of C must stay untouched), alpha and beta from
  * {0, 1, 0.5} (and -2 for alpha), C full of NaN whenever beta is 0 (beta 0 must not read C).
- * Edge cases: K = 0 (C = beta C) and M or N = 0 (nothing written).
+ * Edge cases: K = 0 (C = beta C), M or N = 0 (nothing written), K = 2100 (several K blocks).
  *
  * The bound. A product of two bf16 values (8-bit significands) has at most 16 significant bits:
  * exact in fp32, so the only errors are the fp32 additions (VDPBF16PS is two fp32 FMAs per pair,
@@ -139,7 +139,10 @@ static void run_variant(const variant *v, float *ws) {
     fails += !one_case(v, 1, 0, 7, 33, 0, 1.0f, 0.0f, ws);
     fails += !one_case(v, 0, 0, 0, 33, 7, 1.0f, 0.5f, ws);
     fails += !one_case(v, 1, 1, 7, 0, 7, 1.0f, 0.5f, ws);
-    printf("%-24s %d cases, %d failed\n", v->name, n + 4, fails);
+    // K past the paths' deepest blocks (1024): several B blocks in turn
+    fails += !one_case(v, 0, 1, 37, 71, 2100, 0.5f, 1.0f, ws);
+    fails += !one_case(v, 1, 0, 29, 40, 2100, 1.0f, 0.0f, ws);
+    printf("%-24s %d cases, %d failed\n", v->name, n + 6, fails);
 }
 
 /* gemm_bf16_io on the packed path: C against the reference as above with cin's widening in
@@ -189,7 +192,7 @@ static int io_case(int ta, int tb, int M, int N, int K, float alpha, int with_ci
 /* The packed path's bits with 1 and 2 OpenMP threads: the same (threads split M only). Shapes
  * with several K blocks and an M edge. */
 static void thread_bits(float *ws) {
-    static const int shapes[][3] = {{301, 67, 1000}, {97, 300, 513}, {4, 1, 2}};
+    static const int shapes[][3] = {{301, 67, 2100}, {97, 300, 513}, {4, 1, 2}};
     int fails = 0;
     for (int s = 0; s < 3; s++)
         for (int t = 0; t < 4; t++) {
