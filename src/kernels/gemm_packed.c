@@ -8,10 +8,10 @@
  * into its part of the workspace and runs the micro-kernel over the tiles, B panel outer (kept in
  * L1), A panel inner (the A block in L2). Threads split M only, and every tile is summed the same
  * way wherever it falls, so the bits do not depend on the thread count. The first kc block starts C
- * from beta C (or the widened cin), the later ones add to it; after the last, cout gets each tile
- * rounded while it is in L1. Edge tiles (m < mr or n < nr) run the kernel into a scratch tile with
- * beta 0 and apply C = fma(beta, C, t) element by element: the kernel's own formula, so they give
- * its bits. */
+ * from beta C (or the widened cin), the later ones add to it; after the last, cout gets each
+ * (mc, nc) block of C rounded, row by row, right after the block is done. Edge tiles (m < mr or n <
+ * nr) run the kernel into a scratch tile with beta 0 and apply C = fma(beta, C, t) element by
+ * element: the kernel's own formula, so they give its bits. */
 #include "kernels/gemm_packed.h"
 
 #include "kernels/attention_tiles.h"
@@ -97,16 +97,9 @@ static size_t round_up(size_t x, size_t to) {
     return (x + to - 1) / to * to;
 }
 
-/* One tile of C (m rows, n columns at c): cin widened into it on the first K block, the kernel
- * (through a scratch tile at the edges), cout rounded from it after the last. */
+/* One tile of C (m rows, n columns at c): the kernel, through a scratch tile at the edges. */
 static void tile(const gemm_packed_ops *o, int kc, const float *a, int kmajor, const float *b,
-                 float *c, int ldc, int m, int n, float alpha, float beta, const uint16_t *cin,
-                 uint16_t *cout, int ldco) {
-    if (cin) {
-        for (int i = 0; i < m; i++)
-            f32_from_bf16(cin + (size_t)i * (size_t)ldco, c + (size_t)i * (size_t)ldc, (size_t)n);
-        beta = 1.0f;
-    }
+                 float *c, int ldc, int m, int n, float alpha, float beta) {
     if (m == o->mr && n == o->nr) {
         o->kernel(kc, a, kmajor, b, c, ldc, alpha, beta);
     } else {
@@ -118,9 +111,6 @@ static void tile(const gemm_packed_ops *o, int kc, const float *a, int kmajor, c
                 *p = beta == 0.0f ? x : fmaf(beta, *p, x);
             }
     }
-    if (cout)
-        for (int i = 0; i < m; i++)
-            bf16_from_f32(c + (size_t)i * (size_t)ldc, cout + (size_t)i * (size_t)ldco, (size_t)n);
 }
 
 void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float alpha,
@@ -191,16 +181,27 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
                         for (int ir = 0; ir < mm; ir += MR)
                             o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc, kk,
                                       imin(MR, mm - ir));
+                        /* cin into this block of C (beta 1 then), and cout from it after the
+                         * last K block: whole rows of the block at a time, just after they were
+                         * written (per tile row, the conversions' call overhead is paid per
+                         * 16 or 32 values). */
+                        float b = first ? beta : 1.0f;
+                        if (first && cin) {
+                            for (int i = ic; i < ic + mm; i++)
+                                f32_from_bf16(cin + (size_t)i * (size_t)ldco + jc,
+                                              C + (size_t)i * (size_t)ldc + jc, (size_t)nn);
+                            b = 1.0f;
+                        }
                         for (int jr = 0; jr < nn; jr += NR)
-                            for (int ir = 0; ir < mm; ir += MR) {
-                                size_t row = (size_t)(ic + ir), col = (size_t)(jc + jr);
+                            for (int ir = 0; ir < mm; ir += MR)
                                 tile(o, kk, pa + (size_t)ir * (size_t)kk, transa,
-                                     pbs + (size_t)jr * (size_t)kk, C + row * (size_t)ldc + col,
-                                     ldc, imin(MR, mm - ir), imin(NR, nn - jr), alpha,
-                                     first ? beta : 1.0f,
-                                     first && cin ? cin + row * (size_t)ldco + col : NULL,
-                                     last && cout ? cout + row * (size_t)ldco + col : NULL, ldco);
-                            }
+                                     pbs + (size_t)jr * (size_t)kk,
+                                     C + (size_t)(ic + ir) * (size_t)ldc + jc + jr, ldc,
+                                     imin(MR, mm - ir), imin(NR, nn - jr), alpha, b);
+                        if (last && cout)
+                            for (int i = ic; i < ic + mm; i++)
+                                bf16_from_f32(C + (size_t)i * (size_t)ldc + jc,
+                                              cout + (size_t)i * (size_t)ldco + jc, (size_t)nn);
                     }
                 }
             }
