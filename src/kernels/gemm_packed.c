@@ -8,10 +8,10 @@
  * into its part of the workspace and runs the micro-kernel over the tiles, B panel outer (kept in
  * L1), A panel inner (the A block in L2). Threads split M only, and every tile is summed the same
  * way wherever it falls, so the bits do not depend on the thread count. The first kc block starts C
- * from beta C (or the widened cin), the later ones add to it; after the last, cout gets each
- * (mc, nc) block of C rounded, row by row, right after the block is done. Edge tiles (m < mr or n <
- * nr) run the kernel into a scratch tile with beta 0 and apply C = fma(beta, C, t) element by
- * element: the kernel's own formula, so they give its bits. */
+ * from beta C (or the widened cin), the later ones add to it; in the last, the kernel rounds each
+ * tile into cout from its registers (rounding C afterwards reads it back from memory). Edge tiles
+ * (m < mr or n < nr) run the kernel into a scratch tile with beta 0 and apply C = fma(beta, C, t)
+ * element by element: the kernel's own formula, so they give its bits. */
 #include "kernels/gemm_packed.h"
 
 #include "kernels/attention_tiles.h"
@@ -34,7 +34,8 @@ enum { P_MR = 4, P_NR = 16 };
  * the baseline it is libm's, correctly rounded too, hence the same bits). */
 KERNEL_CLONES
 static void portable_kernel(int kc, const float *a, int kmajor, const float *b, float *c,
-                            ptrdiff_t ldc, float alpha, float beta) {
+                            ptrdiff_t ldc, float alpha, float beta, uint16_t *cout,
+                            ptrdiff_t ldco) {
     float acc[P_MR][P_NR] = {{0}};
     ptrdiff_t rsa = kmajor ? 1 : kc, csa = kmajor ? P_MR : 1;
     for (int k = 0; k < kc; k++, b += P_NR)
@@ -47,6 +48,7 @@ static void portable_kernel(int kc, const float *a, int kmajor, const float *b, 
         for (int j = 0; j < P_NR; j++) {
             float t = alpha * acc[i][j], *p = c + i * ldc + j;
             *p = beta == 0.0f ? t : fmaf(beta, *p, t);
+            if (cout) cout[i * ldco + j] = bf16_round(*p);
         }
 }
 
@@ -97,19 +99,22 @@ static size_t round_up(size_t x, size_t to) {
     return (x + to - 1) / to * to;
 }
 
-/* One tile of C (m rows, n columns at c): the kernel, through a scratch tile at the edges. */
+/* One tile of C (m rows, n columns at c), and of cout if not NULL: the kernel, through a scratch
+ * tile at the edges. */
 static void tile(const gemm_packed_ops *o, int kc, const float *a, int kmajor, const float *b,
-                 float *c, int ldc, int m, int n, float alpha, float beta) {
+                 float *c, int ldc, int m, int n, float alpha, float beta, uint16_t *cout,
+                 int ldco) {
     if (m == o->mr && n == o->nr) {
-        o->kernel(kc, a, kmajor, b, c, ldc, alpha, beta);
-    } else {
-        float t[32 * 32]; // the largest tile of any path
-        o->kernel(kc, a, kmajor, b, t, o->nr, alpha, 0.0f);
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                float *p = c + (size_t)i * (size_t)ldc + j, x = t[i * o->nr + j];
-                *p = beta == 0.0f ? x : fmaf(beta, *p, x);
-            }
+        o->kernel(kc, a, kmajor, b, c, ldc, alpha, beta, cout, ldco);
+        return;
+    }
+    float t[32 * 32]; // the largest tile of any path
+    o->kernel(kc, a, kmajor, b, t, o->nr, alpha, 0.0f, NULL, 0);
+    for (int i = 0; i < m; i++) {
+        float *p = c + (size_t)i * (size_t)ldc;
+        for (int j = 0; j < n; j++)
+            p[j] = beta == 0.0f ? t[i * o->nr + j] : fmaf(beta, p[j], t[i * o->nr + j]);
+        if (cout) bf16_from_f32(p, cout + (size_t)i * (size_t)ldco, (size_t)n);
     }
 }
 
@@ -181,10 +186,7 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
                         for (int ir = 0; ir < mm; ir += MR)
                             o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc, kk,
                                       imin(MR, mm - ir));
-                        /* cin into this block of C (beta 1 then), and cout from it after the
-                         * last K block: whole rows of the block at a time, just after they were
-                         * written (per tile row, the conversions' call overhead is paid per
-                         * 16 or 32 values). */
+                        /* cin into this block of C (beta 1 then), whole rows at a time */
                         float b = first ? beta : 1.0f;
                         if (first && cin) {
                             for (int i = ic; i < ic + mm; i++)
@@ -193,15 +195,13 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
                             b = 1.0f;
                         }
                         for (int jr = 0; jr < nn; jr += NR)
-                            for (int ir = 0; ir < mm; ir += MR)
+                            for (int ir = 0; ir < mm; ir += MR) {
+                                size_t row = (size_t)(ic + ir), col = (size_t)(jc + jr);
                                 tile(o, kk, pa + (size_t)ir * (size_t)kk, transa,
-                                     pbs + (size_t)jr * (size_t)kk,
-                                     C + (size_t)(ic + ir) * (size_t)ldc + jc + jr, ldc,
-                                     imin(MR, mm - ir), imin(NR, nn - jr), alpha, b);
-                        if (last && cout)
-                            for (int i = ic; i < ic + mm; i++)
-                                bf16_from_f32(C + (size_t)i * (size_t)ldc + jc,
-                                              cout + (size_t)i * (size_t)ldco + jc, (size_t)nn);
+                                     pbs + (size_t)jr * (size_t)kk, C + row * (size_t)ldc + col,
+                                     ldc, imin(MR, mm - ir), imin(NR, nn - jr), alpha, b,
+                                     last && cout ? cout + row * (size_t)ldco + col : NULL, ldco);
+                            }
                     }
                 }
             }

@@ -27,9 +27,11 @@ typedef struct {
     const char *name; // the kernel path ("avx512", "avx2", "portable")
     int mr, nr;       // micro-tile
     int mc, kc, nc;   // blocks (largest; the driver shrinks them to fit the workspace)
-    /* The full mr x nr tile at c (rows ldc apart), A panel k-major if kmajor else row-major. */
+    /* The full mr x nr tile at c (rows ldc apart), A panel k-major if kmajor else row-major;
+     * cout not NULL: the tile also rounded into it (rows ldco apart, bf16_from_f32's bits) from
+     * the registers, so that C is not read back. */
     void (*kernel)(int kc, const float *a, int kmajor, const float *b, float *c, ptrdiff_t ldc,
-                   float alpha, float beta);
+                   float alpha, float beta, uint16_t *cout, ptrdiff_t ldco);
     /* B micro-panel of n <= nr columns of op(B) from column j0, kc rows from k0. */
     void (*pack_b)(float *dst, const uint16_t *B, int ldb, int transb, int k0, int j0, int kc,
                    int n);

@@ -60,8 +60,23 @@ static __attribute__((noinline)) void sums_rowmajor(int kc, const float *a, cons
     sums(kc, a, kc, 1, b, out);
 }
 
+/* bf16_from_f32's rounding (bf16.h) of 8 values: nearest even; NaN kept and made quiet; zero and
+ * denormals to a zero of their sign. */
+static inline __m128i round_bf16(__m256 x) {
+    __m256i u = _mm256_castps_si256(x), exp = _mm256_set1_epi32(0x7f800000);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), exp);
+    __m256i den = _mm256_cmpeq_epi32(_mm256_and_si256(u, exp), _mm256_setzero_si256());
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), den);
+    r = _mm256_srli_epi32(r, 16);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); // the two lanes' halves
+    return _mm256_castsi256_si128(r);
+}
+
 static void kernel(int kc, const float *a, int kmajor, const float *b, float *c, ptrdiff_t ldc,
-                   float alpha, float beta) {
+                   float alpha, float beta, uint16_t *cout, ptrdiff_t ldco) {
     /* C's rows are far apart, so no hardware prefetcher brings them: ask for them now and the
      * k loop hides the memory latency. */
     for (int i = 0; i < MR; i++) {
@@ -78,7 +93,9 @@ static void kernel(int kc, const float *a, int kmajor, const float *b, float *c,
         for (int h = 0; h < NR; h += 8) {
             float *p = c + i * ldc + h;
             __m256 t = _mm256_mul_ps(va, _mm256_load_ps(acc + i * NR + h));
-            _mm256_storeu_ps(p, beta == 0.0f ? t : _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), t));
+            if (beta != 0.0f) t = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), t);
+            _mm256_storeu_ps(p, t);
+            if (cout) _mm_storeu_si128((__m128i *)(cout + i * ldco + h), round_bf16(t));
         }
 }
 
