@@ -5,13 +5,13 @@
  * threads pack that B block together as (kc, nc) blocks, widening bf16 to fp32 on the way (a
  * shift by 16), and meet at a barrier; then, for each kc block (pc) in it, each thread walks its
  * own rows of C (a contiguous share of A's mr-row panels), mc rows at a time: it packs that A block
- * into its part of the workspace and runs the micro-kernel over the tiles, B panel outer (kept in
- * L1), A panel inner (the A block in L2). Threads split M only, and every tile is summed the same
- * way wherever it falls, so the bits do not depend on the thread count. The first kc block starts C
- * from beta C (or the widened cin), the later ones add to it; in the last, the kernel rounds each
- * tile into cout from its registers (rounding C afterwards reads it back from memory). Edge tiles
- * (m < mr or n < nr) run the kernel into a scratch tile with beta 0 and apply C = fma(beta, C, t)
- * element by element: the kernel's own formula, so they give its bits. */
+ * into its part of the workspace and runs the micro-kernel over the tiles, B panel outer (reused
+ * from L1 or L2), A panel inner (the A block in L2). Threads split M only, and every tile is summed
+ * the same way wherever it falls, so the bits do not depend on the thread count. The first kc block
+ * starts C from beta C (or the widened cin), the later ones add to it; in the last, the kernel
+ * rounds each tile into cout from its registers (rounding C afterwards reads it back from memory).
+ * Edge tiles (m < mr or n < nr) run the kernel into a scratch tile with beta 0 and apply C =
+ * fma(beta, C, t) element by element: the kernel's own formula, so they give its bits. */
 #include "kernels/gemm_packed.h"
 
 #include "kernels/attention_tiles.h"

@@ -109,14 +109,15 @@ static void pack_a(float *dst, const uint16_t *A, int lda, int transa, int i0, i
     gemm_packed_pack_a_generic(dst, A, lda, transa, i0, k0, kc, m, MR);
 }
 
-/* Blocks of BLIS's Haswell sgemm: a (kc, nr) B panel of 16 KiB in L1, the (mc, kc) A block of
- * 168 KiB in L2, the (kc, nc) B block of 4 MiB for L3. */
+/* Blocks: BLIS's Haswell sgemm ones but kc 512 (its 256 measured slower here): K = 512, the
+ * forward's depth, in one block, so C is written once; a (kc, nr) B panel of 32 KiB in L1, the
+ * (mc, kc) A block of 336 KiB in L2; nc is cut to fit the workspace (gemm_packed.c). */
 const gemm_packed_ops gemm_packed_avx2 = {
     .name = "avx2",
     .mr = MR,
     .nr = NR,
     .mc = 168,
-    .kc = 256,
+    .kc = 512,
     .nc = 4080,
     .kernel = kernel,
     .pack_b = pack_b,
