@@ -1,13 +1,17 @@
 /* gemm_bf16.c — C (fp32) = alpha op(A) op(B) + beta C with bf16 A and B (contract: kernels.h).
  *
- * Two paths, best first (DESIGN.md §5.1 has the measurements behind the order):
+ * Three paths, best first (DESIGN.md §5.1 has the measurements behind the order):
+ *  - "packed": our own BLIS-style product (gemm_packed.c) whose packing widens bf16 to fp32, with
+ *    the micro-kernel of the UPIPE_KERNEL path (avx512, avx2, portable); any CPU. 0.82-1.2x of
+ *    fp32 sgemm per shape of the model (2 threads; most at 1.0-1.1x), ahead of "converted" on the
+ *    AVX-512 and AVX2 paths alike, and the same bits for any thread count.
  *  - "converted": panels of A and B widened to fp32 in the caller's workspace, cblas_sgemm on
  *    them; any CPU. 0.74-1.0x of fp32 sgemm on the model's shapes (2 threads).
  *  - "onednn": oneDNN 2.6's dnnl_gemm_bf16bf16f32, JIT kernels from avx512_core up (VDPBF16PS on
  *    avx512_core_bf16); no workspace; below AVX-512 it is unimplemented. Measured at 0.6-0.85x of
  *    the converted panels on an AVX512_BF16 host, so never the default: tests and benchmarks run
  *    it (gemm_bf16_path_set) so that a faster oneDNN shows up and can take the lead.
- * Every CPU runs the first. The conversions inside follow UPIPE_KERNEL (bf16.h), OpenBLAS's
+ * Every CPU runs the first two. The conversions inside follow UPIPE_KERNEL (bf16.h), OpenBLAS's
  * kernels the CPU (OPENBLAS_CORETYPE). */
 #include "kernels/kernels.h"
 
@@ -169,8 +173,8 @@ static int cpu_any(void) {
 }
 
 static const gemm_bf16_ops paths[] = {
-    {"converted", "nothing", cpu_any, gemm_converted},
     {"packed", "nothing", cpu_any, gemm_packed},
+    {"converted", "nothing", cpu_any, gemm_converted},
     {"onednn", "AVX-512 F, BW, DQ and VL", onednn_runs, gemm_onednn},
 };
 enum { NPATHS = sizeof paths / sizeof paths[0] };
