@@ -2,8 +2,8 @@
  *
  * Three paths, best first (DESIGN.md §5.1 has the measurements behind the order):
  *  - "packed": our own BLIS-style product (gemm_packed.c) whose packing widens bf16 to fp32, with
- *    the micro-kernel of the UPIPE_KERNEL path (avx512, avx2, portable); any CPU. 0.82-1.2x of
- *    fp32 sgemm per shape of the model (2 threads; most at 1.0-1.1x), ahead of "converted" on the
+ *    the micro-kernel of the UPIPE_KERNEL path (avx512, avx2, portable); any CPU. 0.82-1.16x of
+ *    fp32 sgemm per shape of the model (2 threads; median 1.0), ahead of "converted" on the
  *    AVX-512 and AVX2 paths alike, and the same bits for any thread count.
  *  - "converted": panels of A and B widened to fp32 in the caller's workspace, cblas_sgemm on
  *    them; any CPU. 0.74-1.0x of fp32 sgemm on the model's shapes (2 threads).
