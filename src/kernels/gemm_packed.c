@@ -62,12 +62,14 @@ static void portable_pack_a(float *dst, const uint16_t *A, int lda, int transa, 
     gemm_packed_pack_a_generic(dst, A, lda, transa, i0, k0, kc, m, P_MR);
 }
 
+/* kc as on the other paths, so that the bits are theirs; mc and nc not measured (no CPU here runs
+ * this path for speed). */
 const gemm_packed_ops gemm_packed_portable = {
     .name = "portable",
     .mr = P_MR,
     .nr = P_NR,
     .mc = 128,
-    .kc = 256,
+    .kc = 512,
     .nc = 4096,
     .kernel = portable_kernel,
     .pack_b = portable_pack_b,
@@ -128,8 +130,8 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
     /* Blocks that fit the workspace for any thread count: kc first, then nc leaving every thread
      * at least one A panel, then mc from what is left (whole panels). */
     size_t avail = GEMM_BF16_WS_FLOATS - WS_ALIGN;
-    /* K in equal blocks of at most kc (multiples of 8): K = 512 as 2 x 256 rather than 384 + 128,
-     * whose short block would pay a whole pass over C for little work. */
+    /* K in equal blocks of at most kc (multiples of 8): at kc 384, K = 512 as 2 x 256 rather than
+     * 384 + 128, whose short block would pay a whole pass over C for little work. */
     kc = kc > 0 ? kc : o->kc;
     int kblocks = (K + kc - 1) / kc;
     kc = imin(K, (int)round_up((size_t)((K + kblocks - 1) / kblocks), 8));

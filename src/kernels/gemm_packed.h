@@ -13,7 +13,8 @@
  *    transposes A.
  * Micro-kernel: acc(i, j) = sum over k ascending of a(i, k) b(k, j), fp32 FMA from 0; then
  * t = alpha acc and C = t (beta 0: C never read) or fma(beta, C, t). Every path sums in this
- * order, so every path gives the same bits. */
+ * order with the same kc (the K blocks through which C accumulates), so every path gives the same
+ * bits (test_gemm_bf16 checks). */
 #ifndef UP_KERNELS_GEMM_PACKED_H
 #define UP_KERNELS_GEMM_PACKED_H
 
@@ -26,7 +27,8 @@
 typedef struct {
     const char *name; // the kernel path ("avx512", "avx2", "portable")
     int mr, nr;       // micro-tile
-    int mc, kc, nc;   // blocks (largest; the driver shrinks them to fit the workspace)
+    int mc, kc, nc;   // blocks (largest; the driver shrinks them to fit the workspace); kc
+                      // fixes the bits, so every path has the same
     /* The full mr x nr tile at c (rows ldc apart), A panel k-major if kmajor else row-major;
      * cout not NULL: the tile also rounded into it (rows ldco apart, bf16_from_f32's bits) from
      * the registers, so that C is not read back. */

@@ -243,6 +243,30 @@ static void run_packed(const char *kpath, float *ws) {
     thread_bits(ws);
 }
 
+/* The packed path's bits on every kernel path this CPU runs: the same (one summation order,
+ * gemm_packed.h), edges and several K blocks included. */
+static void kernel_path_bits(const char *const *kpaths, int n, float *ws) {
+    enum { M = 53, N = 71, K = 1100 };
+    uint16_t *A = rand_bf16((size_t)M * K), *B = rand_bf16((size_t)N * K);
+    float *C0 = xmalloc((size_t)M * N * sizeof(float)), *C = xmalloc((size_t)M * N * sizeof(float));
+    char err[256];
+    int first = 1, fails = 0;
+    for (int i = 0; i < n; i++) {
+        if (!kernel_path_supported(kpaths[i])) continue;
+        CHECK(kernel_path_set(kpaths[i], err, sizeof err) == 0, "%s", err);
+        gemm_bf16_packed_blocks(0, 1, M, N, K, 0.75f, A, K, B, K, 0.0f, first ? C0 : C, N, NULL,
+                                NULL, 0, ws, 0, 0, 0);
+        if (!first) {
+            int same = !memcmp(C0, C, (size_t)M * N * sizeof(float));
+            fails += !same;
+            CHECK(same, "packed: %s gives other bits than %s", kpaths[i], kpaths[0]);
+        }
+        first = 0;
+    }
+    printf("%-24s %d failed\n", "packed, kernel paths' bits", fails);
+    free(A), free(B), free(C0), free(C);
+}
+
 int main(void) {
     float *ws = xmalloc((size_t)GEMM_BF16_WS_FLOATS * sizeof(float));
     printf("gemm_bf16 default: %s\n", gemm_bf16_path());
@@ -264,6 +288,7 @@ int main(void) {
     for (int i = 0; i < 3; i++)
         if (kernel_path_supported(kpaths[i])) run_packed(kpaths[i], ws);
         else printf("packed %-17s skipped: this CPU lacks it\n", kpaths[i]);
+    kernel_path_bits(kpaths, 3, ws);
     free(ws);
     return harness_finish("test_gemm_bf16");
 }
