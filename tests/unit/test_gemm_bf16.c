@@ -6,6 +6,10 @@
  * dimensions past the row length (the gaps of C must stay untouched), alpha and beta from
  * {0, 1, 0.5} (and -2 for alpha), C full of NaN whenever beta is 0 (beta 0 must not read C).
  * Edge cases: K = 0 (C = beta C), M or N = 0 (nothing written), K = 2100 (several K blocks).
+ * The packed path runs on every kernel path this CPU has (avx512, avx2, portable: its micro-kernel
+ * follows kernel_path_set), at its own and at small blocks, through gemm_bf16_io (cin, and cout
+ * equal to bf16_from_f32 of C bit for bit, its gaps untouched), and its bits are compared for 1
+ * and 2 threads and across the kernel paths (one summation order: they must be equal).
  *
  * The bound. A product of two bf16 values (8-bit significands) has at most 16 significant bits:
  * exact in fp32, so the only errors are the fp32 additions (VDPBF16PS is two fp32 FMAs per pair,
