@@ -8,6 +8,8 @@
  * the repetitions after a warm-up, the methods taking turns:
  *   sgemm      cblas_sgemm on fp32 operands (the fp32 run's matmuls: the baseline)
  *   onednn     dnnl_gemm_bf16bf16f32 as the library picks its kernels (DNNL_MAX_CPU_ISA caps it)
+ *   packed     gemm_bf16's packed path: BLIS loops, bf16 widened while packing, our micro-kernel
+ *              of the UPIPE_KERNEL path
  *   conv       gemm_bf16's converted panels (fp32 in its workspace, cblas_sgemm): K and N blocks
  *              up to 1024, A's rows filling the rest of the 8 MiB
  *   conv512, conv2048   the same with square 512 and 2048 blocks (the block size measurement)
@@ -54,9 +56,9 @@ typedef struct {
     float *C, *ws;
 } product;
 
-enum { M_SGEMM, M_ONEDNN, M_CONV, M_CONV512, M_CONV2048, NMETHODS };
-static const char *const method_names[NMETHODS] = {"sgemm", "onednn", "conv", "conv512",
-                                                   "conv2048"};
+enum { M_SGEMM, M_ONEDNN, M_PACKED, M_CONV, M_CONV512, M_CONV2048, NMETHODS };
+static const char *const method_names[NMETHODS] = {"sgemm", "onednn",  "packed",
+                                                   "conv",  "conv512", "conv2048"};
 
 static int g_onednn_ok = 1; // the last oneDNN call succeeded
 
@@ -71,6 +73,11 @@ static void run(int method, const product *p) {
         g_onednn_ok = dnnl_gemm_bf16bf16f32(p->ta ? 'T' : 'N', p->tb ? 'T' : 'N', p->M, p->N, p->K,
                                             1.0f, p->A, p->lda, p->B, p->ldb, p->beta, p->C,
                                             p->N) == dnnl_success;
+        break;
+    case M_PACKED:
+        gemm_bf16_path_set("packed");
+        gemm_bf16(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B, p->ldb, p->beta, p->C,
+                  p->N, p->ws);
         break;
     default: {
         int b = method == M_CONV ? 0 : method == M_CONV512 ? 512 : 2048;
@@ -220,6 +227,7 @@ int main(int argc, char **argv) {
     table(256);
     printf("\ndeterminism on the T = 4096 products (beta 0):\n");
     if (g_onednn_ok) determinism(M_ONEDNN, threads);
+    determinism(M_PACKED, threads);
     determinism(M_CONV, threads);
     determinism(M_SGEMM, threads);
     printf("resident memory now: %ld KiB above the start of the measurement\n", rss_kib() - rss0);

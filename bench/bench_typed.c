@@ -3,8 +3,9 @@
  * every call a training step makes outside attention, timed per operation, the two types taking
  * turns within each repetition (the machines are shared: a ratio from one run is what counts).
  * Prints each operation's median seconds for f32 and bf16 and their ratio, then the sums.
- * usage: bench_typed [T (4096)] [threads (2)] [reps (7)]. UPIPE_KERNEL and OPENBLAS_CORETYPE
- * apply as in a run. */
+ * usage: bench_typed [T (4096)] [threads (2)] [reps (7)] [gemm_bf16 paths]: with paths (e.g.
+ * "converted,packed") one bf16 column per path, all taking turns. UPIPE_KERNEL and
+ * OPENBLAS_CORETYPE apply as in a run. */
 #include "bench_util.h"
 #include "kernels/bf16.h"
 #include "kernels/gemm_bf16.h"
@@ -147,11 +148,29 @@ static void op_run(layer *L, int op, int T) {
 int main(int argc, char **argv) {
     int T = argc > 1 ? atoi(argv[1]) : 4096, threads = argc > 2 ? atoi(argv[2]) : 2,
         reps = argc > 3 ? atoi(argv[3]) : 7;
+    /* bf16 columns: one per gemm_bf16 path named in argv[4] (comma-separated), all taking turns
+     * with f32; the default path if none. */
+    enum { MAXP = 4 };
+    const char *paths[MAXP] = {NULL};
+    int np = 0;
+    char list[128] = "";
+    if (argc > 4) snprintf(list, sizeof list, "%s", argv[4]);
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok && np < MAXP;
+         tok = strtok_r(NULL, ",", &save))
+        paths[np++] = tok;
+    if (np == 0) np = 1;
     if (T < LOSS_ROWS || T % LOSS_ROWS || threads < 1 || reps < 1 || reps > 100) {
-        fprintf(stderr, "usage: bench_typed [T, a multiple of %d] [threads] [reps 1..100]\n",
+        fprintf(stderr,
+                "usage: bench_typed [T, a multiple of %d] [threads] [reps 1..100] "
+                "[gemm_bf16 paths, comma-separated]\n",
                 LOSS_ROWS);
         return 2;
     }
+    for (int i = 0; i < np; i++)
+        if (paths[i] && gemm_bf16_path_set(paths[i]) != 0) {
+            fprintf(stderr, "bench_typed: no gemm_bf16 path '%s' on this CPU\n", paths[i]);
+            return 2;
+        }
     omp_set_num_threads(threads);
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
@@ -161,31 +180,43 @@ int main(int argc, char **argv) {
     printf("typed kernels of one layer + LM head, configs/bench.json shapes, T=%d, %d threads, "
            "median of %d\n",
            T, threads, reps);
-    printf("CPU: %s; bf16 conversions: %s; GEMM: %s\n", cpu, bf16_path_current()->name,
-           gemm_bf16_path());
-    double *ts = calloc((size_t)2 * NOPS * reps, sizeof(double));
+    printf("CPU: %s; bf16 conversions: %s\n", cpu, bf16_path_current()->name);
+    for (int i = 0; i < np; i++) {
+        if (paths[i]) gemm_bf16_path_set(paths[i]);
+        printf("GEMM %d: %s\n", i + 1, gemm_bf16_path());
+    }
+    int ncol = 1 + np; // f32, then bf16 per path
+    double *ts = calloc((size_t)ncol * NOPS * reps, sizeof(double));
     for (int r = -1; r < reps; r++) // r = -1: the warm-up
         for (int op = 0; op < NOPS; op++)
-            for (int d = 0; d < 2; d++) {
+            for (int d = 0; d < ncol; d++) {
+                if (d > 0 && paths[d - 1]) gemm_bf16_path_set(paths[d - 1]);
                 double t0 = now_s();
-                op_run(&L[d], op, T);
+                op_run(&L[d > 0], op, T);
                 double dt = now_s() - t0;
                 if (r >= 0) ts[((size_t)d * NOPS + op) * reps + r] = dt;
             }
-    printf("| operation | f32 ms | bf16 ms | bf16 / f32 time |\n|---|---:|---:|---:|\n");
-    double sum[2] = {0, 0};
+    printf("| operation | f32 ms |");
+    for (int i = 0; i < np; i++) printf(" bf16 ms (%d) | bf16 / f32 (%d) |", i + 1, i + 1);
+    printf("\n|---|---:|");
+    for (int i = 0; i < np; i++) printf("---:|---:|");
+    printf("\n");
+    double sum[1 + MAXP] = {0};
     for (int op = 0; op < NOPS; op++) {
-        double med[2];
-        for (int d = 0; d < 2; d++) {
+        double med[1 + MAXP];
+        for (int d = 0; d < ncol; d++) {
             double *x = ts + ((size_t)d * NOPS + op) * reps;
             qsort(x, (size_t)reps, sizeof *x, cmp_double);
             med[d] = x[reps / 2];
             sum[d] += med[d];
         }
-        printf("| %s | %.2f | %.2f | %.3f |\n", op_names[op], 1e3 * med[0], 1e3 * med[1],
-               med[1] / med[0]);
+        printf("| %s | %.2f |", op_names[op], 1e3 * med[0]);
+        for (int d = 1; d < ncol; d++) printf(" %.2f | %.3f |", 1e3 * med[d], med[d] / med[0]);
+        printf("\n");
     }
-    printf("| **sum** | %.2f | %.2f | %.3f |\n", 1e3 * sum[0], 1e3 * sum[1], sum[1] / sum[0]);
+    printf("| **sum** | %.2f |", 1e3 * sum[0]);
+    for (int d = 1; d < ncol; d++) printf(" %.2f | %.3f |", 1e3 * sum[d], sum[d] / sum[0]);
+    printf("\n");
     free(ts);
     return 0;
 }

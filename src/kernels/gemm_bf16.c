@@ -1,13 +1,17 @@
 /* gemm_bf16.c — C (fp32) = alpha op(A) op(B) + beta C with bf16 A and B (contract: kernels.h).
  *
- * Two paths, best first (DESIGN.md §5.1 has the measurements behind the order):
+ * Three paths, best first (DESIGN.md §5.1 has the measurements behind the order):
+ *  - "packed": our own BLIS-style product (gemm_packed.c) whose packing widens bf16 to fp32, with
+ *    the micro-kernel of the UPIPE_KERNEL path (avx512, avx2, portable); any CPU. 0.82-1.16x of
+ *    fp32 sgemm per shape of the model (2 threads; median 1.0), ahead of "converted" on the
+ *    AVX-512 and AVX2 paths alike, and the same bits for any thread count.
  *  - "converted": panels of A and B widened to fp32 in the caller's workspace, cblas_sgemm on
  *    them; any CPU. 0.74-1.0x of fp32 sgemm on the model's shapes (2 threads).
  *  - "onednn": oneDNN 2.6's dnnl_gemm_bf16bf16f32, JIT kernels from avx512_core up (VDPBF16PS on
  *    avx512_core_bf16); no workspace; below AVX-512 it is unimplemented. Measured at 0.6-0.85x of
  *    the converted panels on an AVX512_BF16 host, so never the default: tests and benchmarks run
  *    it (gemm_bf16_path_set) so that a faster oneDNN shows up and can take the lead.
- * Every CPU runs the first. The conversions inside follow UPIPE_KERNEL (bf16.h), OpenBLAS's
+ * Every CPU runs the first two. The conversions inside follow UPIPE_KERNEL (bf16.h), OpenBLAS's
  * kernels the CPU (OPENBLAS_CORETYPE). */
 #include "kernels/kernels.h"
 
@@ -150,6 +154,15 @@ static void gemm_converted(int transa, int transb, int M, int N, int K, float al
                       ws);
 }
 
+/* ---- packed (gemm_packed.c) ---------------------------------------------------------------- */
+
+static void gemm_packed(int transa, int transb, int M, int N, int K, float alpha,
+                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                        float *C, int ldc, float *ws) {
+    gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL,
+                            NULL, 0, ws, 0, 0, 0);
+}
+
 /* ---- choice --------------------------------------------------------------------------------- */
 
 /* oneDNN 2.6's bf16 gemm exists from avx512_core (AVX-512 F, BW, DQ, VL) up; below it returns
@@ -166,6 +179,7 @@ static int cpu_any(void) {
 }
 
 static const gemm_bf16_ops paths[] = {
+    {"packed", "nothing", cpu_any, gemm_packed},
     {"converted", "nothing", cpu_any, gemm_converted},
     {"onednn", "AVX-512 F, BW, DQ and VL", onednn_runs, gemm_onednn},
 };
@@ -219,6 +233,9 @@ const char *gemm_bf16_path(void) {
     if (p->fn == gemm_onednn) {
         const dnnl_version_t *v = dnnl_version();
         snprintf(label, sizeof label, "onednn %d.%d %s", v->major, v->minor, onednn_isa());
+    } else if (p->fn == gemm_packed) {
+        snprintf(label, sizeof label, "packed, %s micro-kernel (bf16 %s)", kernel_path_name(),
+                 bf16_path_current()->name);
     } else {
         snprintf(label, sizeof label, "openblas sgemm on converted panels (bf16 %s)",
                  bf16_path_current()->name);
@@ -267,6 +284,12 @@ void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, cons
         check_args(transa, transb, M, N, K, lda, ldb, ldc);
         gemm_converted_io(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout,
                           ldco, ws);
+        return;
+    }
+    if (p->fn == gemm_packed && M > 0 && N > 0 && K > 0 && alpha != 0.0f) {
+        check_args(transa, transb, M, N, K, lda, ldb, ldc);
+        gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin,
+                                cout, ldco, ws, 0, 0, 0);
         return;
     }
     /* any other path, or an empty product: widen, multiply, round, one after another */

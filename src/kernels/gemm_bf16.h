@@ -10,7 +10,7 @@ typedef void (*gemm_bf16_fn)(int transa, int transb, int M, int N, int K, float 
                              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                              float *C, int ldc, float *ws);
 
-/* A path: its name ("converted", "onednn"), what the CPU needs, whether
+/* A path: its name ("packed", "converted", "onednn"), what the CPU needs, whether
  * this CPU runs it and its product (arguments already checked by gemm_bf16). */
 typedef struct {
     const char *name;
@@ -30,5 +30,13 @@ int gemm_bf16_path_set(const char *name);
 void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, float alpha,
                                 const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                                 float *C, int ldc, float *ws, int mb, int nb, int kb);
+
+/* The packed path (gemm_packed.c) with explicit blocks, for tests and benchmarks: mc, nc, kc > 0
+ * are capped (and rounded to whole micro-panels) to fit GEMM_BF16_WS_FLOATS, 0 takes the kernel
+ * path's own; cin, cout and ldco as in gemm_bf16_io (NULL: beta C, no bf16 copy). M, N, K >= 1. */
+void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float alpha,
+                             const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                             float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                             float *ws, int mc, int nc, int kc);
 
 #endif

@@ -38,14 +38,15 @@ void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float 
  * op(X) = X or X^T (transa/transb nonzero = transposed): A is (M, K) or, transposed, (K, M),
  * rows lda apart; B (K, N) or (N, K), rows ldb apart; C rows ldc apart. beta == 0 never reads C.
  * Products of bf16 values are exact in fp32 and every path sums them in fp32.
- * The path (DESIGN.md §5.1): bf16 panels widened to fp32 in ws and cblas_sgemm on them, on every
- * CPU (oneDNN's bf16 gemm measured slower; it stays a tested second path, gemm_bf16.h).
+ * The path (DESIGN.md §5.1): our own packed product, bf16 widened to fp32 while packing into ws,
+ * micro-kernels of the UPIPE_KERNEL path, on every CPU (the former default, bf16 panels widened
+ * in ws and cblas_sgemm on them, and oneDNN's bf16 gemm stay tested second paths, gemm_bf16.h).
  * ws: caller-owned fp32 workspace of GEMM_BF16_WS_FLOATS floats (any content; a fixed size,
- * independent of the shape: the memory plan counts it), used only by the path that converts
- * panels to fp32. Threads: the OpenMP threads (omp_set_num_threads), each running OpenBLAS on its
- * own rows; oneDNN's are the OpenMP threads too. Repeated calls give the same bits; across thread
- * counts they do where OpenBLAS's sgemm gives the same bits for different row counts (its SkylakeX
- * kernels: yes; Haswell: no, as its own threaded sgemm). Main thread only. */
+ * independent of the shape: the memory plan counts it), for the packed panels. Threads: the
+ * OpenMP threads (omp_set_num_threads), splitting C's rows; oneDNN's are the OpenMP threads too.
+ * Repeated calls give the same bits, and so do different thread counts on the packed path (on the
+ * converted one only where OpenBLAS's sgemm does for different row counts: SkylakeX kernels yes,
+ * Haswell no). Main thread only. */
 enum {
     GEMM_BF16_KB = 1024, // the converted path's largest blocks of K and N; M takes the rest
     GEMM_BF16_NB = 1024, // of the workspace (DESIGN.md §5.1): 8 MiB
@@ -65,8 +66,9 @@ void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, cons
  * other paths take bf16 A only). Same ws. */
 void gemm_f32_bf16(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                    int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws);
-/* The path gemm_bf16 runs, for benchmark and run headers ("openblas sgemm on converted panels
- * (bf16 avx512bf16)", "onednn 2.6 avx512_core_bf16"); chooses it first if needed. */
+/* The path gemm_bf16 runs, for benchmark and run headers ("packed, avx512 micro-kernel (bf16
+ * avx512bf16)", "openblas sgemm on converted panels (bf16 avx2)", "onednn 2.6 avx512_core_bf16");
+ * chooses it first if needed. */
 const char *gemm_bf16_path(void);
 
 /* Threads of the BLAS library for the calls above (the OpenMP kernels follow omp_set_num_threads),

@@ -5,7 +5,11 @@
  * widened bf16 inputs: all four trans combinations, M, N, K in {1, 7, 33, 129, 300}, leading
  * dimensions past the row length (the gaps of C must stay untouched), alpha and beta from
  * {0, 1, 0.5} (and -2 for alpha), C full of NaN whenever beta is 0 (beta 0 must not read C).
- * Edge cases: K = 0 (C = beta C) and M or N = 0 (nothing written).
+ * Edge cases: K = 0 (C = beta C), M or N = 0 (nothing written), K = 2100 (several K blocks).
+ * The packed path runs on every kernel path this CPU has (avx512, avx2, portable: its micro-kernel
+ * follows kernel_path_set), at its own and at small blocks, through gemm_bf16_io (cin, and cout
+ * equal to bf16_from_f32 of C bit for bit, its gaps untouched), and its bits are compared for 1
+ * and 2 threads and across the kernel paths (one summation order: they must be equal).
  *
  * The bound. A product of two bf16 values (8-bit significands) has at most 16 significant bits:
  * exact in fp32, so the only errors are the fp32 additions (VDPBF16PS is two fp32 FMAs per pair,
@@ -18,6 +22,7 @@
  * with room for the second-order terms. Values are uniform in [-1, 1): no products near the
  * denormals that VDPBF16PS flushes. */
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,20 +46,39 @@ static uint16_t *rand_bf16(size_t n) {
     return x;
 }
 
-/* A product under test: the path's function, or the converted panels at blocks b (b > 0). */
+/* A product under test: the path's function, or the converted panels at blocks b (b > 0), or the
+ * packed path at small blocks (packed set). */
 typedef struct {
     const char *name;
-    int block;
+    int block, packed;
 } variant;
 
 static void call(const variant *v, int ta, int tb, int M, int N, int K, float alpha,
                  const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
                  int ldc, float *ws) {
-    if (v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
+    if (v->packed && v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
+        gemm_bf16_packed_blocks(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL,
+                                0, ws, v->block, v->block + 16, v->block - 8);
+    else if (v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
         gemm_bf16_converted_blocks(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws,
                                    v->block, v->block + 16, v->block - 8);
     else
         gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
+}
+
+/* op(A) (M, K) and op(B) (K, N) widened into doubles, row-major: the reference's operands. */
+static void widen_ops(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                      const uint16_t *B, int ldb, double **Ad, double **Bd) {
+    *Ad = xmalloc(((size_t)M * K + 1) * sizeof(double));
+    *Bd = xmalloc(((size_t)K * N + 1) * sizeof(double));
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++)
+            (*Ad)[(size_t)i * K + k] =
+                bf16_widen(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++)
+            (*Bd)[(size_t)k * N + j] =
+                bf16_widen(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
 }
 
 /* One case; returns 1 if it passed (one CHECK). */
@@ -73,15 +97,16 @@ static int one_case(const variant *v, int ta, int tb, int M, int N, int K, float
     memcpy(C, C0, (size_t)M * ldc * sizeof(float));
     call(v, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
 
+    double *Ad, *Bd;
+    widen_ops(ta, tb, M, N, K, A, lda, B, ldb, &Ad, &Bd);
     double worst = 0.0; // the largest err / bound
     int bad_i = -1, bad_j = -1;
     for (int i = 0; i < M; i++) {
         for (int j = 0; j < N; j++) {
             double s = 0.0, sabs = 0.0;
             for (int k = 0; k < K; k++) {
-                double a = bf16_widen(ta ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k]);
-                double b = bf16_widen(tb ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j]);
-                s += a * b, sabs += fabs(a * b);
+                double ab = Ad[(size_t)i * K + k] * Bd[(size_t)k * N + j];
+                s += ab, sabs += fabs(ab);
             }
             double c0 = beta == 0.0f ? 0.0 : C0[(size_t)i * ldc + j];
             double want = (double)alpha * s + (double)beta * c0;
@@ -96,7 +121,7 @@ static int one_case(const variant *v, int ta, int tb, int M, int N, int K, float
     int ok = worst <= 1.0;
     CHECK(ok, "%s: trans %c%c M=%d N=%d K=%d alpha=%g beta=%g: err/bound %.3g at (%d, %d)",
           v->name, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, beta, worst, bad_i, bad_j);
-    free(A), free(B), free(C), free(C0);
+    free(A), free(B), free(C), free(C0), free(Ad), free(Bd);
     return ok;
 }
 
@@ -118,7 +143,132 @@ static void run_variant(const variant *v, float *ws) {
     fails += !one_case(v, 1, 0, 7, 33, 0, 1.0f, 0.0f, ws);
     fails += !one_case(v, 0, 0, 0, 33, 7, 1.0f, 0.5f, ws);
     fails += !one_case(v, 1, 1, 7, 0, 7, 1.0f, 0.5f, ws);
-    printf("%-24s %d cases, %d failed\n", v->name, n + 4, fails);
+    // K past the paths' deepest blocks (1024): several B blocks in turn
+    fails += !one_case(v, 0, 1, 37, 71, 2100, 0.5f, 1.0f, ws);
+    fails += !one_case(v, 1, 0, 29, 40, 2100, 1.0f, 0.0f, ws);
+    printf("%-24s %d cases, %d failed\n", v->name, n + 6, fails);
+}
+
+/* gemm_bf16_io on the packed path: C against the reference as above with cin's widening in
+ * place of beta C, and cout exactly bf16_from_f32 of C (its gaps past N untouched; the kernels
+ * round in registers, so NaN, Inf and overflow come in through cin). Returns 1 if
+ * it passed. */
+static int io_case(int ta, int tb, int M, int N, int K, float alpha, int with_cin, float *ws) {
+    int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3, ldco = N + 4;
+    int arows = ta ? K : M, brows = tb ? N : K;
+    uint16_t *A = rand_bf16((size_t)arows * lda), *B = rand_bf16((size_t)brows * ldb);
+    uint16_t *cio = rand_bf16((size_t)M * ldco), *cin0 = xmalloc((size_t)M * ldco * 2);
+    /* cin's specials, so that cout's rounding meets NaN (quiet and signalling), Inf and the
+     * overflow of the largest finite bf16 */
+    static const uint16_t specials[] = {0x7fc1, 0xffa0, 0x7f80, 0xff80, 0x7f7f, 0xff7f};
+    for (size_t e = 0; with_cin && e < (size_t)M * ldco; e += 17) cio[e] = specials[e % 6];
+    memcpy(cin0, cio, (size_t)M * ldco * 2);
+    float *C = xmalloc((size_t)M * ldc * sizeof(float));
+    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = NAN; // beta 0 or cin: never read
+    gemm_bf16_io(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, with_cin ? cio : NULL, cio,
+                 ldco, ws);
+    double *Ad, *Bd;
+    widen_ops(ta, tb, M, N, K, A, lda, B, ldb, &Ad, &Bd);
+    double worst = 0.0;
+    int same = 1;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double s = 0.0, sabs = 0.0;
+            for (int k = 0; k < K; k++) {
+                double ab = Ad[(size_t)i * K + k] * Bd[(size_t)k * N + j];
+                s += ab, sabs += fabs(ab);
+            }
+            double c0 = with_cin ? bf16_widen(cin0[(size_t)i * ldco + j]) : 0.0;
+            if (fabs(c0) > 1e38) c0 = NAN; // a special: only cout's bits are checked
+            double want = (double)alpha * s + c0, got = C[(size_t)i * ldc + j];
+            double bound = 2.0 * (K + 2) * 0x1p-23 * (fabs(alpha) * sabs + fabs(c0));
+            double r = bound > 0.0 ? fabs(got - want) / bound : (got != want ? INFINITY : 0.0);
+            if (!(r <= worst) && !isnan(c0)) worst = r;
+            uint16_t rounded;
+            bf16_from_f32(&C[(size_t)i * ldc + j], &rounded, 1);
+            if (cio[(size_t)i * ldco + j] != rounded) same = 0;
+        }
+        for (int j = N; j < ldco; j++)
+            if (cio[(size_t)i * ldco + j] != cin0[(size_t)i * ldco + j]) same = 0;
+    }
+    int ok = worst <= 1.0 && same;
+    CHECK(ok, "packed io: trans %c%c M=%d N=%d K=%d alpha=%g cin=%d: err/bound %.3g, cout %s",
+          ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, with_cin, worst,
+          same ? "exact" : "WRONG");
+    free(A), free(B), free(cio), free(cin0), free(C), free(Ad), free(Bd);
+    return ok;
+}
+
+/* The packed path's bits with 1 and 2 OpenMP threads: the same (threads split M only). Shapes
+ * with several K blocks and an M edge. */
+static void thread_bits(float *ws) {
+    static const int shapes[][3] = {{301, 67, 2100}, {97, 300, 513}, {4, 1, 2}};
+    int fails = 0;
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 4; t++) {
+            int ta = t & 1, tb = t >> 1, M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            int lda = ta ? M : K, ldb = tb ? K : N;
+            uint16_t *A = rand_bf16((size_t)M * K), *B = rand_bf16((size_t)K * N);
+            float *C1 = xmalloc((size_t)M * N * sizeof(float)),
+                  *C2 = xmalloc((size_t)M * N * sizeof(float));
+            omp_set_num_threads(1);
+            gemm_bf16(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.0f, C1, N, ws);
+            omp_set_num_threads(2);
+            gemm_bf16(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.0f, C2, N, ws);
+            int same = !memcmp(C1, C2, (size_t)M * N * sizeof(float));
+            fails += !same;
+            CHECK(same, "packed: 1 and 2 threads differ, trans %c%c M=%d N=%d K=%d",
+                  ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K);
+            free(A), free(B), free(C1), free(C2);
+        }
+    printf("%-24s 12 thread-count cases, %d failed\n", "packed, 1 vs 2 threads", fails);
+}
+
+/* The packed path on one kernel path: the cases, small blocks, gemm_bf16_io, thread counts. */
+static void run_packed(const char *kpath, float *ws) {
+    char err[256], name[64];
+    CHECK(kernel_path_set(kpath, err, sizeof err) == 0, "%s", err);
+    CHECK(gemm_bf16_path_set("packed") == 0, "gemm_bf16_path_set(packed)");
+    snprintf(name, sizeof name, "packed %s", kpath);
+    variant v = {name, 0, 1};
+    run_variant(&v, ws);
+    // several blocks along M, N and K (24, 40 and 16 before rounding to whole micro-panels)
+    snprintf(name, sizeof name, "packed %s, small blocks", kpath);
+    variant small = {name, 24, 1};
+    run_variant(&small, ws);
+    static const int io_dims[] = {1, 13, 97, 300};
+    int n = 0, fails = 0;
+    for (int t = 0; t < 4; t++)
+        for (int im = 0; im < 4; im++)
+            for (int in = 0; in < 4; in++, n++)
+                fails += !io_case(t & 1, t >> 1, io_dims[im], io_dims[in], io_dims[(im + in) % 4],
+                                  n % 3 ? 1.0f : -0.5f, n % 2, ws);
+    printf("%-24s %d gemm_bf16_io cases, %d failed\n", name, n, fails);
+    thread_bits(ws);
+}
+
+/* The packed path's bits on every kernel path this CPU runs: the same (one summation order,
+ * gemm_packed.h), edges and several K blocks included. */
+static void kernel_path_bits(const char *const *kpaths, int n, float *ws) {
+    enum { M = 53, N = 71, K = 1100 };
+    uint16_t *A = rand_bf16((size_t)M * K), *B = rand_bf16((size_t)N * K);
+    float *C0 = xmalloc((size_t)M * N * sizeof(float)), *C = xmalloc((size_t)M * N * sizeof(float));
+    char err[256];
+    int first = 1, fails = 0;
+    for (int i = 0; i < n; i++) {
+        if (!kernel_path_supported(kpaths[i])) continue;
+        CHECK(kernel_path_set(kpaths[i], err, sizeof err) == 0, "%s", err);
+        gemm_bf16_packed_blocks(0, 1, M, N, K, 0.75f, A, K, B, K, 0.0f, first ? C0 : C, N, NULL,
+                                NULL, 0, ws, 0, 0, 0);
+        if (!first) {
+            int same = !memcmp(C0, C, (size_t)M * N * sizeof(float));
+            fails += !same;
+            CHECK(same, "packed: %s gives other bits than %s", kpaths[i], kpaths[0]);
+        }
+        first = 0;
+    }
+    printf("%-24s %d failed\n", "packed, kernel paths' bits", fails);
+    free(A), free(B), free(C0), free(C);
 }
 
 int main(void) {
@@ -130,13 +280,19 @@ int main(void) {
             printf("%-24s skipped: this CPU lacks %s\n", p->name, p->needs);
             continue;
         }
+        if (!strcmp(p->name, "packed")) continue; // below, on every kernel path
         CHECK(gemm_bf16_path_set(p->name) == 0, "gemm_bf16_path_set(%s)", p->name);
-        variant v = {p->name, 0};
+        variant v = {p->name, 0, 0};
         run_variant(&v, ws);
     }
     // several blocks along M, N and K (24, 40 and 16: 300 splits into 13, 8 and 19)
-    variant small = {"converted, small blocks", 24};
+    variant small = {"converted, small blocks", 24, 0};
     run_variant(&small, ws);
+    static const char *const kpaths[] = {"avx512", "avx2", "portable"};
+    for (int i = 0; i < 3; i++)
+        if (kernel_path_supported(kpaths[i])) run_packed(kpaths[i], ws);
+        else printf("packed %-17s skipped: this CPU lacks it\n", kpaths[i]);
+    kernel_path_bits(kpaths, 3, ws);
     free(ws);
     return harness_finish("test_gemm_bf16");
 }

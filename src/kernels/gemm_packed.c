@@ -1,0 +1,212 @@
+/* gemm_packed.c — the "packed" bf16 GEMM path (gemm_bf16.c): driver and plain C micro-kernel.
+ *
+ * GotoBLAS / BLIS loops in one OpenMP region per product (each region and barrier costs a time
+ * slice on a busy host): jc over N in nc blocks; over K in blocks of up to KB_DEPTH, where the
+ * threads pack that B block together as (kc, nc) blocks, widening bf16 to fp32 on the way (a
+ * shift by 16), and meet at a barrier; then, for each kc block (pc) in it, each thread walks its
+ * own rows of C (a contiguous share of A's mr-row panels), mc rows at a time: it packs that A block
+ * into its part of the workspace and runs the micro-kernel over the tiles, B panel outer (reused
+ * from L1 or L2), A panel inner (the A block in L2). Threads split M only, and every tile is summed
+ * the same way wherever it falls, so the bits do not depend on the thread count. The first kc block
+ * starts C from beta C (or the widened cin), the later ones add to it; in the last, the kernel
+ * rounds each tile into cout from its registers (rounding C afterwards reads it back from memory).
+ * Edge tiles (m < mr or n < nr) run the kernel into a scratch tile with beta 0 and apply C =
+ * fma(beta, C, t) element by element: the kernel's own formula, so they give its bits. */
+#include "kernels/gemm_packed.h"
+
+#include "kernels/attention_tiles.h"
+#include "kernels/bf16.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemm_bf16.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "core/check.h"
+
+/* ---- portable micro-kernel ------------------------------------------------------------------ */
+
+enum { P_MR = 4, P_NR = 16 };
+
+/* Plain C; cloned per CPU (dispatch.h) so that fmaf is an instruction where the CPU has one (on
+ * the baseline it is libm's, correctly rounded too, hence the same bits). */
+KERNEL_CLONES
+static void portable_kernel(int kc, const float *a, int kmajor, const float *b, float *c,
+                            ptrdiff_t ldc, float alpha, float beta, uint16_t *cout,
+                            ptrdiff_t ldco) {
+    float acc[P_MR][P_NR] = {{0}};
+    ptrdiff_t rsa = kmajor ? 1 : kc, csa = kmajor ? P_MR : 1;
+    for (int k = 0; k < kc; k++, b += P_NR)
+        for (int i = 0; i < P_MR; i++) {
+            float x = a[i * rsa + k * csa];
+            for (int j = 0; j < P_NR; j++)
+                acc[i][j] = fmaf(x, b[j], acc[i][j]);
+        }
+    for (int i = 0; i < P_MR; i++)
+        for (int j = 0; j < P_NR; j++) {
+            float t = alpha * acc[i][j], *p = c + i * ldc + j;
+            *p = beta == 0.0f ? t : fmaf(beta, *p, t);
+            if (cout) cout[i * ldco + j] = bf16_round(*p);
+        }
+}
+
+static void portable_pack_b(float *dst, const uint16_t *B, int ldb, int transb, int k0, int j0,
+                            int kc, int n) {
+    gemm_packed_pack_b_generic(dst, B, ldb, transb, k0, j0, kc, n, P_NR);
+}
+
+static void portable_pack_a(float *dst, const uint16_t *A, int lda, int transa, int i0, int k0,
+                            int kc, int m) {
+    gemm_packed_pack_a_generic(dst, A, lda, transa, i0, k0, kc, m, P_MR);
+}
+
+/* kc as on the other paths, so that the bits are theirs; mc and nc not measured (no CPU here runs
+ * this path for speed). */
+const gemm_packed_ops gemm_packed_portable = {
+    .name = "portable",
+    .mr = P_MR,
+    .nr = P_NR,
+    .mc = 128,
+    .kc = 512,
+    .nc = 4096,
+    .kernel = portable_kernel,
+    .pack_b = portable_pack_b,
+    .pack_a = portable_pack_a,
+};
+
+/* ---- driver --------------------------------------------------------------------------------- */
+
+/* The micro-kernel of the chosen kernel path (kernel_path_name's choice, UPIPE_KERNEL). */
+static const gemm_packed_ops *ops_current(void) {
+    const char *name = attn_ops_current()->name;
+#if defined(__x86_64__)
+    if (!strcmp(name, gemm_packed_avx512.name)) return &gemm_packed_avx512;
+    if (!strcmp(name, gemm_packed_avx2.name)) return &gemm_packed_avx2;
+#endif
+    return &gemm_packed_portable;
+}
+
+static int imin(int a, int b) {
+    return a < b ? a : b;
+}
+
+enum {
+    WS_ALIGN = 16,   // floats: panels start on cache lines
+    KB_DEPTH = 1024, // the depth of K that one packed B block covers, at most
+};
+
+static size_t round_up(size_t x, size_t to) {
+    return (x + to - 1) / to * to;
+}
+
+/* One tile of C (m rows, n columns at c), and of cout if not NULL: the kernel, through a scratch
+ * tile at the edges. */
+static void tile(const gemm_packed_ops *o, int kc, const float *a, int kmajor, const float *b,
+                 float *c, int ldc, int m, int n, float alpha, float beta, uint16_t *cout,
+                 int ldco) {
+    if (m == o->mr && n == o->nr) {
+        o->kernel(kc, a, kmajor, b, c, ldc, alpha, beta, cout, ldco);
+        return;
+    }
+    float t[32 * 32]; // the largest tile of any path
+    o->kernel(kc, a, kmajor, b, t, o->nr, alpha, 0.0f, NULL, 0);
+    for (int i = 0; i < m; i++) {
+        float *p = c + (size_t)i * (size_t)ldc;
+        for (int j = 0; j < n; j++)
+            p[j] = beta == 0.0f ? t[i * o->nr + j] : fmaf(beta, p[j], t[i * o->nr + j]);
+        if (cout) bf16_from_f32(p, cout + (size_t)i * (size_t)ldco, (size_t)n);
+    }
+}
+
+void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float alpha,
+                             const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                             float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                             float *ws, int mc, int nc, int kc) {
+    const gemm_packed_ops *o = ops_current();
+    const int MR = o->mr, NR = o->nr, nth = omp_get_max_threads();
+    UP_CHECK(MR * NR <= 32 * 32, "gemm_bf16 packed: tile %dx%d too large", MR, NR);
+    /* Blocks that fit the workspace for any thread count: kc first, then nc leaving every thread
+     * at least one A panel, then mc from what is left (whole panels). */
+    size_t avail = GEMM_BF16_WS_FLOATS - WS_ALIGN;
+    /* K in equal blocks of at most kc (multiples of 8): at kc 384, K = 512 as 2 x 256 rather than
+     * 384 + 128, whose short block would pay a whole pass over C for little work. */
+    kc = kc > 0 ? kc : o->kc;
+    int kblocks = (K + kc - 1) / kc;
+    kc = imin(K, (int)round_up((size_t)((K + kblocks - 1) / kblocks), 8));
+    /* B is packed kb = S kc deep at a time (S kc blocks per pair of barriers: a barrier waits
+     * for the slowest thread, and on a shared host that is often a descheduled one). */
+    int S = imin(kblocks, imin(K, KB_DEPTH) / kc > 1 ? imin(K, KB_DEPTH) / kc : 1);
+    size_t kb = (size_t)S * (size_t)kc;
+    size_t panels_a = (size_t)nth * ((size_t)MR * (size_t)kc + WS_ALIGN);
+    UP_CHECK(avail > panels_a + (size_t)NR * kb + WS_ALIGN,
+             "gemm_bf16 packed: the workspace cannot hold the panels of %d threads", nth);
+    size_t nc_fit = (avail - panels_a - WS_ALIGN) / kb / (size_t)NR * (size_t)NR;
+    /* N in equal blocks of at most nc too (whole micro-panels): N = 4096 as 2 x 2048, not
+     * 4080 + 16, whose thin block would pack all of A again for 16 columns. */
+    nc = (int)(nc > 0 ? (size_t)nc : (size_t)o->nc);
+    if ((size_t)nc > nc_fit) nc = (int)nc_fit;
+    int nblocks = (N + nc - 1) / nc;
+    nc = (int)round_up((size_t)((N + nblocks - 1) / nblocks), (size_t)NR);
+    size_t bfloats = round_up(kb * (size_t)nc, WS_ALIGN);
+    size_t a_fit =
+        ((avail - bfloats) / (size_t)nth - WS_ALIGN) / ((size_t)MR * (size_t)kc) * (size_t)MR;
+    mc = (int)round_up((size_t)(mc > 0 ? mc : o->mc), (size_t)MR);
+    if ((size_t)mc > a_fit) mc = (int)a_fit;
+    size_t afloats = round_up((size_t)mc * (size_t)kc, WS_ALIGN);
+
+    float *pb = (float *)round_up((size_t)ws, WS_ALIGN * sizeof(float));
+    (void)bf16_path_current(); /* the conversions' path, chosen before the threads use it */
+    const int npanels = (M + MR - 1) / MR;
+#pragma omp parallel
+    {
+        int th = omp_get_num_threads(), tid = omp_get_thread_num();
+        int r0 = (int)((long long)npanels * tid / th) * MR;
+        int r1 = imin(M, (int)((long long)npanels * (tid + 1) / th) * MR);
+        float *pa = pb + bfloats + (size_t)tid * afloats;
+        for (int jc = 0; jc < N; jc += nc) {
+            int nn = imin(nc, N - jc), nbp = (nn + NR - 1) / NR;
+            for (int p0 = 0; p0 < K; p0 += (int)kb) {
+                if (jc > 0 || p0 > 0) {
+#pragma omp barrier /* every thread is done with the previous B block */
+                }
+                for (int pc = p0; pc < imin(K, p0 + (int)kb); pc += kc) {
+                    int kk = imin(kc, K - pc);
+                    float *pbs = pb + (size_t)(pc - p0) * (size_t)nc;
+                    for (int q = nbp * tid / th; q < nbp * (tid + 1) / th; q++)
+                        o->pack_b(pbs + (size_t)q * (size_t)NR * (size_t)kk, B, ldb, transb, pc,
+                                  jc + q * NR, kk, imin(NR, nn - q * NR));
+                }
+#pragma omp barrier /* the B block is whole */
+                for (int pc = p0; pc < imin(K, p0 + (int)kb); pc += kc) {
+                    int kk = imin(kc, K - pc);
+                    int first = pc == 0, last = pc + kk == K;
+                    const float *pbs = pb + (size_t)(pc - p0) * (size_t)nc;
+                    for (int ic = r0; ic < r1; ic += mc) {
+                        int mm = imin(mc, r1 - ic);
+                        for (int ir = 0; ir < mm; ir += MR)
+                            o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc, kk,
+                                      imin(MR, mm - ir));
+                        /* cin into this block of C (beta 1 then), whole rows at a time */
+                        float b = first ? beta : 1.0f;
+                        if (first && cin) {
+                            for (int i = ic; i < ic + mm; i++)
+                                f32_from_bf16(cin + (size_t)i * (size_t)ldco + jc,
+                                              C + (size_t)i * (size_t)ldc + jc, (size_t)nn);
+                            b = 1.0f;
+                        }
+                        for (int jr = 0; jr < nn; jr += NR)
+                            for (int ir = 0; ir < mm; ir += MR) {
+                                size_t row = (size_t)(ic + ir), col = (size_t)(jc + jr);
+                                tile(o, kk, pa + (size_t)ir * (size_t)kk, transa,
+                                     pbs + (size_t)jr * (size_t)kk, C + row * (size_t)ldc + col,
+                                     ldc, imin(MR, mm - ir), imin(NR, nn - jr), alpha, b,
+                                     last && cout ? cout + row * (size_t)ldco + col : NULL, ldco);
+                            }
+                    }
+                }
+            }
+        }
+    }
+}
