@@ -308,6 +308,9 @@ void gemm_f32_bf16(int transa, int transb, int M, int N, int K, float alpha, con
         scale_rows(C, ldc, M, N, beta);
         return;
     }
-    converted(transa, transb, M, N, K, alpha, A, 1, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, ws,
-              rows_per_thread(K, N), GEMM_BF16_NB, GEMM_BF16_KB);
+    if (path_current()->fn == gemm_packed)
+        gemm_f32_bf16_packed(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
+    else
+        converted(transa, transb, M, N, K, alpha, A, 1, lda, B, ldb, beta, C, ldc, NULL, NULL, 0,
+                  ws, rows_per_thread(K, N), GEMM_BF16_NB, GEMM_BF16_KB);
 }

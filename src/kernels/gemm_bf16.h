@@ -38,5 +38,9 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
                              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                              float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
                              float *ws, int mc, int nc, int kc);
+/* The packed path of gemm_f32_bf16 (kernels.h): A fp32, packed by copying. M, N, K >= 1. */
+void gemm_f32_bf16_packed(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                          int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                          float *ws);
 
 #endif

@@ -120,10 +120,32 @@ static void tile(const gemm_packed_ops *o, int kc, const float *a, int kmajor, c
     }
 }
 
-void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float alpha,
-                             const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
-                             float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
-                             float *ws, int mc, int nc, int kc) {
+/* An A micro-panel from an fp32 A (gemm_f32_bf16): the layouts of the bf16 packing, copied. */
+static void pack_a_f32(float *dst, const float *A, int lda, int transa, int i0, int k0, int kc,
+                       int m, int mr) {
+    if (transa) { // A (K, M): k-major panel
+        for (int k = 0; k < kc; k++) {
+            const float *s = A + (size_t)(k0 + k) * (size_t)lda + i0;
+            float *d = dst + (size_t)k * (size_t)mr;
+            memcpy(d, s, sizeof(float) * (size_t)m);
+            memset(d + m, 0, sizeof(float) * (size_t)(mr - m));
+        }
+        return;
+    }
+    for (int i = 0; i < mr; i++) { // A (M, K): row-major panel
+        float *d = dst + (size_t)i * (size_t)kc;
+        if (i < m)
+            memcpy(d, A + (size_t)(i0 + i) * (size_t)lda + k0, sizeof(float) * (size_t)kc);
+        else
+            memset(d, 0, sizeof(float) * (size_t)kc);
+    }
+}
+
+/* The product, A bf16 or (a_f32) fp32. */
+static void packed(int transa, int transb, int M, int N, int K, float alpha, const void *A,
+                   int a_f32, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                   const uint16_t *cin, uint16_t *cout, int ldco, float *ws, int mc, int nc,
+                   int kc) {
     const gemm_packed_ops *o = ops_current();
     const int MR = o->mr, NR = o->nr, nth = omp_get_max_threads();
     UP_CHECK(MR * NR <= 32 * 32, "gemm_bf16 packed: tile %dx%d too large", MR, NR);
@@ -186,8 +208,12 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
                     for (int ic = r0; ic < r1; ic += mc) {
                         int mm = imin(mc, r1 - ic);
                         for (int ir = 0; ir < mm; ir += MR)
-                            o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc, kk,
-                                      imin(MR, mm - ir));
+                            if (a_f32)
+                                pack_a_f32(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir,
+                                           pc, kk, imin(MR, mm - ir), MR);
+                            else
+                                o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc,
+                                          kk, imin(MR, mm - ir));
                         /* cin into this block of C (beta 1 then), whole rows at a time */
                         float b = first ? beta : 1.0f;
                         if (first && cin) {
@@ -209,4 +235,19 @@ void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float 
             }
         }
     }
+}
+
+void gemm_bf16_packed_blocks(int transa, int transb, int M, int N, int K, float alpha,
+                             const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                             float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                             float *ws, int mc, int nc, int kc) {
+    packed(transa, transb, M, N, K, alpha, A, 0, lda, B, ldb, beta, C, ldc, cin, cout, ldco, ws, mc,
+           nc, kc);
+}
+
+void gemm_f32_bf16_packed(int transa, int transb, int M, int N, int K, float alpha, const float *A,
+                          int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                          float *ws) {
+    packed(transa, transb, M, N, K, alpha, A, 1, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, ws, 0, 0,
+           0);
 }

@@ -61,9 +61,10 @@ void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const u
 void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
                   int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
                   const uint16_t *cin, uint16_t *cout, int ldco, float *ws);
-/* gemm_bf16 with an fp32 A (the LM head: fp32 loss-tile activations times bf16 weights): the B
- * panels widened by every thread, A read in place by each thread's sgemm; on every CPU (the
- * other paths take bf16 A only). Same ws. */
+/* gemm_bf16 with an fp32 A (the LM head: fp32 loss-tile activations times bf16 weights): the
+ * packed path copies A's panels where gemm_bf16 widens them; the converted one (also taken when
+ * gemm_bf16's path is oneDNN, which has no such product) widens B's panels and lets each thread's
+ * sgemm read A in place. Same ws. */
 void gemm_f32_bf16(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                    int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws);
 /* The path gemm_bf16 runs, for benchmark and run headers ("packed, avx512 micro-kernel (bf16

@@ -47,16 +47,23 @@ static uint16_t *rand_bf16(size_t n) {
 }
 
 /* A product under test: the path's function, or the converted panels at blocks b (b > 0), or the
- * packed path at small blocks (packed set). */
+ * packed path at small blocks (packed set); f32a: gemm_f32_bf16 on A widened to fp32 (the same
+ * values, so the same reference). */
 typedef struct {
     const char *name;
-    int block, packed;
+    int block, packed, f32a;
 } variant;
 
 static void call(const variant *v, int ta, int tb, int M, int N, int K, float alpha,
                  const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C,
                  int ldc, float *ws) {
-    if (v->packed && v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
+    if (v->f32a) {
+        size_t n = (size_t)(ta ? K : M) * (size_t)lda;
+        float *Af = xmalloc((n + 1) * sizeof(float));
+        f32_from_bf16(A, Af, n);
+        gemm_f32_bf16(ta, tb, M, N, K, alpha, Af, lda, B, ldb, beta, C, ldc, ws);
+        free(Af);
+    } else if (v->packed && v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
         gemm_bf16_packed_blocks(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL,
                                 0, ws, v->block, v->block + 16, v->block - 8);
     else if (v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
@@ -230,11 +237,14 @@ static void run_packed(const char *kpath, float *ws) {
     CHECK(kernel_path_set(kpath, err, sizeof err) == 0, "%s", err);
     CHECK(gemm_bf16_path_set("packed") == 0, "gemm_bf16_path_set(packed)");
     snprintf(name, sizeof name, "packed %s", kpath);
-    variant v = {name, 0, 1};
+    variant v = {name, 0, 1, 0};
     run_variant(&v, ws);
+    snprintf(name, sizeof name, "packed %s, fp32 A", kpath);
+    variant f = {name, 0, 1, 1};
+    run_variant(&f, ws);
     // several blocks along M, N and K (24, 40 and 16 before rounding to whole micro-panels)
     snprintf(name, sizeof name, "packed %s, small blocks", kpath);
-    variant small = {name, 24, 1};
+    variant small = {name, 24, 1, 0};
     run_variant(&small, ws);
     static const int io_dims[] = {1, 13, 97, 300};
     int n = 0, fails = 0;
@@ -282,11 +292,15 @@ int main(void) {
         }
         if (!strcmp(p->name, "packed")) continue; // below, on every kernel path
         CHECK(gemm_bf16_path_set(p->name) == 0, "gemm_bf16_path_set(%s)", p->name);
-        variant v = {p->name, 0, 0};
+        variant v = {p->name, 0, 0, 0};
         run_variant(&v, ws);
+        char name[64]; // fp32 A: the converted panels' product (also where the path is oneDNN)
+        snprintf(name, sizeof name, "%s, fp32 A", p->name);
+        variant f = {name, 0, 0, 1};
+        run_variant(&f, ws);
     }
     // several blocks along M, N and K (24, 40 and 16: 300 splits into 13, 8 and 19)
-    variant small = {"converted, small blocks", 24, 0};
+    variant small = {"converted, small blocks", 24, 0, 0};
     run_variant(&small, ws);
     static const char *const kpaths[] = {"avx512", "avx2", "portable"};
     for (int i = 0; i < 3; i++)
