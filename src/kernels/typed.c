@@ -162,10 +162,14 @@ void typed_matmul_forward(const typed_ctx *t, void *out, int ldo, const void *in
     }
 }
 
-void typed_matmul_backward(const typed_ctx *t, void *dinp, int lddi, float *dw, int lddw,
-                           const void *dout, int ldd, const void *inp, int ldi, const void *w,
-                           int ldw, int N, int IC, int OC) {
+/* dinp_acc 0: dinp overwritten. Under f32 that is zeroing and the accumulating kernel (its bits);
+ * under bf16 the product reads no C (no widening of zeros, no fp32 C read). */
+static void matmul_backward_any(const typed_ctx *t, void *dinp, int lddi, int dinp_acc, float *dw,
+                                int lddw, const void *dout, int ldd, const void *inp, int ldi,
+                                const void *w, int ldw, int N, int IC, int OC) {
     if (is_f32(t)) {
+        for (int i = 0; dinp && !dinp_acc && i < N; i++)
+            memset((float *)dinp + (size_t)i * lddi, 0, sizeof(float) * (size_t)IC);
         matmul_backward_ld(dinp, lddi, dw, lddw, dout, ldd, inp, ldi, w, ldw, N, IC, OC);
         return;
     }
@@ -179,10 +183,21 @@ void typed_matmul_backward(const typed_ctx *t, void *dinp, int lddi, float *dw, 
         int n = N - i0 < rows ? N - i0 : rows;
         uint16_t *d = (uint16_t *)dinp + (size_t)i0 * lddi;
         gemm_bf16_io(0, 0, n, IC, OC, 1.0f, (const uint16_t *)dout + (size_t)i0 * ldd, ldd, w, ldw,
-                     1.0f, p.stage, IC, d, d, lddi, p.gemm);
+                     0.0f, p.stage, IC, dinp_acc ? d : NULL, d, lddi, p.gemm);
     }
     // dw (OC, IC) += dout^T (OC, N) @ inp (N, IC): fp32 gradients, all N rows in one product
     if (dw) gemm_bf16(1, 0, OC, IC, N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, lddw, p.gemm);
+}
+
+void typed_matmul_backward(const typed_ctx *t, void *dinp, int lddi, float *dw, int lddw,
+                           const void *dout, int ldd, const void *inp, int ldi, const void *w,
+                           int ldw, int N, int IC, int OC) {
+    matmul_backward_any(t, dinp, lddi, 1, dw, lddw, dout, ldd, inp, ldi, w, ldw, N, IC, OC);
+}
+
+void typed_mm_bwd_set(const typed_ctx *t, void *dinp, float *dw, const void *dout, const void *inp,
+                      const void *w, int N, int IC, int OC) {
+    matmul_backward_any(t, dinp, IC, 0, dw, IC, dout, OC, inp, IC, w, IC, N, IC, OC);
 }
 
 void typed_matmul_forward_f32(const typed_ctx *t, float *out, const float *inp, const void *w,

@@ -64,6 +64,11 @@ static inline void typed_mm_bwd(const typed_ctx *t, void *dinp, float *dw, const
 
 /* The LM head's products: out, inp, dout, dinp fp32 (the loss tiles), w stored (bf16: its rows
  * widened in panels; the tile's fp32 operands are not rounded). */
+/* typed_mm_bwd with dinp overwritten rather than accumulated (dinp = dout @ w): the same bits as
+ * zeroing dinp first under f32; under bf16 no zeros are widened and read. */
+void typed_mm_bwd_set(const typed_ctx *t, void *dinp, float *dw, const void *dout, const void *inp,
+                      const void *w, int N, int IC, int OC);
+
 void typed_matmul_forward_f32(const typed_ctx *t, float *out, const float *inp, const void *w,
                               int N, int IC, int OC);
 void typed_matmul_backward_f32(const typed_ctx *t, float *dinp, float *dw, const float *dout,

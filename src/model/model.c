@@ -280,14 +280,12 @@ static void mlp_backward(model *m, const layer_weights *w, const layer_weights *
             typed_swiglu_forward(tk, act, gate, up, (size_t)n * F);
         }
         // x_out = x_mid + act Wd^T
-        typed_zero(tk, m->dact, (size_t)n * F);
-        typed_mm_bwd(tk, m->dact, g->wd, dres, act, w->wd, n, F, C);
+        typed_mm_bwd_set(tk, m->dact, g->wd, dres, act, w->wd, n, F, C);
         // act = silu(gate) * up   (gradients overwrite gate and up in place)
         typed_swiglu_backward(tk, gate, up, m->dact, gate, up, (size_t)n * F);
         // gate = h2 Wg^T, up = h2 Wu^T
         void *dh2 = tiled ? m->dh_t : at(m, m->dh, r); /* dh may hold x_mid (x_mid_in_dh) */
-        typed_zero(tk, dh2, (size_t)n * C);
-        typed_mm_bwd(tk, dh2, g->wg, gate, h2, w->wg, n, C, F);
+        typed_mm_bwd_set(tk, dh2, g->wg, gate, h2, w->wg, n, C, F);
         typed_mm_bwd(tk, dh2, g->wu, up, h2, w->wu, n, C, F);
         // h2 = rmsnorm(x_mid)
         typed_rmsnorm_backward(tk, dres, g->mlp_norm, dh2, 0, x_mid, w->mlp_norm, m->rstd2 + t0,

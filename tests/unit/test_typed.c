@@ -203,6 +203,17 @@ static void test_matmul(void) {
     CHECK(bad == 0, "matmul_backward dinp bf16 within a bf16 ulp of fp32 (%zu off)", bad);
     CHECK(e <= 2 * (N + 2) * 0x1p-23 * N, "matmul_backward dw fp32 within the summation bound (%g)",
           e);
+    // the overwriting form: dinp = dout @ w, whatever dinp held (NaN here)
+    float *dset = tcalloc((size_t)N * IC, 4);
+    matmul_backward(dset, NULL, dy, x, w, N, IC, OC);
+    uint16_t *dsb = tmalloc((size_t)N * IC * 2);
+    memset(dsb, 0xff, (size_t)N * IC * 2);
+    typed_mm_bwd_set(&t, dsb, NULL, dyb, xb, wb, N, IC, OC);
+    bad = 0;
+    for (size_t i = 0; i < (size_t)N * IC; i++)
+        bad += !(fabs(bf16_widen(dsb[i]) - dset[i]) <=
+                 fabs(dset[i]) / 128 + 2 * (OC + 2) * 0x1p-23 * OC);
+    CHECK(bad == 0, "matmul_backward_set dinp bf16 within a bf16 ulp of fp32 (%zu off)", bad);
 }
 
 /* The LM head's products, fp32 activations times bf16 weights into fp32, against the fp32 kernels
@@ -267,6 +278,15 @@ static void test_f32_passthrough(void) {
     matmul_forward(a, x, x, N, C, N, 0);
     typed_mm_fwd(&t, b, x, x, N, C, N, 0);
     CHECK(memcmp(a, b, (size_t)N * N * 4) == 0, "f32 matmul is the fp32 kernel");
+    // dout a (N, N), inp x (N, C), w x (N, C): OC = N, IC = C
+    float *d1 = tcalloc((size_t)N * C, 4), *d2 = tmalloc((size_t)N * C * 4),
+          *g1 = tcalloc((size_t)N * C, 4), *g2 = tcalloc((size_t)N * C, 4);
+    for (int i = 0; i < N * C; i++)
+        d2[i] = NAN;
+    matmul_backward(d1, g1, a, x, x, N, C, N);
+    typed_mm_bwd_set(&t, d2, g2, a, x, x, N, C, N);
+    CHECK(memcmp(d1, d2, (size_t)N * C * 4) == 0 && memcmp(g1, g2, (size_t)N * C * 4) == 0,
+          "f32 matmul_backward_set is zeroing and the fp32 kernel");
 }
 
 int main(void) {
