@@ -263,14 +263,21 @@ static void check_args(int transa, int transb, int M, int N, int K, int lda, int
              arow, brow, N);
 }
 
-void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
-               int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws) {
+/* Checks the arguments; 1 if there is no product to run (C got beta C already, or is empty). */
+static int no_product(int transa, int transb, int M, int N, int K, float alpha, int lda, int ldb,
+                      float beta, float *C, int ldc) {
     check_args(transa, transb, M, N, K, lda, ldb, ldc);
-    if (M == 0 || N == 0) return;
+    if (M == 0 || N == 0) return 1;
     if (K == 0 || alpha == 0.0f) {
         scale_rows(C, ldc, M, N, beta);
-        return;
+        return 1;
     }
+    return 0;
+}
+
+void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+               const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws) {
+    if (no_product(transa, transb, M, N, K, alpha, lda, ldb, beta, C, ldc)) return;
     path_current()->fn(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
 }
 
@@ -302,12 +309,7 @@ void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, cons
 
 void gemm_f32_bf16(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                    int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws) {
-    check_args(transa, transb, M, N, K, lda, ldb, ldc);
-    if (M == 0 || N == 0) return;
-    if (K == 0 || alpha == 0.0f) {
-        scale_rows(C, ldc, M, N, beta);
-        return;
-    }
+    if (no_product(transa, transb, M, N, K, alpha, lda, ldb, beta, C, ldc)) return;
     if (path_current()->fn == gemm_packed)
         gemm_f32_bf16_packed(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
     else
