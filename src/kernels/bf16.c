@@ -2,6 +2,7 @@
  * compiled for its instruction sets with a function-level target attribute, so the file builds
  * for baseline x86-64 and the CPU test picks the path at run time. */
 #include "kernels/bf16.h"
+#include "kernels/bf16_simd.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -56,32 +57,17 @@ static int cpu_any(void) {
 
 #define TARGET_AVX2 __attribute__((target("avx2")))
 
-TARGET_AVX2 static inline __m256i round_avx2(__m256i u) {
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1);
-    __m256i a = _mm256_and_si256(u, abs_mask);
-    __m256i hi = _mm256_srli_epi32(u, 16);
-    __m256i r =
-        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, one)));
-    r = _mm256_srli_epi32(r, 16);
-    // a is non-negative, so the signed compares order it as unsigned ones would
-    __m256i nan = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f800000));
-    __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32(0x00800000), a);
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x0040)), nan);
-    r = _mm256_blendv_epi8(r, _mm256_and_si256(hi, _mm256_set1_epi32(0x8000)), tiny);
-    return r; // 16-bit results in the low halves of the lanes
-}
-
 TARGET_AVX2 static void from_f32_avx2(const float *src, uint16_t *dst, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256i r0 = round_avx2(_mm256_loadu_si256((const __m256i *)(src + i)));
-        __m256i r1 = round_avx2(_mm256_loadu_si256((const __m256i *)(src + i + 8)));
+        __m256i r0 = bf16_round_avx2(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m256i r1 = bf16_round_avx2(_mm256_loadu_si256((const __m256i *)(src + i + 8)));
         // packus works per 128-bit half (r0 lo, r1 lo, r0 hi, r1 hi): put the quarters in order
         __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8);
         _mm256_storeu_si256((__m256i *)(dst + i), p);
     }
     for (; i + 8 <= n; i += 8) {
-        __m256i r = round_avx2(_mm256_loadu_si256((const __m256i *)(src + i)));
+        __m256i r = bf16_round_avx2(_mm256_loadu_si256((const __m256i *)(src + i)));
         __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xd8);
         _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(p));
     }
@@ -108,28 +94,15 @@ static int cpu_has_avx2(void) {
 
 #define TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 
-TARGET_AVX512 static inline __m512i round_avx512(__m512i u) {
-    __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-    __m512i hi = _mm512_srli_epi32(u, 16);
-    __m512i r = _mm512_add_epi32(
-        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1))));
-    r = _mm512_srli_epi32(r, 16);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(a, _mm512_set1_epi32(0x7f800000));
-    __mmask16 tiny = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x00800000));
-    r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x0040));
-    r = _mm512_mask_and_epi32(r, tiny, hi, _mm512_set1_epi32(0x8000));
-    return r;
-}
-
 TARGET_AVX512 static void from_f32_avx512(const float *src, uint16_t *dst, size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512i r = round_avx512(_mm512_loadu_si512(src + i));
+        __m512i r = bf16_round_avx512(_mm512_loadu_si512(src + i));
         _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
     }
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        __m512i r = round_avx512(_mm512_maskz_loadu_epi32(m, src + i));
+        __m512i r = bf16_round_avx512(_mm512_maskz_loadu_epi32(m, src + i));
         _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, r);
     }
 }

@@ -2,6 +2,7 @@
  * gemm_packed.h). Compiled with -mavx2 -mfma (CMakeLists.txt), run only on the "avx2" kernel
  * path. The 6 x 16 tile of BLIS's Haswell sgemm: 12 ymm accumulators, two B vectors and one
  * broadcast of the 16 registers. */
+#include "kernels/bf16_simd.h"
 #include "kernels/gemm_packed.h"
 
 #if defined(__x86_64__)
@@ -60,17 +61,9 @@ static __attribute__((noinline)) void sums_rowmajor(int kc, const float *a, cons
     sums(kc, a, kc, 1, b, out);
 }
 
-/* bf16_from_f32's rounding (bf16.h) of 8 values: nearest even; NaN kept and made quiet; zero and
- * denormals to a zero of their sign. */
+/* 8 values rounded as bf16_from_f32 does, packed into 16-bit lanes. */
 static inline __m128i round_bf16(__m256 x) {
-    __m256i u = _mm256_castps_si256(x), exp = _mm256_set1_epi32(0x7f800000);
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), exp);
-    __m256i den = _mm256_cmpeq_epi32(_mm256_and_si256(u, exp), _mm256_setzero_si256());
-    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
-    r = _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32((int)0x80000000u)), den);
-    r = _mm256_srli_epi32(r, 16);
+    __m256i r = bf16_round_avx2(_mm256_castps_si256(x));
     r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); // the two lanes' halves
     return _mm256_castsi256_si128(r);
 }

@@ -2,6 +2,7 @@
  * gemm_packed.h). Compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl (CMakeLists.txt),
  * run only on the "avx512" kernel path. A 12 x 32 tile: 24 zmm accumulators, two B vectors and
  * one broadcast of the 32 registers (BLIS's SkylakeX sgemm tile, transposed to row-major C). */
+#include "kernels/bf16_simd.h"
 #include "kernels/gemm_packed.h"
 
 #if defined(__x86_64__)
@@ -73,20 +74,6 @@ static __attribute__((noinline)) void sums_rowmajor(int kc, const float *a, cons
     sums(kc, a, kc, 1, b, out);
 }
 
-/* bf16_from_f32's rounding (bf16.h) of 16 values: nearest even; NaN kept and made quiet; zero and
- * denormals to a zero of their sign. */
-static inline __m256i round_bf16(__m512 x) {
-    __m512i u = _mm512_castps_si512(x), exp = _mm512_set1_epi32(0x7f800000);
-    __mmask16 nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), exp);
-    __mmask16 den = _mm512_testn_epi32_mask(u, exp);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
-    r = _mm512_mask_mov_epi32(r, den, _mm512_and_si512(u, _mm512_set1_epi32((int)0x80000000u)));
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
-}
-
 static void kernel(int kc, const float *a, int kmajor, const float *b, float *c, ptrdiff_t ldc,
                    float alpha, float beta, uint16_t *cout, ptrdiff_t ldco) {
     /* C's rows are far apart, so no hardware prefetcher brings them: ask for them now and the
@@ -107,7 +94,10 @@ static void kernel(int kc, const float *a, int kmajor, const float *b, float *c,
             __m512 t = _mm512_mul_ps(va, _mm512_load_ps(acc + i * NR + h));
             if (beta != 0.0f) t = _mm512_fmadd_ps(vb, _mm512_loadu_ps(p), t);
             _mm512_storeu_ps(p, t);
-            if (cout) _mm256_storeu_si256((__m256i *)(cout + i * ldco + h), round_bf16(t));
+            if (cout)
+                _mm256_storeu_si256(
+                    (__m256i *)(cout + i * ldco + h),
+                    _mm512_cvtepi32_epi16(bf16_round_avx512(_mm512_castps_si512(t))));
         }
 }
 
