@@ -14,13 +14,29 @@ static pthread_t g_thread;
 static atomic_int g_running;
 static double g_floor;
 static _Atomic(const char *) g_where, g_what; /* NULL: computing */
-static _Atomic double g_mark, g_longest;       /* time of the last mark; longest step */
-static atomic_long g_step;                     /* steps finished */
+static _Atomic double g_mark;                 /* time of the last mark */
+static atomic_int g_phase;                    /* watchdog_phase */
+static atomic_long g_step;                    /* the step the phase belongs to */
+static double g_phase_t0;                     /* main thread only: when the phase began */
+static _Atomic double g_longest[WATCHDOG_NPHASES];
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double max2(double a, double b) {
+    return a > b ? a : b;
+}
+
+double watchdog_limit(watchdog_phase p, int in_mpi, double floor_s,
+                      const double longest[WATCHDOG_NPHASES]) {
+    double step = longest[WATCHDOG_STEP];
+    if (p == WATCHDOG_STEP && step > 0) return max2(floor_s, 10.0 * step);
+    if (!in_mpi) return -1; /* computation and I/O outside measured steps: not judged */
+    double own = longest[p] > 0 ? 10.0 * longest[p] : WATCHDOG_UNMEASURED_S;
+    return max2(max2(floor_s, 10.0 * step), own);
 }
 
 void watchdog_enter(const char *where, const char *what) {
@@ -39,34 +55,68 @@ void watchdog_tick(void) {
         atomic_store(&g_mark, now_s());
 }
 
-void watchdog_step(long step, double step_s) {
-    if (step_s > atomic_load(&g_longest)) atomic_store(&g_longest, step_s);
+void watchdog_phase_enter(watchdog_phase p, long step) {
+    if (!atomic_load(&g_running)) return;
+    double t = now_s();
+    int prev = atomic_load(&g_phase);
+    if (t - g_phase_t0 > atomic_load(&g_longest[prev]))
+        atomic_store(&g_longest[prev], t - g_phase_t0);
+    g_phase_t0 = t;
     atomic_store(&g_step, step);
-    atomic_store(&g_mark, now_s());
+    atomic_store(&g_phase, (int)p);
+    atomic_store(&g_mark, t);
+}
+
+/* "step 5", "start-up", "the checkpoint after step 4", ... for the message. */
+static void phase_name(char *buf, size_t len, int p, long step) {
+    switch (p) {
+    case WATCHDOG_STARTUP:
+        snprintf(buf, len, "start-up");
+        break;
+    case WATCHDOG_STEP:
+        snprintf(buf, len, "step %ld", step + 1);
+        break;
+    case WATCHDOG_VALIDATION:
+        snprintf(buf, len, "the validation after step %ld", step + 1);
+        break;
+    case WATCHDOG_CHECKPOINT:
+        snprintf(buf, len, "the checkpoint after step %ld", step + 1);
+        break;
+    default:
+        snprintf(buf, len, "the end of the run");
+        break;
+    }
 }
 
 static void *watch(void *arg) {
     (void)arg;
     while (atomic_load(&g_running)) {
         usleep(200000);
-        double longest = atomic_load(&g_longest), limit = 10.0 * longest;
-        if (limit < g_floor) limit = g_floor;
-        double idle = now_s() - atomic_load(&g_mark);
-        if (idle <= limit) continue;
+        /* the mark first: a phase entered after it was read cannot make an old mark look stale */
+        double mark = atomic_load(&g_mark);
+        int p = atomic_load(&g_phase);
         const char *where = atomic_load(&g_where), *what = atomic_load(&g_what);
-        char in[160];
+        double longest[WATCHDOG_NPHASES];
+        for (int i = 0; i < WATCHDOG_NPHASES; i++)
+            longest[i] = atomic_load(&g_longest[i]);
+        double limit = watchdog_limit((watchdog_phase)p, where != NULL, g_floor, longest);
+        double idle = now_s() - mark;
+        if (limit < 0 || idle <= limit || mark != atomic_load(&g_mark)) continue;
+        char in[160], ph[96];
         if (where) { /* the MPI routine: the call's text up to its '(' */
             size_t n = strcspn(what, "(");
             snprintf(in, sizeof in, "%s (%.*s)", where, (int)(n < 60 ? n : 60), what);
         } else {
             snprintf(in, sizeof in, "computation");
         }
-        char msg[512];
-        int len = snprintf(msg, sizeof msg,
-                           "upipe: error (rank %d): watchdog: step %ld has waited %.1f s in %s, "
-                           "the longest step so far took %.2f s: a rank is stalled or a collective "
-                           "hangs; stopping the job (--watchdog sets the floor, now %.0f s)\n",
-                           up_rank(), atomic_load(&g_step) + 1, idle, in, longest, g_floor);
+        phase_name(ph, sizeof ph, p, atomic_load(&g_step));
+        char msg[640];
+        int len =
+            snprintf(msg, sizeof msg,
+                     "upipe: error (rank %d): watchdog: %s has waited %.1f s in %s (limit "
+                     "%.1f s; the longest step so far took %.2f s): a rank is stalled or a "
+                     "collective hangs; stopping the job (--watchdog sets the floor, now %g s)\n",
+                     up_rank(), ph, idle, in, limit, longest[WATCHDOG_STEP], g_floor);
         if (write(2, msg, (size_t)len) < 0) { /* nothing more to do */
         }
         _exit(1);
@@ -77,7 +127,9 @@ static void *watch(void *arg) {
 void watchdog_start(double floor_s) {
     if (floor_s <= 0 || atomic_load(&g_running)) return;
     g_floor = floor_s;
-    atomic_store(&g_mark, now_s());
+    g_phase_t0 = now_s();
+    atomic_store(&g_phase, WATCHDOG_STARTUP);
+    atomic_store(&g_mark, g_phase_t0);
     atomic_store(&g_running, 1);
     UP_CHECK(pthread_create(&g_thread, NULL, watch, NULL) == 0, "cannot start the watchdog");
 }

@@ -1,24 +1,58 @@
-/* watchdog.h — a job that hangs says where and stops, instead of spinning forever.
+/* watchdog.h — a job that hangs says where and stops, instead of spinning forever; a healthy job,
+ * however slow its host, is never stopped.
  *
  * A thread per rank watches the main thread's progress marks: the entry and exit of every MPI
- * call (comm.c marks them with the calling function and the MPI routine), the end of every
- * step, and ticks of computation (each attention task, each layer). When no mark came for longer than the limit — max(floor, 10 x the longest step so far) —
- * it prints one line naming the step, what the rank is waiting in and for how long, and ends the
- * process with status 1; mpiexec then stops the other ranks (their own watchdogs fire too when
- * they wait on the stalled one). */
+ * call (comm.c marks them with the calling function and the MPI routine), the phases of the run
+ * (start-up, each step, validation, a checkpoint write, the end) and ticks of computation (each
+ * attention task, each layer and tile). The time since the last mark is judged by the phase:
+ *
+ *   - a step after this process's first one: any wait, in MPI or in computation, longer than
+ *     max(floor, 10 x the longest step so far) is a hang;
+ *   - start-up (allocation, loading), the first step (its page faults), validation, checkpoint
+ *     writes and the end of the run: computation and I/O are never judged (nothing measured says
+ *     how long they may take); a wait inside MPI is a hang after max(floor, 10 x the longest step,
+ *     10 x the longest earlier run of the same phase, or WATCHDOG_UNMEASURED_S when there was
+ * none).
+ *
+ * A rank stalled in computation thus shows as its peers' wait in a collective. On a hang the rank
+ * prints one line naming the phase and step, what it waits in, for how long and the limit, and
+ * ends the process with status 1; mpiexec then stops the other ranks. */
 #ifndef UP_WATCHDOG_H
 #define UP_WATCHDOG_H
 
-/* Starts the watchdog with this floor in seconds (<= 0: not started). */
+/* A wait in MPI in a phase nothing has measured yet (start-up, the first step, the first
+ * checkpoint or validation) is judged against this many seconds at least: NCCL's default
+ * collective timeout, long enough for a peer that loads, allocates or writes at disk speed. */
+#define WATCHDOG_UNMEASURED_S 600.0
+
+typedef enum {
+    WATCHDOG_STARTUP,    /* allocation, loading or initialising the weights */
+    WATCHDOG_STEP,       /* forward, backward, reduction and update */
+    WATCHDOG_VALIDATION, /* a validation pass between steps */
+    WATCHDOG_CHECKPOINT, /* writing a checkpoint */
+    WATCHDOG_END,        /* writing the weights and reports, freeing */
+    WATCHDOG_NPHASES
+} watchdog_phase;
+
+/* Starts the watchdog with this floor in seconds (<= 0: not started), in WATCHDOG_STARTUP. */
 void watchdog_start(double floor_s);
 void watchdog_stop(void);
+/* The main thread enters phase p belonging to step (0-based: the step being taken, or the one just
+ * finished for validation and checkpoints). Ends the previous phase, whose duration is recorded. */
+void watchdog_phase_enter(watchdog_phase p, long step);
 /* Progress marks of the main thread: an MPI call entered (where: the calling function, what: the
- * MPI routine; both static strings) and left; a step finished after step_s seconds. Cheap. */
+ * MPI routine; both static strings) and left. Cheap. */
 void watchdog_enter(const char *where, const char *what);
 void watchdog_leave(void);
-void watchdog_step(long step, double step_s);
 /* Computation goes on (the attention kernels' tasks, the layers): a step of hours at long T is
  * progress, not a hang. A stalled rank makes no ticks; a rank inside MPI ignores them. */
 void watchdog_tick(void);
+
+/* The verdict of the watch thread, pure (for tests): seconds a wait of `idle` seconds in phase p
+ * may last (in_mpi: inside an MPI call), given the floor and the longest finished run of each phase
+ * (0: none yet). Returns the limit; the wait is a hang when idle > limit. A negative limit: the
+ * wait is not judged. */
+double watchdog_limit(watchdog_phase p, int in_mpi, double floor_s,
+                      const double longest[WATCHDOG_NPHASES]);
 
 #endif

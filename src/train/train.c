@@ -56,7 +56,6 @@ static void run_start(train_run *r) {
         trace_start(o->trace, r->comm.world, o->mopt.offload_dir != NULL, err, sizeof err) != 0)
         up_die_agreed(r->rank == 0 ? err : NULL);
     model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
-    watchdog_tick(); /* zeroing the buffers of a long run takes a while: progress */
     if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
     if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
     if (o->val_data) eval_alloc(&r->val);
@@ -70,7 +69,6 @@ static void run_start(train_run *r) {
     } else {
         model_init_random(&r->m, o->seed);
     }
-    watchdog_tick();
     comm_sum_double(&r->comm, &read_bytes);
     if (r->rank == 0 && !o->quiet) {
         print_summary(r);
@@ -196,6 +194,7 @@ static void run_validate(train_run *r, train_step_stats *s) {
     const train_options *o = &r->o;
     long done = s->step + 1;
     if (!o->val_data || !(done == o->steps || (o->val_every && done % o->val_every == 0))) return;
+    watchdog_phase_enter(WATCHDOG_VALIDATION, s->step);
     double t0 = now_s();
     uint64_t tt = trace_begin();
     eval_run(&r->val, r->val_windows, &r->val_last);
@@ -250,6 +249,7 @@ static int run_checkpoint(train_run *r, train_step_stats *s) {
     int stop = sig ? sig : done == o->stop_at ? -1 : 0;
     if (done == o->steps) stop = 0; /* the last step: finish normally (and --save) */
     if (!(stop || done == o->steps || (o->ckpt_every && done % o->ckpt_every == 0))) return 0;
+    watchdog_phase_enter(WATCHDOG_CHECKPOINT, s->step);
     double t0 = now_s();
     ckpt_state st = run_state(r, done);
     uint64_t tt = trace_begin();
@@ -348,14 +348,14 @@ int train_main(int argc, char **argv) {
         run_start(&r);
         int stopped = 0;
         for (long step = r.start_step; step < r.o.steps && !stopped; step++) {
+            watchdog_phase_enter(WATCHDOG_STEP, step);
             train_step_stats s = run_step(&r, step);
-            watchdog_step(step, s.dt);
             run_validate(&r, &s);
-            if (s.val) watchdog_step(step, s.val_s);
             stopped = run_checkpoint(&r, &s);
             run_record(&r, &s);
             trace_step(); /* writes the trace so far when a buffer is half full */
         }
+        watchdog_phase_enter(WATCHDOG_END, r.o.steps);
         if (stopped)
             run_stop(&r, stopped);
         else

@@ -123,15 +123,19 @@ expect_error truncated_shard "truncated" -- $TRAIN --config "$CFG" --data "$TMP/
 # Token shard changed underneath a running job: it stops (exit 1) with one line within seconds,
 # by the check before each step or, when the truncation lands in a step's reads, the SIGBUS
 # handler. A SIGBUS sent from outside shows the handler's own line.
-bg_train() { # name data -- starts a long run in the background; sets PID once it logs step 1
+bg_train() { # name data -- starts a long run in the background; returns once it logs step 1,
+  # with START_S: the seconds that took (start-up and a step, measured on this host and load)
+  local t0=$SECONDS
   $TRAIN --config "$CFG" --data "$2" --seq-len 64 --steps 1000000 --lr 0 --log "$TMP/$1.jsonl" \
     >"$TMP/$1.out" 2>&1 &
   PID=$!
-  for _ in $(seq 100); do [ -s "$TMP/$1.jsonl" ] && return; sleep 0.1; done
+  while kill -0 "$PID" 2>/dev/null && [ ! -s "$TMP/$1.jsonl" ]; do sleep 0.05; done
+  START_S=$((SECONDS - t0 + 1))
 }
-wait_exit() { # name phrase -- waits up to 10 s for PID, then checks its status and message
-  local rc=0
-  for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
+wait_exit() { # name phrase -- waits for PID to stop, then checks its status and message; the
+  # stop comes at the next step's check, so 10 s plus 10 x the start measured by bg_train is ample
+  local rc=0 limit=$((10 + 10 * START_S))
+  for _ in $(seq $((limit * 10))); do kill -0 "$PID" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$PID" 2>/dev/null; then kill "$PID"; wait "$PID"; bad "$1: still running"; return; fi
   wait "$PID" || rc=$?
   if [ "$rc" -eq 1 ] && grep -qE -- "$2" "$TMP/$1.out" && [ "$(wc -l <"$TMP/$1.out")" -eq 1 ]; then
