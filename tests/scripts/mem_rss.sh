@@ -3,7 +3,7 @@
 # accounted peak (every buffer by category, MPI's temporaries in `comm`, the process's own bytes
 # in `runtime`) and the measured peak RSS agree: RSS <= peak + 16 MiB and peak <= 1.1 x RSS, on
 # 1 and 2 ranks, plain and with the full stack, in fp32 and bf16. configs/bench.json with vocab_size 32000 at
-# T = 8192: one hidden (T_loc, V) buffer is 1 GiB on one rank and 500 MiB on two, far past the
+# T = 4096: one hidden (T_loc, V) buffer is 500 MiB on one rank and 250 MiB on two, far past the
 # 16 MiB. Tried once: a (T_loc, V) malloc, touched and left unaccounted in the tiled loss, failed
 # every case here (RSS 1 GiB / 500 MiB above the peak); a (T, F) one is 44 MiB and fails too.
 source "$(dirname "$0")/lib.sh"
@@ -15,7 +15,7 @@ rss_case() { # name ranks args...
   local name=$1 n=$2
   shift 2
   if ! mpirun_n "$n" "$UPIPE" train --quiet --threads $((2 / n)) --config "$TMP/big.json" \
-      --data "$TMP/d.bin" --seq-len 8192 --steps 1 --mem-report "$TMP/$name.json" "$@" \
+      --data "$TMP/d.bin" --seq-len 4096 --steps 1 --mem-report "$TMP/$name.json" "$@" \
       >"$TMP/$name.out" 2>&1; then
     bad "$name: run failed"; cat "$TMP/$name.out"; return
   fi
