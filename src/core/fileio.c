@@ -4,13 +4,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static struct {
@@ -125,6 +126,47 @@ void up_atomic_abort(up_atomic_file *a) {
 }
 
 int up_file_readable(const char *path) { return access(path, R_OK) == 0; }
+
+int up_path_resolve(const char *path, char *out, size_t len) {
+    char head[PATH_MAX], tail[PATH_MAX] = "", real[PATH_MAX];
+    if (snprintf(head, sizeof head, "%s", path) >= (int)sizeof head)
+        return errno = ENAMETOOLONG, -1;
+    for (;;) { /* the longest existing prefix, through realpath; the missing rest as written */
+        if (realpath(head[0] ? head : ".", real)) {
+            int n =
+                snprintf(out, len, "%s%s%s", real, tail[0] && strcmp(real, "/") ? "/" : "", tail);
+            if (n < 0 || (size_t)n >= len) return errno = ENAMETOOLONG, -1;
+            return 0;
+        }
+        if (errno != ENOENT) return -1;
+        size_t n = strlen(head);
+        while (n > 1 && head[n - 1] == '/')
+            head[--n] = '\0';
+        char *slash = strrchr(head, '/');
+        const char *base = slash ? slash + 1 : head;
+        if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) return errno = ENOENT, -1;
+        char t[PATH_MAX];
+        if (snprintf(t, sizeof t, "%s%s%s", base, tail[0] ? "/" : "", tail) >= (int)sizeof t)
+            return errno = ENAMETOOLONG, -1;
+        memcpy(tail, t, sizeof tail);
+        if (!slash)
+            head[0] = '\0';
+        else if (slash == head)
+            head[1] = '\0';
+        else
+            *slash = '\0';
+    }
+}
+
+int up_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (up_path_resolve(a, ra, sizeof ra) != 0 || up_path_resolve(b, rb, sizeof rb) != 0)
+        return strcmp(a, b) == 0;
+    return strcmp(ra, rb) == 0;
+}
 
 void up_path_join(char *out, size_t len, const char *dir, const char *name) {
     int n = snprintf(out, len, "%s/%s", dir, name);

@@ -59,5 +59,12 @@ void up_catch_signals(void (*handler)(int), const int *sigs, int n);
 void up_tmp_install_signal_cleanup(void);
 /* 1 when path exists and is readable. */
 int up_file_readable(const char *path);
+/* path as an absolute one without symbolic links or "..": realpath of its longest existing
+ * prefix, then the missing rest as written (an output that does not exist yet resolves through
+ * its existing parent). 0, or -1 with errno (a path that cannot be resolved). */
+int up_path_resolve(const char *path, char *out, size_t len);
+/* 1 when a and b name the same file: the same st_dev and st_ino when both exist (hard and
+ * symbolic links included), else the same up_path_resolve; 0 otherwise. */
+int up_same_file(const char *a, const char *b);
 
 #endif

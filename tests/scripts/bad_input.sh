@@ -173,4 +173,24 @@ else
   bad "failed save: rc $rc, left: $(ls "$TMP/outdir")"; cat "$TMP/save.out"
 fi
 
+
+# `upipe data`: an output that is one of the inputs (or the other output) is refused before
+# anything is written: the source stays as it was. Same file by inode (a symbolic link, ./name)
+# or, for an output that does not exist yet, by its resolved path.
+printf 'the source text\n' >"$TMP/src.txt"; cp "$TMP/src.txt" "$TMP/src.orig"; ln -s src.txt "$TMP/src.link"
+printf '{"text": "fine"}\n' >"$TMP/src.jsonl"; cp "$TMP/src.jsonl" "$TMP/src.jsonl.orig"
+expect_error data_output_is_input "--output $TMP/src.txt is the input $TMP/src.txt" -- \
+  "$UPIPE" data text --input "$TMP/src.txt" --output "$TMP/src.txt"
+expect_error data_output_links_input "--output $TMP/src.link is the input" -- \
+  "$UPIPE" data text --input "$TMP/d.bin" "$TMP/src.txt" --output "$TMP/src.link"
+expect_error jsonl_output_is_input "--output $TMP/./src.jsonl is the input" -- \
+  "$UPIPE" data jsonl --input "$TMP/src.jsonl" --output "$TMP/./src.jsonl" --doc-sep 256
+expect_error jsonl_mask_is_input "--mask-output $TMP/src.jsonl is the input" -- \
+  "$UPIPE" data jsonl --input "$TMP/src.jsonl" --output "$TMP/j2.bin" --doc-sep 256 --mask-output "$TMP/src.jsonl"
+expect_error recall_mask_is_output "--mask-output $TMP/../${TMP##*/}/r2.bin and --output $TMP/r2.bin are the same file" -- \
+  "$UPIPE" data recall --output "$TMP/r2.bin" --tokens 100 --mask-output "$TMP/../${TMP##*/}/r2.bin"
+if cmp -s "$TMP/src.txt" "$TMP/src.orig" && cmp -s "$TMP/src.jsonl" "$TMP/src.jsonl.orig" && [ ! -e "$TMP/j2.bin" ] \
+  && [ ! -e "$TMP/r2.bin" ]; then ok "data: the inputs are intact, nothing written"; else bad "data: an input was replaced"; fi
+
+
 finish
