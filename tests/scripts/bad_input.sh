@@ -192,5 +192,28 @@ expect_error recall_mask_is_output "--mask-output $TMP/../${TMP##*/}/r2.bin and 
 if cmp -s "$TMP/src.txt" "$TMP/src.orig" && cmp -s "$TMP/src.jsonl" "$TMP/src.jsonl.orig" && [ ! -e "$TMP/j2.bin" ] \
   && [ ! -e "$TMP/r2.bin" ]; then ok "data: the inputs are intact, nothing written"; else bad "data: an input was replaced"; fi
 
+# Warnings (one line on stderr, rank 0 only, once per run; the run goes on with status 0).
+expect_warning() { # name count phrase -- command...: exactly count lines 'upipe: warning: ...phrase'
+  local name=$1 want=$2 phrase=$3 rc=0 n
+  shift 4
+  timeout 120 "$@" >"$TMP/warn.out" 2>&1 || rc=$?
+  n=$(grep -c -- "^upipe: warning: .*$phrase" "$TMP/warn.out")
+  if [ "$rc" -eq 0 ] && [ "$n" -eq "$want" ]; then
+    ok "$name: $want warning(s) $(grep -m1 -- "$phrase" "$TMP/warn.out")"
+  else bad "$name: exit $rc, $n warning(s) '$phrase', expected $want"; cat "$TMP/warn.out"; fi
+}
+# A loss mask of zeros over a step's tokens: loss 0, norm 0, only weight decay moves the weights.
+# The mask's header from `data recall --mask-output`; mask h0 is zero over window 0's targets
+# (tokens 1..64), one elsewhere. One rank: step 1 reads window 0 alone and counts nothing (one
+# warning for three steps); two replicas: step 1 reads windows 0 and 1, and the global count is
+# not zero, so rank 0, whose own window counts nothing, stays silent.
+"$UPIPE" data recall --output "$TMP/m.bin" --tokens 3000 --distance 64 --mask-output "$TMP/m.mask" >/dev/null
+{ head -c 1024 "$TMP/m.mask"; head -c 3000 /dev/zero; } >"$TMP/zero.mask"
+{ head -c 1024 "$TMP/m.mask"; head -c 65 /dev/zero; head -c 2935 /dev/zero | tr '\0' '\1'; } >"$TMP/h0.mask"
+MASKED="--config $CFG --data $TMP/m.bin --seq-len 64 --steps 3"
+expect_warning zero_mask 1 "step 1 counts no target (the loss mask is zero over its tokens): the step only applies weight decay; check --loss-mask" -- \
+  $TRAIN $MASKED --loss-mask "$TMP/zero.mask"
+expect_warning zero_mask_window 1 "step 1 counts no target" -- $TRAIN $MASKED --loss-mask "$TMP/h0.mask"
+expect_warning zero_mask_one_replica 0 "counts no target" -- $MPIEXEC -n 2 $TRAIN $MASKED --cp 1 --loss-mask "$TMP/h0.mask"
 
 finish
