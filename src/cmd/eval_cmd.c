@@ -336,6 +336,22 @@ static void eval_outputs(const eval_job *j, const eval_stats *s) {
         up_die("%s", err);
 }
 
+/* No counted target: the loss would read 0 and the perplexity 1, figures of nothing. The
+ * evaluation's one result is missing, so it stops with status 1 and writes no report (as every
+ * refused run): a script must not read a perplexity of 1.000 as a perfect model. Every rank has
+ * the reduced count, so every rank stops here together. */
+static void check_targets(const eval_job *j, const eval_stats *s) {
+    if (s->targets > 0) return;
+    if (j->o.loss_mask)
+        up_die_all("no target counted: the loss mask is zero over the evaluated windows (%ld of "
+                   "T=%ld): there is no loss or perplexity to report; check --loss-mask %s, or "
+                   "evaluate other windows",
+                   j->windows, j->o.T, j->o.loss_mask);
+    up_die_all("no target counted: every target of the evaluated windows is the --doc-sep token "
+               "%ld: there is no loss or perplexity to report; check --doc-sep and the data",
+               j->o.doc_sep);
+}
+
 static void eval_run_job(eval_job *j) {
     mem_count(MEM_RUNTIME, (long long)j->runtime); /* as in the plan */
     char err[1024];
@@ -345,6 +361,7 @@ static void eval_run_job(eval_job *j) {
     model_load(&j->m, j->weights);
     eval_stats s;
     eval_run(&j->src, j->windows, &s);
+    check_targets(j, &s);
     eval_outputs(j, &s);
     if (j->o.mem_report) {
         report_memory measured = report_capture();
