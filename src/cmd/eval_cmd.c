@@ -283,6 +283,7 @@ static void eval_setup(eval_job *j) {
     setup_config(&j->cfg, j->config, o->T, j->P, j->world, o->doc_sep);
     setup_shard(&j->shard, "--data", o->data, j->cfg.V);
     j->windows = choose_windows(j);
+    setup_warn_window(&j->cfg, o->T, &j->shard, o->data, o->doc_sep, j->rank);
     char err[512];
     if (o->loss_mask && mask_open(&j->mask, o->loss_mask, j->shard.ntok, err, sizeof err) != 0)
         up_die_all("--loss-mask %s", err);

@@ -215,5 +215,18 @@ expect_warning zero_mask 1 "step 1 counts no target (the loss mask is zero over 
   $TRAIN $MASKED --loss-mask "$TMP/zero.mask"
 expect_warning zero_mask_window 1 "step 1 counts no target" -- $TRAIN $MASKED --loss-mask "$TMP/h0.mask"
 expect_warning zero_mask_one_replica 0 "counts no target" -- $MPIEXEC -n 2 $TRAIN $MASKED --cp 1 --loss-mask "$TMP/h0.mask"
+# --seq-len beyond max_position_embeddings, with the rope scaling in force; a --doc-sep that the
+# shard never holds (the recall corpus has no token 250). Two ranks: rank 0 alone warns.
+sed 's/"max_position_embeddings": 4096/"max_position_embeddings": 32/' "$CFG" >"$TMP/pos32.json"
+expect_warning seq_beyond_positions 1 "--seq-len 64 is above max_position_embeddings 32 of the config (rope_scaling: none): positions beyond it were never trained" -- \
+  $MPIEXEC -n 2 $TRAIN --config "$TMP/pos32.json" --data "$TMP/d.bin" --seq-len 64 --steps 1
+sed 's/"rope_scaling": null/"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16}/' \
+  "$TMP/pos32.json" >"$TMP/pos32l3.json"
+expect_warning seq_beyond_positions_llama3 1 "(rope_scaling: llama3 factor 8, original_max_position_embeddings 16)" -- \
+  $TRAIN --config "$TMP/pos32l3.json" --data "$TMP/d.bin" --seq-len 64 --steps 1
+expect_warning seq_within_positions 0 "max_position_embeddings" -- $TRAIN --config "$TMP/pos32.json" --data "$TMP/d.bin" --seq-len 32 --steps 1
+expect_warning doc_sep_absent 1 "--doc-sep 250 never occurs in $TMP/d.bin" -- \
+  $MPIEXEC -n 2 $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --doc-sep 250
+expect_warning doc_sep_present 0 "--doc-sep" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --doc-sep 59
 
 finish

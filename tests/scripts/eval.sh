@@ -157,4 +157,18 @@ if [ "$rc" -eq 0 ] && grep -qxF "recall: no question found in the evaluated wind
   ok "--recall without questions: $(grep '^recall:' "$TMP/noq.out"); accuracy null in the report"
 else bad "--recall without questions: exit $rc"; cat "$TMP/noq.out" "$TMP/noq.json"; fi
 
+# ---- warnings, once (rank 0) and the run goes on: a window beyond max_position_embeddings, a
+# --doc-sep the shard never holds ----
+sed 's/"max_position_embeddings": 4096/"max_position_embeddings": 256/' "$SRC/configs/tiny.json" >"$TMP/pos256.json"
+warns() { # name phrase ranks args...
+  local name=$1 phrase=$2 n=$3 rc=0
+  shift 3
+  mpirun_n "$n" $EVAL "$@" >"$TMP/$name.err" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ] && [ "$(grep -c '^upipe: warning' "$TMP/$name.err")" -eq 1 ] && grep -q -- "^upipe: warning: $phrase" "$TMP/$name.err"; then
+    ok "$name: $(grep 'upipe: warning' "$TMP/$name.err")"
+  else bad "$name: exit $rc"; cat "$TMP/$name.err"; fi
+}
+warns eval_seq_beyond "--seq-len 512 is above max_position_embeddings 256 of the config (rope_scaling: none): positions beyond it were never trained" \
+  2 --config "$TMP/pos256.json" --data "$TMP/r.bin" --init "$TMP/w.st" --seq-len 512 --windows 2
+warns eval_doc_sep_absent "--doc-sep 250 never occurs in $TMP/r.bin" 2 $R --windows 2 --doc-sep 250
 finish
