@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static struct {
@@ -38,12 +40,56 @@ void up_tmp_pop(const char *path) {
         }
 }
 
+int up_remove_flat_dir(const char *path) {
+#ifdef SYS_getdents64
+    /* system calls only (no opendir, which allocates): a signal handler may call this */
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    for (int pass = 0; pass < 4; pass++) { /* a pass that unlinks as it reads may skip some */
+        union {
+            char b[4096];
+            uint64_t align;
+        } buf;
+        long n;
+        while ((n = syscall(SYS_getdents64, fd, buf.b, sizeof buf.b)) > 0)
+            for (long off = 0; off < n;) {
+                const char *d = buf.b + off; /* ino (8), off (8), reclen (2), type (1), name */
+                unsigned short reclen;
+                memcpy(&reclen, d + 16, sizeof reclen);
+                const char *name = d + 19;
+                if (!(name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]))))
+                    unlinkat(fd, name, 0);
+                off += reclen;
+            }
+        if (rmdir(path) == 0 || errno != ENOTEMPTY) break;
+        lseek(fd, 0, SEEK_SET);
+    }
+    close(fd);
+#endif
+    if (rmdir(path) == 0 || errno == ENOENT) return 0;
+    return -1;
+}
+
+int up_fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
 void up_tmp_remove_all(void) {
     for (int pass = 0; pass < 2; pass++) /* files, then the folders that held them */
         for (int i = UP_TMP_SLOTS - 1; i >= 0; i--)
-            if (g_tmp[i].used && g_tmp[i].is_dir == pass) {
-                if (pass) rmdir(g_tmp[i].path);
-                else unlink(g_tmp[i].path);
+            if (g_tmp[i].used && (g_tmp[i].is_dir != 0) == pass) {
+                if (g_tmp[i].is_dir == UP_TMP_FLAT_DIR)
+                    up_remove_flat_dir(g_tmp[i].path);
+                else if (pass)
+                    rmdir(g_tmp[i].path);
+                else
+                    unlink(g_tmp[i].path);
             }
 }
 
