@@ -25,7 +25,8 @@ static const char data_usage_head[] =
     "Writes an llm.c token shard with a byte-level vocabulary: token ids are byte values\n"
     "0..255, so the model's vocab_size must be at least 256, and above S with --doc-sep S.\n"
     "The shard holds uint16 tokens (magic 20240520), or uint32 (magic 20240801) when S > 65535.\n"
-    "Every file is written atomically (temp file, then rename).\n"
+    "Every file is written atomically (temp file, then rename); an output may not be one of\n"
+    "the inputs (or the other output).\n"
     "  --help                   this text; `upipe data SUB --help` shows one subcommand\n";
 
 static const char data_usage_text[] =
