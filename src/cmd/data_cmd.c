@@ -3,6 +3,7 @@
 #include "cmd/data_cmd.h"
 
 #include "core/check.h"
+#include "core/fileio.h"
 #include "io/corpus.h"
 #include "io/docs.h"
 #include "io/mask.h"
@@ -24,7 +25,8 @@ static const char data_usage_head[] =
     "Writes an llm.c token shard with a byte-level vocabulary: token ids are byte values\n"
     "0..255, so the model's vocab_size must be at least 256, and above S with --doc-sep S.\n"
     "The shard holds uint16 tokens (magic 20240520), or uint32 (magic 20240801) when S > 65535.\n"
-    "Every file is written atomically (temp file, then rename).\n"
+    "Every file is written atomically (temp file, then rename); an output may not be one of\n"
+    "the inputs (or the other output).\n"
     "  --help                   this text; `upipe data SUB --help` shows one subcommand\n";
 
 static const char data_usage_text[] =
@@ -212,9 +214,6 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
         if (a->kind == DATA_JSONL && a->sep < 0)
             up_die("data jsonl: --doc-sep is required: name the token that opens every "
                    "document, e.g. --doc-sep 256 (then the model needs vocab_size >= 257)");
-        if (a->mask_output != NULL && strcmp(a->mask_output, a->output) == 0)
-            up_die("data jsonl: --mask-output and --output are the same file \"%s\": name two",
-                   a->output);
         return 0;
     }
     if (!have_tokens) up_die("data recall: --tokens is required: say how many tokens to generate");
@@ -232,9 +231,6 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
     if (a->min_distance > 0 && (a->min_distance < 4 || a->min_distance > a->distance))
         up_die("data recall: --min-distance %llu is out of range: use 4 .. --distance (%llu)",
                (unsigned long long)a->min_distance, (unsigned long long)a->distance);
-    if (a->mask_output != NULL && strcmp(a->mask_output, a->output) == 0)
-        up_die("data recall: --mask-output and --output are the same file \"%s\": name two",
-               a->output);
     const recall_spec spec = data_recall_spec(a);
     uint64_t min_keys = corpus_recall_min_keys(&spec);
     if (a->keys > 0 && (a->keys < min_keys || a->keys > (uint64_t)INT32_MAX - RECALL_KEY_TOKEN0))
@@ -243,6 +239,24 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
                (unsigned long long)a->keys, (unsigned long long)min_keys,
                (unsigned long long)(INT32_MAX - RECALL_KEY_TOKEN0));
     return 0;
+}
+
+/* No output replaces an input or the other output (compared by device and inode, or by the
+ * resolved path of an output that does not exist yet): the shard would overwrite its own source
+ * before anything warns. Stops with a message. */
+static void data_check_outputs(const data_args *a) {
+    const char *flags[2] = {"--output", "--mask-output"}, *outs[2] = {a->output, a->mask_output};
+    for (int k = 0; k < 2; k++) {
+        if (outs[k] == NULL) continue;
+        for (int i = 0; i < a->ninputs; i++)
+            if (up_same_file(outs[k], a->inputs[i]))
+                up_die("data %s: %s %s is the input %s: writing it would replace the data it is "
+                       "made from; name another file",
+                       a->sub, flags[k], outs[k], a->inputs[i]);
+    }
+    if (a->mask_output != NULL && up_same_file(a->mask_output, a->output))
+        up_die("data %s: --mask-output %s and --output %s are the same file: name two", a->sub,
+               a->mask_output, a->output);
 }
 
 /* Writes the shard of n tokens and prints its size into sz; stops with a message on failure. */
@@ -342,10 +356,12 @@ static int data_docs(const data_args *a) {
 int data_main(int argc, char **argv) {
     data_args a;
     int rc = 0;
-    if (data_parse_args(&a, argc, argv) == 1)
+    if (data_parse_args(&a, argc, argv) == 1) {
         data_print_help(a.sub);
-    else
+    } else {
+        data_check_outputs(&a);
         rc = a.kind == DATA_RECALL ? data_recall(&a) : data_docs(&a);
+    }
     free(a.inputs);
     return rc;
 }

@@ -52,14 +52,17 @@ static void eval_print_help(void) {
         "  --ckpt DIR             weights of a checkpoint: DIR/step-NNNNNNNN, or a --ckpt-dir\n"
         "                         (its newest complete checkpoint)\n"
         "  --data FILE            llm.c token shard (required)\n"
-        "  --seq-len T            tokens per window (default 1024)\n"
+        "  --seq-len T            tokens per window (default 1024; above the config's\n"
+        "                         max_position_embeddings: a warning)\n"
         "  --windows N            windows 0..N-1 (default: every whole window the shard holds,\n"
         "                         at most %d); with R/P replicas each takes every (R/P)-th\n"
         "  --doc-sep S            packed documents, as in training: attention and RoPE positions\n"
         "                         within a document, targets equal to S not counted\n"
-        "  --loss-mask FILE       only targets whose mask byte is 1 count, as in training\n"
+        "  --loss-mask FILE       only targets whose mask byte is 1 count, as in training; no\n"
+        "                         counted target in the windows is an error (no loss to report)\n"
         "  --recall               score recall questions even when the first tokens of the shard\n"
-        "                         do not look like a recall corpus (detected otherwise)\n"
+        "                         do not look like a recall corpus (detected otherwise); without\n"
+        "                         questions it says so (accuracy null in the report)\n"
         "  --dtype f32|bf16       element type of the stored tensors (default f32); bf16 as in\n"
         "                         training (upipe train --help): weights fp32 with a bf16 copy\n"
         "                         for the matmuls, the residual stream and attention in bf16\n\n"
@@ -283,6 +286,7 @@ static void eval_setup(eval_job *j) {
     setup_config(&j->cfg, j->config, o->T, j->P, j->world, o->doc_sep);
     setup_shard(&j->shard, "--data", o->data, j->cfg.V);
     j->windows = choose_windows(j);
+    setup_warn_window(&j->cfg, o->T, &j->shard, o->data, o->doc_sep, j->rank);
     char err[512];
     if (o->loss_mask && mask_open(&j->mask, o->loss_mask, j->shard.ntok, err, sizeof err) != 0)
         up_die_all("--loss-mask %s", err);
@@ -336,6 +340,22 @@ static void eval_outputs(const eval_job *j, const eval_stats *s) {
         up_die("%s", err);
 }
 
+/* No counted target: the loss would read 0 and the perplexity 1, figures of nothing. The
+ * evaluation's one result is missing, so it stops with status 1 and writes no report (as every
+ * refused run): a script must not read a perplexity of 1.000 as a perfect model. Every rank has
+ * the reduced count, so every rank stops here together. */
+static void check_targets(const eval_job *j, const eval_stats *s) {
+    if (s->targets > 0) return;
+    if (j->o.loss_mask)
+        up_die_all("no target counted: the loss mask is zero over the evaluated windows (%ld of "
+                   "T=%ld): there is no loss or perplexity to report; check --loss-mask %s, or "
+                   "evaluate other windows",
+                   j->windows, j->o.T, j->o.loss_mask);
+    up_die_all("no target counted: every target of the evaluated windows is the --doc-sep token "
+               "%ld: there is no loss or perplexity to report; check --doc-sep and the data",
+               j->o.doc_sep);
+}
+
 static void eval_run_job(eval_job *j) {
     mem_count(MEM_RUNTIME, (long long)j->runtime); /* as in the plan */
     char err[1024];
@@ -345,6 +365,7 @@ static void eval_run_job(eval_job *j) {
     model_load(&j->m, j->weights);
     eval_stats s;
     eval_run(&j->src, j->windows, &s);
+    check_targets(j, &s);
     eval_outputs(j, &s);
     if (j->o.mem_report) {
         report_memory measured = report_capture();

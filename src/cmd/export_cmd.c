@@ -1,6 +1,8 @@
 /* export_cmd.c — `upipe export`: a checkpoint's weights as an HF model folder (config.json and
  * model.safetensors, or shards with model.safetensors.index.json), F32 or BF16, streamed tensor
- * by tensor (the model is never whole in memory). No MPI. */
+ * by tensor (the model is never whole in memory). The folder is written as OUT.tmp.<pid> beside
+ * OUT and swapped in whole, so OUT is at every instant the whole old export or the whole new
+ * one; it may not lie in a checkpoint. No MPI. */
 #include "cmd/export_cmd.h"
 
 #include "core/check.h"
@@ -9,9 +11,13 @@
 #include "io/safetensors.h"
 #include "train/ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,18 +26,22 @@
 
 static void print_help(void) {
     printf("usage: upipe export --ckpt DIR|DIR/step-N --output OUT [--dtype f32|bf16]\n"
-           "                    [--max-shard-size SIZE]\n\n"
+           "                    [--max-shard-size SIZE] [--force]\n\n"
            "Writes a checkpoint's weights as an HF model folder that transformers loads and\n"
            "`upipe train --init OUT` reads back.\n\n"
            "  --ckpt PATH            a checkpoint folder (DIR/step-NNNNNNNN), or a --ckpt-dir:\n"
            "                         its newest complete checkpoint\n"
            "  --output OUT           the folder to write (created if missing): config.json, and\n"
            "                         model.safetensors or model-0000k-of-0000N.safetensors with\n"
-           "                         model.safetensors.index.json\n"
+           "                         model.safetensors.index.json. Written beside it as\n"
+           "                         OUT.tmp.<pid>, then swapped in whole. Never inside a\n"
+           "                         checkpoint folder or a --ckpt-dir\n"
            "  --dtype f32|bf16       tensor type of the files (default f32; bf16 rounds to\n"
            "                         nearest even)\n"
            "  --max-shard-size SIZE  largest file before the weights are split into shards\n"
            "                         (default 5GB; suffixes KiB MiB GiB, KB MB GB)\n"
+           "  --force                replace an OUT that is not empty (a folder of files: an\n"
+           "                         earlier export); its files go once the new one is in place\n"
            "  --help                 this text\n");
 }
 
@@ -67,15 +77,15 @@ static int next_chunk(void *ctx, const float **chunk, size_t *count) {
     return 0;
 }
 
-/* config.json of the checkpoint, with torch_dtype of the export. */
-static void write_config(const char *step, const char *out, int bf16) {
-    char src[4096], dst[4096], err[512];
+/* config.json of the checkpoint, with torch_dtype of the export. 0, or -1 with err. */
+static int write_config(const char *step, const char *out, int bf16, char *err, size_t errlen) {
+    char src[4096], dst[4096];
     model_config cfg;
     up_path_join(src, sizeof src, step, "config.json");
     up_path_join(dst, sizeof dst, out, "config.json");
-    if (config_load(&cfg, src, err, sizeof err) != 0) up_die("%s", err);
-    if (config_save(&cfg, dst, err, sizeof err) != 0) up_die("%s", err);
-    if (!bf16) return;
+    if (config_load(&cfg, src, err, errlen) != 0) return -1;
+    if (config_save(&cfg, dst, err, errlen) != 0) return -1;
+    if (!bf16) return 0;
     json_error_t jerr;
     json_t *root = json_load_file(dst, 0, &jerr);
     UP_CHECK(root, "re-reading %s: %s", dst, jerr.text);
@@ -83,70 +93,174 @@ static void write_config(const char *step, const char *out, int bf16) {
     char *text = json_dumps(root, JSON_INDENT(2));
     json_decref(root);
     UP_CHECK(text, "json_dumps failed");
-    int rc = up_write_line_atomic(dst, text, err, sizeof err);
+    int rc = up_write_line_atomic(dst, text, err, errlen);
     free(text);
-    if (rc != 0) up_die("%s", err);
+    return rc;
 }
 
-int export_main(int argc, char **argv) {
-    const char *ckpt = NULL, *out = NULL;
-    int bf16 = 0;
-    unsigned long long max_shard = 5000000000ull;
+/* A failure once the temporary folder exists: it goes (with a file in progress), then the stop. */
+#define EXPORT_DIE(...) (up_tmp_remove_all(), up_die(__VA_ARGS__))
+
+typedef struct {
+    const char *ckpt, *out;
+    int bf16, force;
+    unsigned long long max_shard;
+} export_args;
+
+static void parse_args(export_args *a, int argc, char **argv) {
     static const struct option longopts[] = {{"ckpt", required_argument, 0, 'c'},
                                              {"output", required_argument, 0, 'o'},
                                              {"dtype", required_argument, 0, 'd'},
                                              {"max-shard-size", required_argument, 0, 'm'},
+                                             {"force", no_argument, 0, 'f'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
+    *a = (export_args){.max_shard = 5000000000ull};
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
         switch (c) {
-        case 'c': ckpt = optarg; break;
-        case 'o': out = optarg; break;
+        case 'c':
+            a->ckpt = optarg;
+            break;
+        case 'o':
+            a->out = optarg;
+            break;
         case 'd':
             if (strcmp(optarg, "f32") && strcmp(optarg, "bf16"))
                 up_die("--dtype expects f32 or bf16, got '%s'", optarg);
-            bf16 = !strcmp(optarg, "bf16");
+            a->bf16 = !strcmp(optarg, "bf16");
             break;
         case 'm':
-            if (up_parse_bytes(optarg, &max_shard) != 0)
+            if (up_parse_bytes(optarg, &a->max_shard) != 0)
                 up_die("--max-shard-size expects a size such as 5GB or 500MiB, got '%s'", optarg);
             break;
-        case 'h': print_help(); return 0;
+        case 'f':
+            a->force = 1;
+            break;
+        case 'h':
+            print_help();
+            exit(0);
         case ':': up_die("%s needs a value: see upipe export --help", argv[optind - 1]);
         default: up_die("unknown flag '%s': see upipe export --help", argv[optind - 1]);
         }
     }
     if (optind < argc) up_die("unexpected argument '%s': see upipe export --help", argv[optind]);
-    if (!ckpt || !out) up_die("--ckpt and --output are required: see upipe export --help");
+    if (!a->ckpt || !a->out) up_die("--ckpt and --output are required: see upipe export --help");
+}
 
-    char step[4096], p[4096], err[512];
-    if (ckpt_resolve(ckpt, step, sizeof step, err, sizeof err) != 0) up_die("%s", err);
-    up_path_join(p, sizeof p, step, "model.safetensors");
-    st_file src;
-    if (st_open(&src, p, err, sizeof err) != 0) up_die("%s", err);
-    if (mkdir(out, 0755) != 0 && errno != EEXIST)
-        up_die("--output %s: cannot create the folder (%s)", out, strerror(errno));
-    write_config(step, out, bf16);
+/* What the folder dir is when it is a checkpoint (a state.json) or holds checkpoints (a
+ * --ckpt-dir), else NULL. */
+static const char *checkpoint_kind(const char *dir) {
+    char p[PATH_MAX + 16], latest[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    if (access(p, F_OK) == 0) return "the checkpoint folder";
+    if (ckpt_find_latest(dir, latest, sizeof latest) >= 0) return "the --ckpt-dir";
+    return NULL;
+}
 
+/* OUT (resolved: symbolic links and "..", through its existing parent when it does not exist
+ * yet) must not be or lie inside a checkpoint or a --ckpt-dir: an export there would replace
+ * the F32 master weights a --resume loads. It must be a folder, and empty unless --force: then a
+ * folder of files only (an earlier export, whose files are removed). Stops with a message. */
+static void check_output(const export_args *a, char *real, size_t len) {
+    if (up_path_resolve(a->out, real, len) != 0)
+        up_die("--output %s: cannot resolve the path (%s): check it", a->out, strerror(errno));
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", real);
+    for (;;) { /* OUT and each folder above it */
+        const char *kind = checkpoint_kind(dir);
+        if (kind)
+            up_die("--output %s %s %s %s: an export there would replace or mix with the "
+                   "checkpoint's files; write it outside the checkpoints (e.g. beside the "
+                   "--ckpt-dir)",
+                   a->out, strcmp(dir, real) ? "lies inside" : "is", kind, dir);
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir) break;
+        *slash = '\0';
+    }
+    struct stat st;
+    if (stat(real, &st) != 0) return; /* a new folder */
+    if (!S_ISDIR(st.st_mode))
+        up_die("--output %s exists and is not a folder: name a folder", a->out);
+    DIR *d = opendir(real);
+    if (!d) up_die("--output %s: cannot read the folder (%s)", a->out, strerror(errno));
+    struct dirent *e;
+    int files = 0;
+    char p[PATH_MAX + 256];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", real, e->d_name);
+        if (a->force && (lstat(p, &st) != 0 || !S_ISREG(st.st_mode))) {
+            closedir(d);
+            up_die("--output %s holds %s, which is not a file: --force replaces a folder of files "
+                   "(an earlier export) only; remove it yourself or name another --output",
+                   a->out, e->d_name);
+        }
+        files++;
+    }
+    closedir(d);
+    if (files > 0 && !a->force)
+        up_die("--output %s is not empty (%d entr%s): add --force to replace it (its files are "
+               "removed once the new export is complete), or name another folder",
+               a->out, files, files == 1 ? "y" : "ies");
+}
+/* Leftovers beside OUT of an export that was killed (SIGKILL, a crash): OUT.tmp.<pid> and
+ * .OUT.old.<pid> folders whose process is gone. Never OUT itself. */
+static void remove_stale(const char *real) {
+    char parent[PATH_MAX], p[PATH_MAX + 256];
+    snprintf(parent, sizeof parent, "%s", real);
+    char *slash = strrchr(parent, '/');
+    const char *base = real + (slash - parent) + 1;
+    if (slash == parent)
+        parent[1] = '\0';
+    else
+        *slash = '\0';
+    size_t nb = strlen(base);
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name, *pid = NULL;
+        if (!strncmp(n, base, nb) && !strncmp(n + nb, ".tmp.", 5))
+            pid = n + nb + 5;
+        else if (n[0] == '.' && !strncmp(n + 1, base, nb) && !strncmp(n + 1 + nb, ".old.", 5))
+            pid = n + 1 + nb + 5;
+        if (!pid || !*pid || strspn(pid, "0123456789") != strlen(pid)) continue;
+        long v = strtol(pid, NULL, 10);
+        if (v <= 0 || v > INT_MAX || kill((pid_t)v, 0) == 0 || errno == EPERM) continue;
+        snprintf(p, sizeof p, "%s/%s", parent, n);
+        up_remove_flat_dir(p);
+    }
+    closedir(d);
+}
+
+/* Writes the export into the folder dir (new, empty): config.json, the shards and the index.
+ * Every file is fsync'd as it is renamed into place (the atomic writers). Returns the bytes of
+ * the weights and the number of shards in *nshards_out; a failure stops (the caller's folder is
+ * registered, EXPORT_DIE removes it). */
+static size_t write_export(const export_args *a, const char *step, st_file *src, const char *dir,
+                           int *nshards_out) {
+    char p[4096], err[512];
+    if (write_config(step, dir, a->bf16, err, sizeof err) != 0) EXPORT_DIE("%s", err);
     /* tensors in data order, cut into shards of at most max_shard bytes (a larger tensor alone) */
-    const st_tensor **order = malloc(sizeof *order * (size_t)(src.n ? src.n : 1));
-    int *shard_of = malloc(sizeof *shard_of * (size_t)(src.n ? src.n : 1));
+    const st_tensor **order = malloc(sizeof *order * (size_t)(src->n ? src->n : 1));
+    int *shard_of = malloc(sizeof *shard_of * (size_t)(src->n ? src->n : 1));
     UP_CHECK(order && shard_of, "out of memory");
-    for (int i = 0; i < src.n; i++) order[i] = &src.tensors[i];
-    for (int i = 1; i < src.n; i++) /* insertion sort by offset: the header's order is any */
+    for (int i = 0; i < src->n; i++)
+        order[i] = &src->tensors[i];
+    for (int i = 1; i < src->n; i++) /* insertion sort by offset: the header's order is any */
         for (int j = i; j > 0 && order[j]->begin < order[j - 1]->begin; j--) {
             const st_tensor *t = order[j];
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    size_t esize = bf16 ? 2 : 4, cur = 0, total = 0;
-    int nshards = src.n ? 1 : 0;
-    for (int i = 0; i < src.n; i++) {
+    size_t esize = a->bf16 ? 2 : 4, cur = 0, total = 0;
+    int nshards = src->n ? 1 : 0;
+    for (int i = 0; i < src->n; i++) {
         size_t b = st_numel(order[i]) * esize;
-        if (cur > 0 && cur + b > max_shard) {
+        if (cur > 0 && cur + b > a->max_shard) {
             nshards++;
             cur = 0;
         }
@@ -155,15 +269,15 @@ int export_main(int argc, char **argv) {
         shard_of[i] = nshards - 1;
     }
 
-    shard_source s = {.src = &src, .cap = (size_t)1 << 20};
+    shard_source s = {.src = src, .cap = (size_t)1 << 20};
     s.buf = malloc(s.cap * sizeof(float));
-    st_entry *e = calloc((size_t)(src.n ? src.n : 1), sizeof *e);
+    st_entry *e = calloc((size_t)(src->n ? src->n : 1), sizeof *e);
     UP_CHECK(s.buf && e, "out of memory");
     json_t *map = json_object();
     char fname[64];
     for (int k = 0, i = 0; k < nshards; k++) {
         int first = i, n = 0;
-        while (i < src.n && shard_of[i] == k) {
+        while (i < src->n && shard_of[i] == k) {
             e[n].name = order[i]->name;
             e[n].ndim = order[i]->ndim;
             for (int d = 0; d < order[i]->ndim && d < 4; d++) e[n].shape[d] = order[i]->shape[d];
@@ -171,22 +285,18 @@ int export_main(int argc, char **argv) {
         }
         if (nshards == 1) snprintf(fname, sizeof fname, "model.safetensors");
         else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, nshards);
-        up_path_join(p, sizeof p, out, fname);
+        up_path_join(p, sizeof p, dir, fname);
         s.tensors = order + first;
         s.n = n;
         s.next = 0;
         s.done = 0;
-        int rc = st_write_stream(p, e, n, bf16 ? ST_BF16 : ST_F32, next_chunk, &s, err,
-                                 sizeof err);
-        if (s.failed) up_die("%s", s.err);
-        if (rc != 0) up_die("%s", err);
+        int rc =
+            st_write_stream(p, e, n, a->bf16 ? ST_BF16 : ST_F32, next_chunk, &s, err, sizeof err);
+        if (s.failed) EXPORT_DIE("%s", s.err);
+        if (rc != 0) EXPORT_DIE("%s", err);
         for (int t = first; t < i; t++)
             json_object_set_new(map, order[t]->name, json_string(fname));
     }
-    /* a folder exported before with the other layout keeps no stale entry point */
-    up_path_join(p, sizeof p, out,
-                 nshards > 1 ? "model.safetensors" : "model.safetensors.index.json");
-    unlink(p);
     if (nshards > 1) { /* the index transformers reads: total bytes and where each tensor is */
         json_t *root = json_object(), *meta = json_object();
         json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
@@ -195,20 +305,86 @@ int export_main(int argc, char **argv) {
         char *text = json_dumps(root, JSON_INDENT(2));
         json_decref(root);
         UP_CHECK(text, "json_dumps failed");
-        up_path_join(p, sizeof p, out, "model.safetensors.index.json");
+        up_path_join(p, sizeof p, dir, "model.safetensors.index.json");
         int rc = up_write_line_atomic(p, text, err, sizeof err);
         free(text);
-        if (rc != 0) up_die("%s", err);
+        if (rc != 0) EXPORT_DIE("%s", err);
     } else {
         json_decref(map);
     }
-    printf("exported %s: %d tensors, %.1f MiB %s, in %d file%s, to %s\n", step, src.n,
-           (double)total / 1048576.0, bf16 ? "BF16" : "F32", nshards, nshards == 1 ? "" : "s",
-           out);
     free(e);
     free(s.buf);
     free(order);
     free(shard_of);
+    *nshards_out = nshards;
+    return total;
+}
+
+/* The complete folder tmp takes OUT's place. An OUT that exists is exchanged with it in one
+ * rename (renameat2 RENAME_EXCHANGE), so OUT is never missing; where the file system cannot,
+ * OUT is renamed aside to .OUT.old.<pid> first. The old export, now at a temporary name, goes
+ * after the parent is fsync'd. A failure stops with OUT as it was. */
+static void replace_output(const char *tmp, const char *real) {
+    char parent[PATH_MAX], old[PATH_MAX + 64];
+    snprintf(parent, sizeof parent, "%s", real);
+    char *slash = strrchr(parent, '/');
+    if (slash == parent)
+        parent[1] = '\0';
+    else
+        *slash = '\0';
+    snprintf(old, sizeof old, "%s/.%s.old.%d", parent, real + (slash - parent) + 1, (int)getpid());
+    struct stat st;
+    const char *gone = NULL; /* where the old export lies after the swap */
+    if (stat(real, &st) != 0) {
+        if (rename(tmp, real) != 0)
+            EXPORT_DIE("--output %s: cannot rename %s into place (%s)", real, tmp, strerror(errno));
+    } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, real, RENAME_EXCHANGE) == 0) {
+        gone = tmp;
+    } else {
+        up_tmp_push(old, UP_TMP_FLAT_DIR);
+        if (rename(real, old) != 0)
+            EXPORT_DIE("--output %s: cannot move the old export aside (%s)", real, strerror(errno));
+        if (rename(tmp, real) != 0) {
+            int e = errno, back = rename(old, real) == 0; /* the old export back in place */
+            up_tmp_pop(old); /* kept in any case: it may be the only copy */
+            EXPORT_DIE("--output %s: cannot rename %s into place (%s)%s%s", real, tmp,
+                       strerror(e), back ? "" : "; the old export is in ", back ? "" : old);
+        }
+        gone = old;
+    }
+    if (up_fsync_dir(parent) != 0)
+        EXPORT_DIE("--output %s: fsync of %s failed (%s)", real, parent, strerror(errno));
+    if (gone && up_remove_flat_dir(gone) != 0)
+        fprintf(stderr, "upipe: warning: could not remove the old export %s (%s)\n", gone,
+                strerror(errno));
+    up_tmp_pop(old);
+    up_tmp_pop(tmp);
+}
+
+int export_main(int argc, char **argv) {
+    export_args a;
+    parse_args(&a, argc, argv);
+    char step[4096], p[4096], err[512], real[PATH_MAX], tmp[PATH_MAX + 32];
+    if (ckpt_resolve(a.ckpt, step, sizeof step, err, sizeof err) != 0) up_die("%s", err);
+    check_output(&a, real, sizeof real);
+    up_path_join(p, sizeof p, step, "model.safetensors");
+    st_file src;
+    if (st_open(&src, p, err, sizeof err) != 0) up_die("%s", err);
+    remove_stale(real);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", real, (int)getpid());
+    up_tmp_push(tmp, UP_TMP_FLAT_DIR); /* a signal from here on removes it and what it holds */
+    if (mkdir(tmp, 0755) != 0)
+        EXPORT_DIE("--output %s: cannot create the folder %s (%s): check the parent folder "
+                   "exists and is writable",
+                   a.out, tmp, strerror(errno));
+    int nshards = 0;
+    size_t total = write_export(&a, step, &src, tmp, &nshards);
+    if (up_fsync_dir(tmp) != 0)
+        EXPORT_DIE("--output %s: fsync of %s failed (%s)", a.out, tmp, strerror(errno));
+    replace_output(tmp, real);
+    printf("exported %s: %d tensors, %.1f MiB %s, in %d file%s, to %s\n", step, src.n,
+           (double)total / 1048576.0, a.bf16 ? "BF16" : "F32", nshards, nshards == 1 ? "" : "s",
+           a.out);
     st_close(&src);
     return 0;
 }

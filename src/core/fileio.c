@@ -2,15 +2,18 @@
 
 #include "core/check.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static struct {
@@ -37,12 +40,56 @@ void up_tmp_pop(const char *path) {
         }
 }
 
+int up_remove_flat_dir(const char *path) {
+#ifdef SYS_getdents64
+    /* system calls only (no opendir, which allocates): a signal handler may call this */
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    for (int pass = 0; pass < 4; pass++) { /* a pass that unlinks as it reads may skip some */
+        union {
+            char b[4096];
+            uint64_t align;
+        } buf;
+        long n;
+        while ((n = syscall(SYS_getdents64, fd, buf.b, sizeof buf.b)) > 0)
+            for (long off = 0; off < n;) {
+                const char *d = buf.b + off; /* ino (8), off (8), reclen (2), type (1), name */
+                unsigned short reclen;
+                memcpy(&reclen, d + 16, sizeof reclen);
+                const char *name = d + 19;
+                if (!(name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]))))
+                    unlinkat(fd, name, 0);
+                off += reclen;
+            }
+        if (rmdir(path) == 0 || errno != ENOTEMPTY) break;
+        lseek(fd, 0, SEEK_SET);
+    }
+    close(fd);
+#endif
+    if (rmdir(path) == 0 || errno == ENOENT) return 0;
+    return -1;
+}
+
+int up_fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
 void up_tmp_remove_all(void) {
     for (int pass = 0; pass < 2; pass++) /* files, then the folders that held them */
         for (int i = UP_TMP_SLOTS - 1; i >= 0; i--)
-            if (g_tmp[i].used && g_tmp[i].is_dir == pass) {
-                if (pass) rmdir(g_tmp[i].path);
-                else unlink(g_tmp[i].path);
+            if (g_tmp[i].used && (g_tmp[i].is_dir != 0) == pass) {
+                if (g_tmp[i].is_dir == UP_TMP_FLAT_DIR)
+                    up_remove_flat_dir(g_tmp[i].path);
+                else if (pass)
+                    rmdir(g_tmp[i].path);
+                else
+                    unlink(g_tmp[i].path);
             }
 }
 
@@ -125,6 +172,47 @@ void up_atomic_abort(up_atomic_file *a) {
 }
 
 int up_file_readable(const char *path) { return access(path, R_OK) == 0; }
+
+int up_path_resolve(const char *path, char *out, size_t len) {
+    char head[PATH_MAX], tail[PATH_MAX] = "", real[PATH_MAX];
+    if (snprintf(head, sizeof head, "%s", path) >= (int)sizeof head)
+        return errno = ENAMETOOLONG, -1;
+    for (;;) { /* the longest existing prefix, through realpath; the missing rest as written */
+        if (realpath(head[0] ? head : ".", real)) {
+            int n =
+                snprintf(out, len, "%s%s%s", real, tail[0] && strcmp(real, "/") ? "/" : "", tail);
+            if (n < 0 || (size_t)n >= len) return errno = ENAMETOOLONG, -1;
+            return 0;
+        }
+        if (errno != ENOENT) return -1;
+        size_t n = strlen(head);
+        while (n > 1 && head[n - 1] == '/')
+            head[--n] = '\0';
+        char *slash = strrchr(head, '/');
+        const char *base = slash ? slash + 1 : head;
+        if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) return errno = ENOENT, -1;
+        char t[PATH_MAX];
+        if (snprintf(t, sizeof t, "%s%s%s", base, tail[0] ? "/" : "", tail) >= (int)sizeof t)
+            return errno = ENAMETOOLONG, -1;
+        memcpy(tail, t, sizeof tail);
+        if (!slash)
+            head[0] = '\0';
+        else if (slash == head)
+            head[1] = '\0';
+        else
+            *slash = '\0';
+    }
+}
+
+int up_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (up_path_resolve(a, ra, sizeof ra) != 0 || up_path_resolve(b, rb, sizeof rb) != 0)
+        return strcmp(a, b) == 0;
+    return strcmp(ra, rb) == 0;
+}
 
 void up_path_join(char *out, size_t len, const char *dir, const char *name) {
     int n = snprintf(out, len, "%s/%s", dir, name);

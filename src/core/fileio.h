@@ -46,9 +46,16 @@ enum { MAP_SCAN_BYTES = 16 << 20 };
 void up_path_join(char *out, size_t len, const char *dir, const char *name);
 /* Temporary files and folders of writes in progress, so that a signal that ends the process
  * leaves none behind: up_tmp_push before creating one, up_tmp_pop once it is renamed or removed.
- * up_tmp_remove_all is async-signal-safe (unlink, rmdir): signal handlers call it, files first,
- * newest first. At most UP_TMP_SLOTS at once. */
-enum { UP_TMP_SLOTS = 8 };
+ * is_dir: 0 a file, 1 an empty folder (its files are registered themselves), UP_TMP_FLAT_DIR a
+ * folder of files removed with whatever files it holds (up_remove_flat_dir).
+ * up_tmp_remove_all is async-signal-safe (unlink, rmdir, getdents): signal handlers call it,
+ * files first, newest first. At most UP_TMP_SLOTS at once. */
+enum { UP_TMP_SLOTS = 8, UP_TMP_FLAT_DIR = 2 };
+/* Removes a folder of files (no subfolder) and its files, with system calls only, so that a
+ * signal handler may call it. 0 (also when path does not exist), or -1 with errno. */
+int up_remove_flat_dir(const char *path);
+/* fsync of a folder (its entries: a rename into it is durable). 0, or -1 with errno. */
+int up_fsync_dir(const char *path);
 void up_tmp_push(const char *path, int is_dir);
 void up_tmp_pop(const char *path);
 void up_tmp_remove_all(void);
@@ -59,5 +66,12 @@ void up_catch_signals(void (*handler)(int), const int *sigs, int n);
 void up_tmp_install_signal_cleanup(void);
 /* 1 when path exists and is readable. */
 int up_file_readable(const char *path);
+/* path as an absolute one without symbolic links or "..": realpath of its longest existing
+ * prefix, then the missing rest as written (an output that does not exist yet resolves through
+ * its existing parent). 0, or -1 with errno (a path that cannot be resolved). */
+int up_path_resolve(const char *path, char *out, size_t len);
+/* 1 when a and b name the same file: the same st_dev and st_ino when both exist (hard and
+ * symbolic links included), else the same up_path_resolve; 0 otherwise. */
+int up_same_file(const char *a, const char *b);
 
 #endif

@@ -16,6 +16,11 @@ static void bucket_label(const eval_stats *s, int k, char *b, size_t len) {
 }
 
 void eval_print_recall(const eval_stats *s) {
+    if (eval_questions(s, -1) == 0) { /* an accuracy of 0.000 would read as a failed model */
+        printf("recall: no question found in the evaluated windows: is this a recall corpus "
+               "(upipe data recall)?\n");
+        return;
+    }
     printf("recall: %.0f questions, accuracy %.3f (chance %.3f)\n", eval_questions(s, -1),
            eval_accuracy(s, -1), RECALL_CHANCE);
     printf("  %-18s %10s %9s\n", "distance", "questions", "accuracy");
@@ -56,7 +61,8 @@ static json_t *real9(double x) {
 static json_t *recall_json(const eval_stats *s) {
     json_t *r = json_object(), *by = json_array();
     json_object_set_new(r, "questions", json_integer((json_int_t)eval_questions(s, -1)));
-    json_object_set_new(r, "accuracy", real9(eval_accuracy(s, -1)));
+    json_object_set_new(r, "accuracy", /* null without questions: no accuracy, not 0 */
+                        eval_questions(s, -1) > 0 ? real9(eval_accuracy(s, -1)) : json_null());
     for (int k = 0; k < s->nb; k++) {
         if (eval_questions(s, k) == 0) continue;
         json_t *b = json_object();
@@ -143,8 +149,13 @@ int eval_write_recall_svg(const eval_stats *s, const char *path, char *err, size
     }
     char title[160], note[160];
     snprintf(title, sizeof title, "Recall accuracy by distance and position (T=%ld)", s->T);
-    snprintf(note, sizeof note, "%.0f questions, accuracy %.3f (chance %.3f); grey: no question",
-             eval_questions(s, -1), eval_accuracy(s, -1), RECALL_CHANCE);
+    if (eval_questions(s, -1) == 0)
+        snprintf(note, sizeof note, "no question found in the evaluated windows");
+    else
+        snprintf(note, sizeof note,
+                 "%.0f questions, accuracy %.3f (chance %.3f); grey: no "
+                 "question",
+                 eval_questions(s, -1), eval_accuracy(s, -1), RECALL_CHANCE);
     svg_doc d = {0};
     svg_heatmap(&d, title, note, "position of the question in the window (tokens)",
                 "distance to the fact (tokens)", xp, nx, yp, ny, v);

@@ -11,12 +11,13 @@
  * the accuracy-by-distance table, on stdout. */
 void eval_print(const eval_stats *s);
 /* The recall lines alone (what a script greps): "recall: N questions, accuracy A (chance C)" and
- * one row per distance bucket with questions. */
+ * one row per distance bucket with questions; without questions one line that says so. */
 void eval_print_recall(const eval_stats *s);
 /* The JSON report, atomically: {"loss", "perplexity", "tokens", "windows", "buckets": [{"start",
  * "end", "loss"}], "recall": {"questions", "accuracy", "by_distance": [{"lo", "hi", "n",
- * "accuracy"}]}} (recall only on a recall corpus; a bucket without targets has loss null; only
- * distance buckets with questions are listed, lo <= distance < hi). 0, or -1 with a message. */
+ * "accuracy"}]}} (recall only on a recall corpus, accuracy null without questions; a bucket
+ * without targets has loss null; only distance buckets with questions are listed, lo <=
+ * distance < hi). 0, or -1 with a message. */
 int eval_write_json(const eval_stats *s, const char *path, char *err, size_t errlen);
 /* The loss by position as a line chart (log x), and recall accuracy by distance and position as a
  * heat-map. 0, or -1 with a message. */

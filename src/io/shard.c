@@ -137,6 +137,19 @@ done:
     return rc;
 }
 
+int shard_contains(const token_shard *s, uint32_t tok) {
+    const size_t chunk = MAP_SCAN_BYTES / (size_t)s->token_bytes;
+    int found = 0;
+    for (size_t i0 = 0; i0 < s->ntok && !found; i0 += chunk) { /* as shard_open's scan */
+        size_t i1 = s->ntok - i0 < chunk ? s->ntok : i0 + chunk;
+        for (size_t i = i0; i < i1 && !found; i++)
+            found = shard_token(s, i) == tok;
+        up_map_drop(s->map, s->map_bytes, s->tokens + i0 * (size_t)s->token_bytes,
+                    (i1 - i0) * (size_t)s->token_bytes);
+    }
+    return found;
+}
+
 void shard_read(const token_shard *s, size_t start, size_t n, int32_t *out) {
     size_t pos = start % s->ntok;
     size_t i = 0;

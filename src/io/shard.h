@@ -34,6 +34,9 @@ void shard_close(token_shard *s);
  * runs (was N bytes, now M): ..." in err. A file truncated under the mapping makes a read of the
  * lost pages raise SIGBUS, so a long job calls this before each step's reads. */
 int shard_check(const token_shard *s, char *err, size_t errlen);
+/* 1 when the token tok occurs in the shard, else 0: a scan that stops at the first occurrence
+ * (at worst one pass like shard_open's, its pages dropped as it goes). */
+int shard_contains(const token_shard *s, uint32_t tok);
 /* out[i] = token at (start + i) mod ntok, for i in [0, n). out: (n) int32, overwritten. */
 void shard_read(const token_shard *s, size_t start, size_t n, int32_t *out);
 

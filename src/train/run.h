@@ -40,6 +40,7 @@ typedef struct {
     long tail_n, tail_skipped; /* tail steps, and those skipped (not in tail_sum) */
     double first_loss, tail_sum;
     long skips_in_row, skips_total; /* --on-nonfinite skip */
+    int warned_no_target;           /* a step without counted targets was reported */
     token_shard val_shard;  /* --val-data */
     eval_source val;        /* validation on the training model, its scratch */
     long val_windows;

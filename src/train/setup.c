@@ -173,6 +173,27 @@ void setup_shard(token_shard *s, const char *flag, const char *path, int V) {
     up_catch_signals(on_sigbus, bus, 1);
 }
 
+void setup_warn_window(const model_config *cfg, long T, const token_shard *s, const char *path,
+                       long doc_sep, int rank) {
+    if (rank != 0) return;
+    if (cfg->max_pos > 0 && T > cfg->max_pos) {
+        char rope[128] = "none";
+        if (cfg->rope.type == ROPE_SCALING_LLAMA3)
+            snprintf(rope, sizeof rope, "llama3 factor %g, original_max_position_embeddings %d",
+                     (double)cfg->rope.factor, cfg->rope.original_max_pos);
+        fprintf(stderr,
+                "upipe: warning: --seq-len %ld is above max_position_embeddings %ld of "
+                "the config (rope_scaling: %s): positions beyond it were never trained\n",
+                T, cfg->max_pos, rope);
+    }
+    if (doc_sep >= 0 && !shard_contains(s, (uint32_t)doc_sep))
+        fprintf(stderr,
+                "upipe: warning: --doc-sep %ld never occurs in %s: every window is one "
+                "document; check the separator the shard was made with (upipe data --doc-sep)\n",
+                doc_sep, path);
+    fflush(stderr);
+}
+
 void setup_model_options(const model_config *cfg, int P, model_options *mopt) {
     char err[512];
     if (mopt->tile_mlp < 0) mopt->tile_mlp = cfg->C; /* flag without a size: ~C tokens */
@@ -220,6 +241,7 @@ void run_setup(train_run *r) {
                    o->T, o->T + 1, o->data, ntok, ntok - 1);
     if (o->loss_mask && mask_open(&r->mask, o->loss_mask, ntok, err, sizeof err) != 0)
         up_die_all("--loss-mask %s", err);
+    setup_warn_window(&r->cfg, o->T, &r->shard, o->data, o->doc_sep, r->rank);
     if (o->init && !up_file_readable(o->init))
         up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
     if (o->val_data) setup_validation(r);

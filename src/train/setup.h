@@ -23,6 +23,12 @@ void setup_config(model_config *cfg, const char *path, long T, int P, int world,
 /* Opens a token shard for a vocabulary of V (flag names it in messages: "--data"), and installs
  * the one-line SIGBUS message for a mapped file truncated under the job. */
 void setup_shard(token_shard *s, const char *flag, const char *path, int V);
+/* Warnings on rank 0 (stderr, one line each; the job goes on): a window T longer than the
+ * config's max_position_embeddings (positions the model was never trained at, with the rope
+ * scaling in force), and a doc_sep (>= 0) that never occurs in the shard at path (no document
+ * boundary: the flag does nothing). */
+void setup_warn_window(const model_config *cfg, long T, const token_shard *s, const char *path,
+                       long doc_sep, int rank);
 /* Fills the default tile sizes (a flag without a size: hidden_size tokens) and checks the memory
  * and UPipe options against the config and P. */
 void setup_model_options(const model_config *cfg, int P, model_options *mopt);

@@ -205,6 +205,25 @@ static void run_validate(train_run *r, train_step_stats *s) {
     s->val_s = now_s() - t0;
 }
 
+/* A step whose global batch counts no target (a loss mask of zeros over its tokens, or targets
+ * that are all the separator): its loss and gradient are zero, so AdamW applies only the weight
+ * decay. One warning per run (rank 0); s->targets is already the count over all ranks. */
+static void warn_no_target(train_run *r, const train_step_stats *s) {
+    if (s->targets > 0 || r->warned_no_target || r->rank != 0) return;
+    r->warned_no_target = 1;
+    if (r->o.loss_mask)
+        fprintf(stderr,
+                "upipe: warning: step %ld counts no target (the loss mask is zero over "
+                "its tokens): the step only applies weight decay; check --loss-mask %s\n",
+                s->step + 1, r->o.loss_mask);
+    else
+        fprintf(stderr,
+                "upipe: warning: step %ld counts no target (every target is the "
+                "--doc-sep token %ld): the step only applies weight decay; check the data\n",
+                s->step + 1, r->o.doc_sep);
+    fflush(stderr);
+}
+
 /* Keeps the loss for the closing line, stops on divergence (every rank), and writes the step's
  * terminal line and log record (rank 0). */
 static void run_record(train_run *r, const train_step_stats *s) {
@@ -218,6 +237,7 @@ static void run_record(train_run *r, const train_step_stats *s) {
     if (!isfinite(s->loss) && !s->skipped) /* run_step stopped already; the last guard */
         up_die_all("loss is %f at step %ld: training diverged; lower --lr or check the data",
                    s->loss, s->step + 1);
+    warn_no_target(r, s);
     if (r->rank != 0) return;
     double tps = r->tokens / s->dt;
     long done = s->step + 1;

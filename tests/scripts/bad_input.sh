@@ -177,4 +177,60 @@ else
   bad "failed save: rc $rc, left: $(ls "$TMP/outdir")"; cat "$TMP/save.out"
 fi
 
+
+# `upipe data`: an output that is one of the inputs (or the other output) is refused before
+# anything is written: the source stays as it was. Same file by inode (a symbolic link, ./name)
+# or, for an output that does not exist yet, by its resolved path.
+printf 'the source text\n' >"$TMP/src.txt"; cp "$TMP/src.txt" "$TMP/src.orig"; ln -s src.txt "$TMP/src.link"
+printf '{"text": "fine"}\n' >"$TMP/src.jsonl"; cp "$TMP/src.jsonl" "$TMP/src.jsonl.orig"
+expect_error data_output_is_input "--output $TMP/src.txt is the input $TMP/src.txt" -- \
+  "$UPIPE" data text --input "$TMP/src.txt" --output "$TMP/src.txt"
+expect_error data_output_links_input "--output $TMP/src.link is the input" -- \
+  "$UPIPE" data text --input "$TMP/d.bin" "$TMP/src.txt" --output "$TMP/src.link"
+expect_error jsonl_output_is_input "--output $TMP/./src.jsonl is the input" -- \
+  "$UPIPE" data jsonl --input "$TMP/src.jsonl" --output "$TMP/./src.jsonl" --doc-sep 256
+expect_error jsonl_mask_is_input "--mask-output $TMP/src.jsonl is the input" -- \
+  "$UPIPE" data jsonl --input "$TMP/src.jsonl" --output "$TMP/j2.bin" --doc-sep 256 --mask-output "$TMP/src.jsonl"
+expect_error recall_mask_is_output "--mask-output $TMP/../${TMP##*/}/r2.bin and --output $TMP/r2.bin are the same file" -- \
+  "$UPIPE" data recall --output "$TMP/r2.bin" --tokens 100 --mask-output "$TMP/../${TMP##*/}/r2.bin"
+if cmp -s "$TMP/src.txt" "$TMP/src.orig" && cmp -s "$TMP/src.jsonl" "$TMP/src.jsonl.orig" && [ ! -e "$TMP/j2.bin" ] \
+  && [ ! -e "$TMP/r2.bin" ]; then ok "data: the inputs are intact, nothing written"; else bad "data: an input was replaced"; fi
+
+# Warnings (one line on stderr, rank 0 only, once per run; the run goes on with status 0).
+expect_warning() { # name count phrase -- command...: exactly count lines 'upipe: warning: ...phrase'
+  local name=$1 want=$2 phrase=$3 rc=0 n
+  shift 4
+  timeout 120 "$@" >"$TMP/warn.out" 2>&1 || rc=$?
+  n=$(grep -c -- "^upipe: warning: .*$phrase" "$TMP/warn.out")
+  if [ "$rc" -eq 0 ] && [ "$n" -eq "$want" ]; then
+    ok "$name: $want warning(s) $(grep -m1 -- "$phrase" "$TMP/warn.out")"
+  else bad "$name: exit $rc, $n warning(s) '$phrase', expected $want"; cat "$TMP/warn.out"; fi
+}
+# A loss mask of zeros over a step's tokens: loss 0, norm 0, only weight decay moves the weights.
+# The mask's header from `data recall --mask-output`; mask h0 is zero over window 0's targets
+# (tokens 1..64), one elsewhere. One rank: step 1 reads window 0 alone and counts nothing (one
+# warning for three steps); two replicas: step 1 reads windows 0 and 1, and the global count is
+# not zero, so rank 0, whose own window counts nothing, stays silent.
+"$UPIPE" data recall --output "$TMP/m.bin" --tokens 3000 --distance 64 --mask-output "$TMP/m.mask" >/dev/null
+{ head -c 1024 "$TMP/m.mask"; head -c 3000 /dev/zero; } >"$TMP/zero.mask"
+{ head -c 1024 "$TMP/m.mask"; head -c 65 /dev/zero; head -c 2935 /dev/zero | tr '\0' '\1'; } >"$TMP/h0.mask"
+MASKED="--config $CFG --data $TMP/m.bin --seq-len 64 --steps 3"
+expect_warning zero_mask 1 "step 1 counts no target (the loss mask is zero over its tokens): the step only applies weight decay; check --loss-mask" -- \
+  $TRAIN $MASKED --loss-mask "$TMP/zero.mask"
+expect_warning zero_mask_window 1 "step 1 counts no target" -- $TRAIN $MASKED --loss-mask "$TMP/h0.mask"
+expect_warning zero_mask_one_replica 0 "counts no target" -- $MPIEXEC -n 2 $TRAIN $MASKED --cp 1 --loss-mask "$TMP/h0.mask"
+# --seq-len beyond max_position_embeddings, with the rope scaling in force; a --doc-sep that the
+# shard never holds (the recall corpus has no token 250). Two ranks: rank 0 alone warns.
+sed 's/"max_position_embeddings": 4096/"max_position_embeddings": 32/' "$CFG" >"$TMP/pos32.json"
+expect_warning seq_beyond_positions 1 "--seq-len 64 is above max_position_embeddings 32 of the config (rope_scaling: none): positions beyond it were never trained" -- \
+  $MPIEXEC -n 2 $TRAIN --config "$TMP/pos32.json" --data "$TMP/d.bin" --seq-len 64 --steps 1
+sed 's/"rope_scaling": null/"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16}/' \
+  "$TMP/pos32.json" >"$TMP/pos32l3.json"
+expect_warning seq_beyond_positions_llama3 1 "(rope_scaling: llama3 factor 8, original_max_position_embeddings 16)" -- \
+  $TRAIN --config "$TMP/pos32l3.json" --data "$TMP/d.bin" --seq-len 64 --steps 1
+expect_warning seq_within_positions 0 "max_position_embeddings" -- $TRAIN --config "$TMP/pos32.json" --data "$TMP/d.bin" --seq-len 32 --steps 1
+expect_warning doc_sep_absent 1 "--doc-sep 250 never occurs in $TMP/d.bin" -- \
+  $MPIEXEC -n 2 $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --doc-sep 250
+expect_warning doc_sep_present 0 "--doc-sep" -- $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1 --doc-sep 59
+
 finish

@@ -139,4 +139,36 @@ refuse not_a_ckpt "neither a checkpoint" 1 --ckpt "$TMP" --data "$GQA/tokens.bin
 refuse bad_upipe "--upipe-heads 3" 2 $G --upipe-heads 3
 refuse unwritable_report "does not exist" 1 $G --report "$TMP/no/such/r.json"
 [ ! -e "$TMP/x.svg" ] && ok "a refused run writes nothing" || bad "a refused run left $TMP/x.svg"
+
+# ---- nothing to measure: a mask of zeros stops with one line and writes no report; a recall
+# scoring without questions says so (accuracy null, not 0) ----
+"$UPIPE" data recall --output "$TMP/rm.bin" --tokens 9000 --distance 100 --mask-output "$TMP/rm.mask" >/dev/null
+{ head -c 1024 "$TMP/rm.mask"; head -c 9000 /dev/zero; } >"$TMP/zero.mask"
+refuse zero_mask "no target counted: the loss mask is zero over the evaluated windows" 2 $R --windows 2 \
+  --loss-mask "$TMP/zero.mask" --report "$TMP/zero.json"
+[ ! -e "$TMP/zero.json" ] && ok "zero_mask: no report" || bad "zero_mask: a report with $(tr -d '\n' <"$TMP/zero.json")"
+"$UPIPE" data text --input "$SRC/README.md" --output "$TMP/text.bin" >/dev/null
+rc=0
+"$UPIPE" eval --threads 1 --config "$SRC/configs/tiny.json" --init "$TMP/w.st" --data "$TMP/text.bin" --seq-len 64 \
+  --windows 2 --recall --report "$TMP/noq.json" >"$TMP/noq.out" 2>&1 || rc=$?
+if [ "$rc" -eq 0 ] && grep -qxF "recall: no question found in the evaluated windows: is this a recall corpus (upipe data recall)?" "$TMP/noq.out" \
+  && ! grep -q "accuracy 0.000" "$TMP/noq.out" \
+  && python3 -c 'import json, sys; q = json.load(open(sys.argv[1]))["recall"]; assert q["questions"] == 0 and q["accuracy"] is None, q' "$TMP/noq.json"; then
+  ok "--recall without questions: $(grep '^recall:' "$TMP/noq.out"); accuracy null in the report"
+else bad "--recall without questions: exit $rc"; cat "$TMP/noq.out" "$TMP/noq.json"; fi
+
+# ---- warnings, once (rank 0) and the run goes on: a window beyond max_position_embeddings, a
+# --doc-sep the shard never holds ----
+sed 's/"max_position_embeddings": 4096/"max_position_embeddings": 256/' "$SRC/configs/tiny.json" >"$TMP/pos256.json"
+warns() { # name phrase ranks args...
+  local name=$1 phrase=$2 n=$3 rc=0
+  shift 3
+  mpirun_n "$n" $EVAL "$@" >"$TMP/$name.err" 2>&1 || rc=$?
+  if [ "$rc" -eq 0 ] && [ "$(grep -c '^upipe: warning' "$TMP/$name.err")" -eq 1 ] && grep -q -- "^upipe: warning: $phrase" "$TMP/$name.err"; then
+    ok "$name: $(grep 'upipe: warning' "$TMP/$name.err")"
+  else bad "$name: exit $rc"; cat "$TMP/$name.err"; fi
+}
+warns eval_seq_beyond "--seq-len 512 is above max_position_embeddings 256 of the config (rope_scaling: none): positions beyond it were never trained" \
+  2 --config "$TMP/pos256.json" --data "$TMP/r.bin" --init "$TMP/w.st" --seq-len 512 --windows 2
+warns eval_doc_sep_absent "--doc-sep 250 never occurs in $TMP/r.bin" 2 $R --windows 2 --doc-sep 250
 finish
