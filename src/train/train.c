@@ -362,7 +362,7 @@ static void run_train(train_run *r) {
         if (s.val) watchdog_step(step, s.val_s);
         stopped = run_checkpoint(r, &s);
         run_record(r, &s);
-        trace_step(); /* writes the trace so far when a buffer is half full */
+        trace_step(); /* writes the trace so far when a buffer is half full or now and then */
     }
     if (stopped)
         run_stop(r, stopped);
