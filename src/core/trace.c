@@ -320,9 +320,7 @@ static int open_output(const char *path, char *err, size_t errlen) {
     snprintf(g.path, sizeof g.path, "%s", path);
     g.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (g.fd < 0)
-        return up_errf(err, errlen, NULL,
-                       "--trace %s: cannot create the file (%s): check the "
-                       "folder exists and is writable",
+        return up_errf(err, errlen, NULL, "--trace %s: cannot create it (%s): check the folder",
                        path, strerror(errno));
     g.named = calloc((size_t)g.R * TRACE_TRACKS, 1);
     UP_CHECK(g.named, "out of memory");
@@ -357,10 +355,7 @@ static int write_output(char *err, size_t errlen) {
     if (n < 0) {
         int e = errno;
         up_atomic_abort(&out);
-        return up_errf(err, errlen, g.path,
-                       "the events written so far could not be read back "
-                       "(%s)",
-                       strerror(e));
+        return up_errf(err, errlen, g.path, "cannot read back what was written (%s)", strerror(e));
     }
     return up_atomic_commit(&out, err, errlen);
 }

@@ -33,16 +33,14 @@ int ckpt_lock_take(const char *dir, char *err, size_t errlen) {
     up_path_join(path, sizeof path, dir, CKPT_LOCK_NAME);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
-        return up_errf(err, errlen, NULL,
-                       "--ckpt-dir %s: cannot create %s (%s): check the "
-                       "folder is writable",
+        return up_errf(err, errlen, NULL, "--ckpt-dir %s: cannot create %s (%s): check the folder",
                        dir, path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
             fprintf(stderr,
-                    "upipe: warning: --ckpt-dir %s: the file system does not support "
-                    "flock (%s): two jobs on this folder would not be told apart\n",
+                    "upipe: warning: --ckpt-dir %s: the file system does not support flock "
+                    "(%s): two jobs on this folder would not be told apart\n",
                     dir, strerror(e));
             fflush(stderr);
             g_lock_fd = fd; /* warned once: a second call returns at once */
@@ -53,8 +51,8 @@ int ckpt_lock_take(const char *dir, char *err, size_t errlen) {
         close(fd);
         if (e == EWOULDBLOCK)
             return up_errf(err, errlen, NULL,
-                           "--ckpt-dir %s is in use by another upipe job (%s): "
-                           "wait for it, or use another folder",
+                           "--ckpt-dir %s is in use by another upipe job (%s): wait for it, or "
+                           "use another folder",
                            dir, who);
         return up_errf(err, errlen, NULL, "--ckpt-dir %s: cannot lock %s (%s)", dir, path,
                        strerror(e));
