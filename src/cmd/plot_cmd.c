@@ -17,7 +17,9 @@ static void print_help(void) {
     printf("usage: upipe plot --log train.jsonl --svg loss.svg [--title TEXT]\n\n"
            "Draws the loss of every step of a training log (`upipe train --log`) and, on the\n"
            "steps that validated (--val-data), the validation loss, as an SVG line chart.\n\n"
-           "  --log FILE     the JSON lines log of a run (a resumed run's continues it)\n"
+           "  --log FILE     the JSON lines log of a run (a resumed run's continues it; where\n"
+           "                 the step goes back, a restart, the later run's points replace\n"
+           "                 those of the steps it did again)\n"
            "  --svg FILE     the picture to write (atomically)\n"
            "  --title TEXT   the chart's title (default: \"Loss of <log>\")\n"
            "  --help         this text\n");
@@ -40,6 +42,13 @@ static void curve_add(curve *c, double x, double y) {
     c->y[c->n++] = y;
 }
 
+/* A step number that goes back (a resumed run's log from before resumes cut it, or two logs
+ * joined): the points from that step on are of an earlier run, replaced by the later one. */
+static void curve_restart(curve *c, double step) {
+    while (c->n > 0 && c->x[c->n - 1] >= step)
+        c->n--;
+}
+
 /* The number under key in rec, NAN when absent, null or not a number. */
 static double number(const json_t *rec, const char *key) {
     const json_t *v = json_object_get(rec, key);
@@ -58,6 +67,8 @@ static void read_record(const char *line, const char *path, long lineno, curve *
                rec ? "no \"step\"" : jerr.text);
     }
     double loss = number(rec, "loss"), vl = number(rec, "val_loss");
+    curve_restart(train, step);
+    curve_restart(val, step);
     if (isfinite(loss) && !json_object_get(rec, "skipped")) curve_add(train, step, loss);
     if (isfinite(vl)) curve_add(val, step, vl);
     json_decref(rec);

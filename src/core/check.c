@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,16 @@
 
 static int g_rank = 0;
 static int g_world = 1;
+static void (*_Atomic g_on_stop)(void);
+
+void up_on_stop(void (*fn)(void)) {
+    atomic_store(&g_on_stop, fn);
+}
+
+void up_run_on_stop(void) {
+    void (*fn)(void) = atomic_exchange(&g_on_stop, NULL); /* once, on one thread */
+    if (fn) fn();
+}
 
 void up_set_rank(int rank, int world_size) {
     g_rank = rank;
@@ -21,6 +32,7 @@ void up_set_rank(int rank, int world_size) {
 int up_rank(void) { return g_rank; }
 
 static UP_NORETURN void stop_all(int code) {
+    up_run_on_stop();
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
@@ -87,6 +99,7 @@ void up_die_all(const char *fmt, ...) {
 }
 
 static UP_NORETURN void finalize_exit(int code) {
+    up_run_on_stop();
     fflush(stdout);
     fflush(stderr);
     int init = 0, fin = 0;

@@ -39,6 +39,12 @@ UP_NORETURN void up_die_agreed(const char *msg);
  * library function fills its err buffer. */
 int up_errf(char *err, size_t errlen, const char *label, const char *fmt, ...) UP_PRINTF(4, 5);
 
+/* What to do before a stop ends the process (up_die*, UP_CHECK, the watchdog): fn runs once, on
+ * the stopping thread (the trace closes its file there; trace.h). NULL: nothing. up_run_on_stop
+ * runs it (once over the process, whichever thread comes first); the stops above call it. */
+void up_on_stop(void (*fn)(void));
+void up_run_on_stop(void);
+
 /* Rank used in messages; set by the communication layer once MPI is up (0 before). */
 void up_set_rank(int rank, int world_size);
 int up_rank(void);

@@ -1,5 +1,8 @@
 /* trace.c — the profiler trace: per-thread event buffers, and their gathering to rank 0, which
- * streams them into one JSON trace file (trace.h; the format in DESIGN.md §8.2). */
+ * streams them into one JSON trace file (trace.h; the format in DESIGN.md §8.2). During the run
+ * the file is a JSON array of the events so far, written at event boundaries, which the viewers
+ * load as it is (they accept the array without its closing bracket); the finish rewrites it as
+ * the complete trace object, atomically. */
 #include "core/trace.h"
 
 #include "core/check.h"
@@ -44,6 +47,9 @@ typedef struct {
 } trace_header;
 
 enum { TRACE_MAX_STRINGS = 512, TRACE_TAG = 7301 };
+/* Between steps the events go to the file at least this often, so a killed run loses at most
+ * about this much (and its step) of the trace. */
+#define TRACE_FLUSH_NS 2000000000ull
 #define TRACE_NONE UINT64_MAX
 
 int trace_enabled_;
@@ -53,12 +59,20 @@ static struct {
     int ntracks;
     MPI_Comm comm;
     int rank, R;
-    uint64_t origin;
-    FILE *spool; /* rank 0: the events so far, in an unlinked file beside the output */
+    uint64_t origin, last_flush;
+    int fd;               /* rank 0: the output, "[" and the events so far */
+    int werr;             /* rank 0: errno of the first failed write to it (0: none) */
+    atomic_int flushing;  /* rank 0: in flush_all, the main buffer's records are being sent */
+    unsigned char *named; /* rank 0: R x TRACE_TRACKS, whether the track's thread_name is out */
     char path[4064];
     int first; /* no event written yet (no comma before the next) */
     long long events, dropped; /* written and dropped, all ranks (rank 0) */
 } g;
+
+/* Rank 0's text on its way to the file: whole events only, so the file always ends at an event
+ * boundary (a kill between two writes leaves a loadable array). */
+static char g_text[1 << 16];
+static size_t g_text_n;
 
 #define TRACE_MPI(call)                                                                            \
     do {                                                                                           \
@@ -114,52 +128,80 @@ static long long os_tid(void) { return (long long)syscall(SYS_gettid); }
 
 /* ---- writing (rank 0) ----------------------------------------------------------------------- */
 
-static void write_event_text(const char *text) {
-    fprintf(g.spool, "%s\n%s", g.first ? "" : ",", text);
+/* The text so far into the file (one write, retried on short writes). */
+static void out_flush(void) {
+    if (g_text_n > 0 && !g.werr && up_write_all(g.fd, g_text, g_text_n) != 0) g.werr = errno;
+    g_text_n = 0;
+}
+
+/* One event of n bytes of JSON, after a comma unless it is the first. */
+static void out_event(const char *json, int n) {
+    if (n < 0) n = 0;
+    if ((size_t)n + 2 > sizeof g_text) n = (int)sizeof g_text - 2; /* never: events are short */
+    if (g_text_n + (size_t)n + 2 > sizeof g_text) out_flush();
+    memcpy(g_text + g_text_n, g.first ? "\n" : ",\n", 2);
+    g_text_n += g.first ? 1 : 2;
+    memcpy(g_text + g_text_n, json, (size_t)n);
+    g_text_n += (size_t)n;
     g.first = 0;
 }
 
 static void write_metadata(void) {
     char line[256];
     for (int r = 0; r < g.R; r++) {
-        snprintf(line, sizeof line,
-                 "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank "
-                 "%d\"}}", r, r);
-        write_event_text(line);
-        snprintf(line, sizeof line,
-                 "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":"
-                 "{\"sort_index\":%d}}", r, r);
-        write_event_text(line);
+        out_event(line, snprintf(line, sizeof line,
+                                 "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{"
+                                 "\"name\":\"rank %d\"}}",
+                                 r, r));
+        out_event(line,
+                  snprintf(line, sizeof line,
+                           "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":"
+                           "{\"sort_index\":%d}}",
+                           r, r));
     }
 }
 
+/* The name of track k of rank pid (OS thread tid), once per track. */
 static void write_thread_name(int pid, long long tid, int k) {
+    if (tid <= 0 || !g.named || g.named[pid * TRACE_TRACKS + k]) return;
+    g.named[pid * TRACE_TRACKS + k] = 1;
     char line[256];
-    snprintf(line, sizeof line,
-             "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%lld,\"args\":{\"name\":"
-             "\"%s\"}}", pid, tid, k == TRACE_TRACK_MAIN ? "main" : "offload I/O");
-    write_event_text(line);
-    snprintf(line, sizeof line,
-             "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%lld,\"args\":"
-             "{\"sort_index\":%d}}", pid, tid, k);
-    write_event_text(line);
+    out_event(line,
+              snprintf(line, sizeof line,
+                       "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%lld,\"args\":"
+                       "{\"name\":\"%s\"}}",
+                       pid, tid, k == TRACE_TRACK_MAIN ? "main" : "offload I/O"));
+    out_event(line, snprintf(line, sizeof line,
+                             "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%lld,"
+                             "\"args\":{\"sort_index\":%d}}",
+                             pid, tid, k));
+}
+
+/* One span: t0, t1 in ns since the origin; k1, k2 NULL: no argument. */
+static void write_span(int pid, long long tid, uint64_t t0, uint64_t t1, const char *cat,
+                       const char *name, const char *k1, int64_t v1, const char *k2, int64_t v2) {
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
+                     "\"pid\":%d,\"tid\":%lld,\"args\":{",
+                     name, cat, (double)t0 / 1e3, (double)(t1 - t0) / 1e3, pid, tid);
+    if (k1 && n < (int)sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n, "\"%s\":%lld", k1, (long long)v1);
+    if (k2 && n < (int)sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s\"%s\":%lld", k1 ? "," : "", k2,
+                      (long long)v2);
+    if (n < (int)sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, "}}");
+    out_event(line, n < (int)sizeof line ? n : (int)sizeof line - 1);
 }
 
 /* n prepared events of one track of rank pid, their strings in strs. */
 static void write_events(int pid, long long tid, const trace_event *ev, long long n,
                          const char *const *strs) {
-    FILE *f = g.spool;
     for (long long i = 0; i < n; i++) {
         const trace_event *e = &ev[i];
-        fprintf(f, "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,"
-                "\"pid\":%d,\"tid\":%lld,\"args\":{", g.first ? "" : ",", strs[e->name.id],
-                strs[e->cat.id], (double)e->t0 / 1e3, (double)(e->t1 - e->t0) / 1e3, pid, tid);
-        g.first = 0;
-        if (e->k1.id != TRACE_NONE) fprintf(f, "\"%s\":%lld", strs[e->k1.id], (long long)e->v1);
-        if (e->k2.id != TRACE_NONE)
-            fprintf(f, "%s\"%s\":%lld", e->k1.id != TRACE_NONE ? "," : "", strs[e->k2.id],
-                    (long long)e->v2);
-        fputs("}}", f);
+        write_span(pid, tid, e->t0, e->t1, strs[e->cat.id], strs[e->name.id],
+                   e->k1.id != TRACE_NONE ? strs[e->k1.id] : NULL, e->v1,
+                   e->k2.id != TRACE_NONE ? strs[e->k2.id] : NULL, e->v2);
     }
 }
 
@@ -214,9 +256,11 @@ static void split_strings(char *blob, long long len, long long nstr, const char 
 }
 
 /* Every rank's events so far go to rank 0 (its own first, then rank 1's, ...), which writes
- * them; the buffers start over. Collective. */
+ * them into the file, with the name of each thread the first time it sends; the buffers start
+ * over. Collective. */
 static void flush_all(void) {
     static trace_strings st; /* 40 KiB: not on the stack */
+    atomic_store(&g.flushing, 1);
     for (int k = 0; k < g.ntracks; k++) {
         trace_track *t = &g.tracks[k];
         long long n = (long long)atomic_load_explicit(&t->n, memory_order_acquire);
@@ -226,6 +270,7 @@ static void flush_all(void) {
         if (g.rank == 0) {
             const char *strs[TRACE_MAX_STRINGS];
             split_strings(st.blob, h.blob, h.nstr, strs);
+            write_thread_name(0, h.tid, k);
             write_events(0, h.tid, t->ev, n, strs);
             g.events += n;
             g.dropped += h.dropped;
@@ -237,6 +282,7 @@ static void flush_all(void) {
         }
         atomic_store_explicit(&t->n, 0, memory_order_relaxed);
     }
+    atomic_store(&g.flushing, 0); /* n is 0 while the others' events pass through the buffer */
     if (g.rank != 0) return;
     /* the others', received into rank 0's main buffer (every track of every rank fits: all
      * ranks have the same buffers, the main one the largest) */
@@ -255,71 +301,85 @@ static void flush_all(void) {
                                TRACE_TAG, g.comm, MPI_STATUS_IGNORE));
             const char *strs[TRACE_MAX_STRINGS];
             split_strings(st.blob, h.blob, h.nstr, strs);
+            write_thread_name(r, h.tid, k);
             write_events(r, h.tid, buf->ev, h.n, strs);
             g.events += h.n;
             g.dropped += h.dropped;
         }
-}
-
-/* The OS thread ids of every rank's tracks, as metadata (rank 0). Collective. */
-static void write_thread_names(void) {
-    long long mine[TRACE_TRACKS];
-    for (int k = 0; k < TRACE_TRACKS; k++) mine[k] = g.tracks[k].tid;
-    if (g.rank != 0) {
-        TRACE_MPI(MPI_Send(mine, TRACE_TRACKS, MPI_LONG_LONG, 0, TRACE_TAG, g.comm));
-        return;
-    }
-    for (int r = 0; r < g.R; r++) {
-        long long tids[TRACE_TRACKS];
-        if (r == 0) memcpy(tids, mine, sizeof tids);
-        else TRACE_MPI(MPI_Recv(tids, TRACE_TRACKS, MPI_LONG_LONG, r, TRACE_TAG, g.comm,
-                                MPI_STATUS_IGNORE));
-        for (int k = 0; k < g.ntracks; k++)
-            if (tids[k] > 0) write_thread_name(r, tids[k], k);
-    }
+    out_flush();
+    g.last_flush = trace_now_ns();
 }
 
 /* ---- the run -------------------------------------------------------------------------------- */
 
-/* Rank 0's spool: an unlinked temporary file in the output's folder, so a run that dies leaves
- * nothing behind; trace_finish copies it into the output, written atomically. */
-static int open_spool(const char *path, char *err, size_t errlen) {
+/* Rank 0's output, created at the start: "[" and the metadata, written at once, so the file
+ * is a loadable trace from the first moment on. */
+static int open_output(const char *path, char *err, size_t errlen) {
     if (strlen(path) >= sizeof g.path)
         return up_errf(err, errlen, NULL, "--trace %s: the path is too long", path);
     snprintf(g.path, sizeof g.path, "%s", path);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.spool.XXXXXX", path);
-    int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0)
-        return up_errf(err, errlen, NULL, "--trace %s: cannot create a file there (%s): check "
-                       "the folder exists and is writable", path, strerror(errno));
-    unlink(tmp);
-    g.spool = fdopen(fd, "w+");
-    UP_CHECK(g.spool, "fdopen: %s", strerror(errno));
+    g.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (g.fd < 0)
+        return up_errf(err, errlen, NULL, "--trace %s: cannot create it (%s): check the folder",
+                       path, strerror(errno));
+    g.named = calloc((size_t)g.R * TRACE_TRACKS, 1);
+    UP_CHECK(g.named, "out of memory");
+    g_text_n = 0;
+    memcpy(g_text, "[", 1);
+    g_text_n = 1;
+    g.first = 1;
+    write_metadata();
+    out_flush();
     return 0;
 }
 
-/* The output: the opening, the spooled events, the closing; atomically. */
+/* The finished trace: the opening, the events written so far (the file after its "["), the
+ * closing with otherData, into path.tmp.<pid>, renamed over the file. */
 static int write_output(char *err, size_t errlen) {
+    out_flush();
+    if (g.werr)
+        return up_errf(err, errlen, g.path, "write failed (%s): check free disk space",
+                       strerror(g.werr));
     up_atomic_file out;
     if (up_atomic_open(&out, g.path, err, errlen) != 0) return -1;
-    int ok = fflush(g.spool) == 0 && !ferror(g.spool) && fseek(g.spool, 0, SEEK_SET) == 0;
     fputs("{\"traceEvents\":[", out.f);
     char buf[1 << 16];
-    size_t n;
-    while (ok && (n = fread(buf, 1, sizeof buf, g.spool)) > 0) fwrite(buf, 1, n, out.f);
-    if (ferror(g.spool)) ok = 0;
+    ssize_t n = 0;
+    for (off_t off = 1; (n = pread(g.fd, buf, sizeof buf, off)) > 0; off += n)
+        fwrite(buf, 1, (size_t)n, out.f);
     fprintf(out.f,
             "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"tool\":\"upipe\",\"ranks\":%d,"
             "\"events\":%lld,\"dropped_events\":%lld,\"clock\":\"CLOCK_MONOTONIC, origin "
             "aligned over the ranks by a collective at the start\"}}\n",
             g.R, g.events, g.dropped);
-    if (!ok) {
+    if (n < 0) {
+        int e = errno;
         up_atomic_abort(&out);
-        return up_errf(err, errlen, g.path, "the events spooled beside it could not be read "
-                       "back (%s)", strerror(errno));
+        return up_errf(err, errlen, g.path, "cannot read back what was written (%s)", strerror(e));
     }
     return up_atomic_commit(&out, err, errlen);
+}
+
+/* Rank 0's file, closed where the ranks cannot finish together (trace.h). Its own events not
+ * yet written (unless flush_all is sending them: then they are in the text already), the names
+ * of its threads, and "]". Reads the records below each buffer's count, which the owner
+ * published with release, so a main thread that still records does not disturb it. */
+static void close_on_stop(void) {
+    if (!trace_enabled_ || g.rank != 0 || g.fd < 0) return;
+    trace_enabled_ = 0;
+    for (int k = 0; k < g.ntracks && !atomic_load(&g.flushing); k++) {
+        trace_track *t = &g.tracks[k];
+        size_t n = atomic_load_explicit(&t->n, memory_order_acquire);
+        write_thread_name(0, t->tid, k);
+        for (size_t i = 0; i < n; i++) {
+            const trace_event *e = &t->ev[i];
+            uint64_t t0 = e->t0 > g.origin ? e->t0 - g.origin : 0;
+            uint64_t t1 = e->t1 > g.origin ? e->t1 - g.origin : 0;
+            write_span(0, t->tid, t0, t1, e->cat.s, e->name.s, e->k1.s, e->v1, e->k2.s, e->v2);
+        }
+    }
+    out_flush();
+    if (!g.werr && up_write_all(g.fd, "\n]\n", 3) == 0) fsync(g.fd);
 }
 
 int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t errlen) {
@@ -335,24 +395,25 @@ int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t
     }
     if (err && errlen) err[0] = '\0';
     int bad = 0;
-    if (g.rank == 0) {
-        bad = open_spool(path, err, errlen) != 0;
-        g.first = 1;
-    }
+    g.fd = -1;
+    if (g.rank == 0) bad = open_output(path, err, errlen) != 0;
     /* the verdict, and the clocks' alignment: every rank has entered this all-reduce before
      * any leaves it */
     TRACE_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, g.comm));
     g.origin = trace_now_ns();
+    g.last_flush = g.origin;
     if (bad) {
         for (int k = 0; k < g.ntracks; k++) mem_free(g.tracks[k].ev);
         MPI_Comm_free(&g.comm);
+        if (g.fd >= 0) close(g.fd);
+        free(g.named);
         memset(&g, 0, sizeof g);
         return -1;
     }
-    if (g.rank == 0) write_metadata();
     g.tracks[TRACE_TRACK_MAIN].tid = os_tid();
     tl_track = &g.tracks[TRACE_TRACK_MAIN];
     trace_enabled_ = 1;
+    up_on_stop(close_on_stop); /* a stop of the process (up_die*, the watchdog) closes the file */
     return 0;
 }
 
@@ -368,6 +429,7 @@ void trace_step(void) {
     int full = 0;
     for (int k = 0; k < g.ntracks; k++)
         full |= atomic_load_explicit(&g.tracks[k].n, memory_order_acquire) > g.tracks[k].cap / 2;
+    if (g.rank == 0 && t0 - g.last_flush >= TRACE_FLUSH_NS) full = 1; /* now and then */
     TRACE_MPI(MPI_Allreduce(MPI_IN_PLACE, &full, 1, MPI_INT, MPI_LOR, g.comm));
     if (!full) return;
     flush_all();
@@ -376,15 +438,16 @@ void trace_step(void) {
 
 int trace_finish(char *err, size_t errlen) {
     if (!trace_enabled_) return 0;
+    up_on_stop(NULL);
     trace_enabled_ = 0;
     tl_track = NULL;
     flush_all();
-    write_thread_names();
     int bad = 0;
     if (err && errlen) err[0] = '\0';
     if (g.rank == 0) {
         bad = write_output(err, errlen) != 0;
-        fclose(g.spool);
+        close(g.fd);
+        free(g.named);
         if (!bad && g.dropped > 0) {
             fprintf(stderr, "upipe: warning: --trace: %lld span%s dropped: an event buffer (%zu "
                     "spans on the main thread) filled within one step; the trace is incomplete\n",

@@ -119,6 +119,7 @@ static void *watch(void *arg) {
                      up_rank(), ph, idle, in, limit, longest[WATCHDOG_STEP], g_floor);
         if (write(2, msg, (size_t)len) < 0) { /* nothing more to do */
         }
+        up_run_on_stop(); /* the trace so far, closed (its writer takes no lock) */
         _exit(1);
     }
     return NULL;

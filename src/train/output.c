@@ -3,6 +3,7 @@
 #include "train/run.h"
 
 #include "core/check.h"
+#include "core/fileio.h"
 #include "core/mem.h"
 #include "parallel/cp_attention.h"
 
@@ -163,3 +164,80 @@ void write_log_record(const train_run *r, const train_step_stats *s, double tps)
     if (failed) up_die("--log %s: write failed (%s)", r->o.log, strerror(errno));
 }
 
+/* ---- a resumed run's log ------------------------------------------------------------------- */
+
+/* The "step" of one log line; -1 for JSON without one, -2 for a line that is not JSON. */
+static long log_line_step(const char *line, size_t n) {
+    json_error_t jerr;
+    json_t *rec = json_loadb(line, n, 0, &jerr);
+    if (!rec) return -2;
+    json_t *v = json_object_get(rec, "step");
+    long step = json_is_integer(v) && json_integer_value(v) >= 0 ? (long)json_integer_value(v) : -1;
+    json_decref(rec);
+    return step;
+}
+
+typedef struct {
+    long line,
+        step; /* a kept line: its index in the file, its step (a stepless one: its record's) */
+} log_kept;
+
+/* The lines of f to keep (log_cut_to_step), in order, into *kept (malloc'd); their count, and
+ * *cut = 1 when some line goes. */
+static size_t log_select(FILE *f, long step, log_kept **kept, int *cut) {
+    size_t n = 0, cap = 0, lcap = 0;
+    char *line = NULL;
+    ssize_t len;
+    *kept = NULL;
+    *cut = 0;
+    for (long i = 0; (len = getline(&line, &lcap, f)) >= 0; i++) {
+        long s = log_line_step(line, (size_t)len);
+        int stepless = s == -1;
+        if (stepless) s = n ? (*kept)[n - 1].step : 0; /* goes with its record */
+        if (s < 0 || s > step) {
+            *cut = 1;
+            continue;
+        }
+        while (!stepless && n > 0 && (*kept)[n - 1].step >= s) /* a restart: later lines win */
+            n--, *cut = 1;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            *kept = realloc(*kept, cap * sizeof **kept);
+            UP_CHECK(*kept, "out of memory");
+        }
+        (*kept)[n++] = (log_kept){i, s};
+    }
+    free(line);
+    return n;
+}
+
+int log_cut_to_step(const char *path, long step, char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f && errno == ENOENT) return 0;
+    if (!f) return up_errf(err, errlen, NULL, "--log %s: cannot read (%s)", path, strerror(errno));
+    int cut, rc = 0;
+    log_kept *kept;
+    size_t n = log_select(f, step, &kept, &cut);
+    up_atomic_file out;
+    if (cut && ferror(f))
+        rc = up_errf(err, errlen, NULL, "--log %s: read failed (%s)", path, strerror(errno));
+    else if (cut && up_atomic_open(&out, path, err, errlen) != 0)
+        rc = -1;
+    if (cut && rc == 0) { /* the kept lines, copied in a second pass */
+        rewind(f);
+        char *line = NULL;
+        size_t lcap = 0, k = 0;
+        ssize_t len;
+        for (long i = 0; k < n && (len = getline(&line, &lcap, f)) >= 0; i++) {
+            if (kept[k].line != i) continue;
+            k++;
+            fwrite(line, 1, (size_t)len, out.f);
+            if (line[len - 1] != '\n') fputc('\n', out.f); /* a whole last line without one */
+        }
+        free(line);
+        rc = up_atomic_commit(&out, err, errlen);
+    }
+    free(kept);
+    fclose(f);
+    return rc;
+}

@@ -86,5 +86,13 @@ void write_log_record(const train_run *r, const train_step_stats *s, double tps)
 /* The validation line after a step, and the closing line's (rank 0). */
 void print_val_line(const train_run *r, const train_step_stats *s);
 void print_val_closing(const train_run *r);
+/* A resumed run's --log cut back to the checkpoint's step (rank 0, before it appends): the
+ * records of later steps go (a crashed run logged them; they are trained again now), so the log
+ * holds every step once, in order. A record whose step is not above the one before it starts a
+ * later run of an older log: it replaces the records from its step on. A line that is not JSON
+ * (the torn last line of a killed run) goes; a JSON line without a step stays with the record
+ * before it. The kept lines are written atomically (path.tmp.<pid>, fsync, rename), and only
+ * when something goes; no file: nothing to do. 0, or -1 with a message in err. */
+int log_cut_to_step(const char *path, long step, char *err, size_t errlen);
 
 #endif

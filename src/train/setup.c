@@ -11,6 +11,7 @@
 #include "core/trace.h"
 #include "kernels/kernels.h"
 #include "train/ckpt.h"
+#include "train/ckpt_lock.h"
 
 #include <errno.h>
 #include <mpi.h>
@@ -138,6 +139,9 @@ static void check_outputs(train_run *r) {
     }
     if (comm_any(&r->comm, bad)) up_die_agreed(bad ? err : NULL);
     if (!o->ckpt_dir || o->dry_run) return;
+    /* one job per folder: a second one stops here, before anything is allocated */
+    if (r->rank == 0) bad = ckpt_lock_take(o->ckpt_dir, err, sizeof err) != 0;
+    if (comm_any(&r->comm, bad)) up_die_all("%s", err); /* rank 0's message, said once */
     char latest[4096];
     long step = ckpt_find_latest(o->ckpt_dir, latest, sizeof latest);
     if (step >= 0 && !o->resume)

@@ -46,6 +46,31 @@ static ckpt_state run_state(const train_run *r, long step) {
     return st;
 }
 
+/* The checkpoint a --resume continues (r->resumed_from, r->start_step; none: "" and step 0),
+ * read and compared with this run: every rank reads the same files, so the same verdict. */
+static void run_resume_point(train_run *r) {
+    const train_options *o = &r->o;
+    if (!o->resume || ckpt_find_latest(o->ckpt_dir, r->resumed_from, sizeof r->resumed_from) < 0)
+        return;
+    ckpt_state run = run_state(r, 0);
+    r->start_step = ckpt_check(r->resumed_from, &run, &r->cfg);
+}
+
+/* A --stop-at that the resumed checkpoint has reached already (a requeued job that stopped there
+ * before): 1, said on rank 0, and the run writes nothing (no step, checkpoint, log, trace or
+ * --save); else 0. A --stop-at at --steps is the end of the run, which finishes as usual. */
+static int run_stop_passed(const train_run *r) {
+    const train_options *o = &r->o;
+    if (!o->stop_at || o->stop_at >= o->steps || r->start_step < o->stop_at) return 0;
+    if (r->rank == 0 && !o->quiet) {
+        printf("already at step %ld (--stop-at %ld): nothing to do; %s is the checkpoint; to "
+               "train on, run without --stop-at or with a later one\n",
+               r->start_step, o->stop_at, r->resumed_from);
+        fflush(stdout);
+    }
+    return 1;
+}
+
 /* The model (loaded or random), the summary, the log file and the per-step constants. */
 static void run_start(train_run *r) {
     const train_options *o = &r->o;
@@ -60,9 +85,7 @@ static void run_start(train_run *r) {
     if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
     if (o->val_data) eval_alloc(&r->val);
     double t0 = now_s(), read_bytes = 0;
-    if (o->resume && ckpt_find_latest(o->ckpt_dir, r->resumed_from, sizeof r->resumed_from) >= 0) {
-        ckpt_state run = run_state(r, 0);
-        r->start_step = ckpt_check(r->resumed_from, &run, &r->cfg);
+    if (r->resumed_from[0]) {
         read_bytes = ckpt_load(&r->m, r->resumed_from);
     } else if (o->init) {
         model_load(&r->m, o->init);
@@ -81,7 +104,11 @@ static void run_start(train_run *r) {
     }
 
     if (o->log && r->rank == 0) {
-        r->logf = fopen(o->log, r->start_step > 0 ? "a" : "w"); /* a resumed run continues it */
+        /* a resumed run continues the log from its checkpoint's step: the lines of the steps
+         * after it (a crash's) go first, so every step is there once, in order */
+        if (r->start_step > 0 && log_cut_to_step(o->log, r->start_step, err, sizeof err) != 0)
+            up_die("%s", err);
+        r->logf = fopen(o->log, r->start_step > 0 ? "a" : "w");
         if (!r->logf) up_die("--log %s: cannot create (%s)", o->log, strerror(errno));
     }
     r->hp = (adamw_params){(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->adam_eps,
@@ -343,6 +370,27 @@ static void run_finish(train_run *r) {
     run_trace_finish(r);
 }
 
+/* Start, the steps, and the finish or the stop. Collective. */
+static void run_train(train_run *r) {
+    watchdog_start(r->o.watchdog);
+    run_start(r);
+    int stopped = 0;
+    for (long step = r->start_step; step < r->o.steps && !stopped; step++) {
+        watchdog_phase_enter(WATCHDOG_STEP, step);
+        train_step_stats s = run_step(r, step);
+        run_validate(r, &s);
+        stopped = run_checkpoint(r, &s);
+        run_record(r, &s);
+        trace_step(); /* writes the trace so far when a buffer is half full or now and then */
+    }
+    watchdog_phase_enter(WATCHDOG_END, r->o.steps);
+    if (stopped)
+        run_stop(r, stopped);
+    else
+        run_finish(r);
+    watchdog_stop();
+}
+
 int train_main(int argc, char **argv) {
     int provided;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
@@ -364,23 +412,8 @@ int train_main(int argc, char **argv) {
         if (r.o.mem_report) report_write_memory(r.o.mem_report, &r.comm, &plan, 1);
     } else {
         report_check_mem_limit(&plan, r.o.mem_limit, r.o.T);
-        watchdog_start(r.o.watchdog);
-        run_start(&r);
-        int stopped = 0;
-        for (long step = r.start_step; step < r.o.steps && !stopped; step++) {
-            watchdog_phase_enter(WATCHDOG_STEP, step);
-            train_step_stats s = run_step(&r, step);
-            run_validate(&r, &s);
-            stopped = run_checkpoint(&r, &s);
-            run_record(&r, &s);
-            trace_step(); /* writes the trace so far when a buffer is half full */
-        }
-        watchdog_phase_enter(WATCHDOG_END, r.o.steps);
-        if (stopped)
-            run_stop(&r, stopped);
-        else
-            run_finish(&r);
-        watchdog_stop();
+        run_resume_point(&r);
+        if (!run_stop_passed(&r)) run_train(&r);
     }
     comm_free(&r.comm);
     shard_close(&r.shard);
