@@ -122,8 +122,12 @@ int export_main(int argc, char **argv) {
     if (optind < argc) up_die("unexpected argument '%s': see upipe export --help", argv[optind]);
     if (!ckpt || !out) up_die("--ckpt and --output are required: see upipe export --help");
 
-    char step[4096], p[4096], err[512];
+    char step[4096], p[4096], err[2600];
     if (ckpt_resolve(ckpt, step, sizeof step, err, sizeof err) != 0) up_die("%s", err);
+    ckpt_record rec; /* the weights are exported only as they were written */
+    if (ckpt_read_record(step, &rec, err, sizeof err) != 0 ||
+        ckpt_verify_file(step, CKPT_MODEL, &rec, err, sizeof err) != 0)
+        up_die("--ckpt %s", err);
     up_path_join(p, sizeof p, step, "model.safetensors");
     st_file src;
     if (st_open(&src, p, err, sizeof err) != 0) up_die("%s", err);
