@@ -6,7 +6,7 @@
 # SIGTERM writes one and exits; a full disk stops with a message and leaves the previous one
 # intact; export to an HF folder (single file and shards, F32 and BF16) loads back with --init;
 # bad checkpoints and mismatched runs are refused with one line: a flipped bit in a data file
-# (CRC-32C in state.json, checked on resume on any layout and by export), an edited or
+# (CRC-32C in state.json, checked on resume on any layout, by export and eval), an edited or
 # malformed state.json, other --data, --doc-sep or --loss-mask (unless --data-changed).
 source "$(dirname "$0")/lib.sh"
 ST_COMPARE=$BUILD/tests/st_compare
@@ -232,6 +232,10 @@ rc=0; "$UPIPE" export --ckpt "$TMP/ck_flip_m" --output "$TMP/hf_flip" >"$TMP/exp
 if [ "$rc" = 1 ] && grep -q "upipe: error: .*model.safetensors: does not match its checksum" "$TMP/exp_flip.out"; then
   ok "export of a flipped bit: $(cut -c1-160 "$TMP/exp_flip.out")"
 else bad "export of a flipped bit: exit $rc"; cat "$TMP/exp_flip.out"; fi
+rc=0; mpirun_n 2 "$UPIPE" eval --ckpt "$TMP/ck_flip_m" --data "$TMP/d.bin" --seq-len 80 >"$TMP/eval_flip.out" 2>&1 || rc=$?
+if [ "$rc" = 1 ] && [ "$(grep -c "upipe: error: .*model.safetensors: does not match its checksum" "$TMP/eval_flip.out")" = 1 ]; then
+  ok "eval of a flipped bit: $(cut -c1-100 "$TMP/eval_flip.out")"
+else bad "eval of a flipped bit: exit $rc"; cat "$TMP/eval_flip.out"; fi
 copy ck_vf # written with FSDP (the ranks' CRCs combined), read without and with
 train v_fsdp 2 $G --steps 6 --fsdp --ckpt-dir "$TMP/ck_vf" --resume --stop-at 5
 train v_res 2 $G --steps 6 --cp 2 --ckpt-dir "$TMP/ck_vf" --resume --save "$TMP/v_res.st"
