@@ -4,7 +4,9 @@
  *   DIR/step-NNNNNNNN/              NNNNNNNN = completed steps
  *       model.safetensors           the weights, F32, HF names (loadable with --init)
  *       optimizer.safetensors       AdamW moments, F32: exp_avg.<HF name>, exp_avg_sq.<HF name>
- *       state.json                  step, schedule, data position, math flags, seed
+ *       state.json                  format and version, step, schedule, data position, math
+ *                                   flags, seed, the data read (--data, --doc-sep, --loss-mask)
+ *                                   and each data file's size and CRC-32C
  *       config.json                 the model config
  *
  * The data section of each safetensors file is the full parameter layout (tensors in table
@@ -83,7 +85,8 @@ int ckpt_resolve(const char *ckpt, char *path, size_t len, char *err, size_t err
 
 /* Writes the checkpoint of st->step into dir, keeping the newest keep of them (stage: a buffer of
  * ckpt_stage_bytes()). Collective: every
- * rank writes its owned ranges when the model is sharded, else rank 0 writes. A failure on any
+ * rank writes its owned ranges when the model is sharded, else rank 0 writes, and computes their
+ * CRC-32C as it writes them; rank 0 combines them and writes state.json last. A failure on any
  * rank (full disk, permissions) stops every rank with the message; the checkpoints already there
  * are untouched and the partial one is removed. Returns the bytes written (all files). */
 double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *st,
@@ -143,7 +146,7 @@ void ckpt_file_identify(ckpt_file_id *id, const char *path, const void *map, siz
  * Returns bytes read by this rank. Collective. */
 double ckpt_load(model *m, comm_ctx *comm, const char *path, const ckpt_record *rec);
 
-/* For readers outside a run (export): path's state.json validated (no run to compare) into rec.
+/* For readers outside a run (export, eval): path's state.json validated (no run to compare) into rec.
  * 0, or -1 with a message saying what is wrong and what to do. */
 int ckpt_read_record(const char *path, ckpt_record *rec, char *err, size_t errlen);
 /* Streams data file k of the checkpoint at path and compares its size and CRC-32C with rec. 0, or
