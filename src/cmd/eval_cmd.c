@@ -237,8 +237,12 @@ static void resolve_weights(eval_job *j) {
             up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
         return;
     }
-    char step[4096], err[512];
+    char step[4096], err[2600];
     if (ckpt_resolve(o->ckpt, step, sizeof step, err, sizeof err) != 0) up_die_all("%s", err);
+    ckpt_record rec; /* every rank reads the same files: the same verdict */
+    if (ckpt_read_record(step, &rec, err, sizeof err) != 0 ||
+        ckpt_verify_file(step, CKPT_MODEL, &rec, err, sizeof err) != 0)
+        up_die_all("--ckpt %s", err);
     up_path_join(j->weights, sizeof j->weights, step, "model.safetensors");
     if (o->config) snprintf(j->config, sizeof j->config, "%s", o->config);
     else up_path_join(j->config, sizeof j->config, step, "config.json");

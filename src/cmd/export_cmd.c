@@ -364,9 +364,13 @@ static void replace_output(const char *tmp, const char *real) {
 int export_main(int argc, char **argv) {
     export_args a;
     parse_args(&a, argc, argv);
-    char step[4096], p[4096], err[512], real[PATH_MAX], tmp[PATH_MAX + 32];
+    char step[4096], p[4096], err[2600], real[PATH_MAX], tmp[PATH_MAX + 32];
     if (ckpt_resolve(a.ckpt, step, sizeof step, err, sizeof err) != 0) up_die("%s", err);
     check_output(&a, real, sizeof real);
+    ckpt_record rec; /* the weights are exported only as they were written */
+    if (ckpt_read_record(step, &rec, err, sizeof err) != 0 ||
+        ckpt_verify_file(step, CKPT_MODEL, &rec, err, sizeof err) != 0)
+        up_die("--ckpt %s", err);
     up_path_join(p, sizeof p, step, "model.safetensors");
     st_file src;
     if (st_open(&src, p, err, sizeof err) != 0) up_die("%s", err);

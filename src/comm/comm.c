@@ -343,3 +343,8 @@ void comm_max_u64(comm_ctx *c, unsigned long long *v, int n) {
     if (c->R == 1) return;
     MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_UNSIGNED_LONG_LONG, MPI_MAX, c->world));
 }
+
+void comm_xor_u32(comm_ctx *c, uint32_t *v, int n) {
+    if (c->R == 1) return;
+    MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_UINT32_T, MPI_BXOR, c->world));
+}

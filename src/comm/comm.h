@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
     COMM_SEQ_TO_HEAD,
@@ -122,5 +123,9 @@ int comm_min_int(comm_ctx *c, int v);
 
 /* Max over the world of n unsigned 64-bit values, in place (memory reports). */
 void comm_max_u64(comm_ctx *c, unsigned long long *v, int n);
+
+/* Bitwise XOR over the world of n unsigned 32-bit values, in place (the placed CRCs of the
+ * ranges each rank wrote or read of a checkpoint file, core/crc32c.h). */
+void comm_xor_u32(comm_ctx *c, uint32_t *v, int n);
 
 #endif

@@ -3,16 +3,17 @@
 #include "train/ckpt.h"
 
 #include "core/check.h"
+#include "core/crc32c.h"
 #include "core/fileio.h"
 #include "io/safetensors.h"
 #include "io/st_set.h"
 
 #include <dirent.h>
-#include <stdarg.h>
-#include <stdint.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,8 +79,10 @@ int ckpt_resolve(const char *ckpt, char *path, size_t len, char *err, size_t err
         return 0;
     }
     if (ckpt_find_latest(ckpt, path, len) >= 0) return 0;
-    return up_errf(err, errlen, NULL, "--ckpt %s: neither a checkpoint (no state.json) nor a "
-                   "folder holding one (no step-NNNNNNNN inside)", ckpt);
+    return up_errf(err, errlen, NULL,
+                   "--ckpt %s: neither a checkpoint (no state.json) nor a "
+                   "folder holding one (no step-NNNNNNNN inside)",
+                   ckpt);
 }
 
 /* Removes a checkpoint folder (flat: files only). 0 or -1 with errno. */
@@ -152,41 +155,6 @@ static void prune(const char *dir, int keep) {
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
-static int write_state(const char *path, const ckpt_state *st, const comm_ctx *comm, int accum,
-                       int fsdp, char *err, size_t errlen) {
-    json_t *o = json_object();
-    json_object_set_new(o, "format", json_string("upipe-checkpoint"));
-    json_object_set_new(o, "version", json_integer(1));
-    json_object_set_new(o, "step", json_integer(st->step));
-    json_object_set_new(o, "steps", json_integer(st->steps));
-    json_object_set_new(o, "seq_len", json_integer(st->T));
-    json_object_set_new(o, "global_batch", json_integer(st->global_batch));
-    /* the data position: step k reads sequences k*global_batch .. (k+1)*global_batch - 1 */
-    json_object_set_new(o, "next_sequence", json_integer(st->step * st->global_batch));
-    json_object_set_new(o, "tokens_seen", json_integer(st->step * st->global_batch * st->T));
-    json_object_set_new(o, "lr", json_real(st->lr));
-    json_object_set_new(o, "warmup", json_integer(st->warmup));
-    json_object_set_new(o, "min_lr_frac", json_real(st->min_lr_frac));
-    json_object_set_new(o, "weight_decay", json_real(st->weight_decay));
-    json_object_set_new(o, "beta1", json_real(st->beta1));
-    json_object_set_new(o, "beta2", json_real(st->beta2));
-    json_object_set_new(o, "adam_eps", json_real(st->adam_eps));
-    json_object_set_new(o, "grad_clip", json_real(st->grad_clip));
-    json_object_set_new(o, "seed", json_integer((json_int_t)st->seed));
-    json_t *lay = json_object(); /* how the writer ran: informational, any layout resumes */
-    json_object_set_new(lay, "ranks", json_integer(comm->R));
-    json_object_set_new(lay, "cp", json_integer(comm->P));
-    json_object_set_new(lay, "grad_accum", json_integer(accum));
-    json_object_set_new(lay, "fsdp", json_boolean(fsdp));
-    json_object_set_new(o, "layout", lay);
-    char *text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
-    json_decref(o);
-    UP_CHECK(text, "json_dumps failed");
-    int rc = up_write_line_atomic(path, text, err, errlen);
-    free(text);
-    return rc;
-}
-
 /* A safetensors file of total bytes whose header is hdr: the header written, the data area
  * allocated (so a full disk shows here, before any rank writes). */
 static int create_file(const char *path, const char *hdr, size_t hlen, size_t total, char *err,
@@ -223,17 +191,22 @@ static void agree(comm_ctx *comm, int failed, const char *err, const char *tmp) 
  * O_DIRECT use plain buffered writes. */
 enum { CKPT_ALIGN = 4096, CKPT_STAGE = 8 << 20 };
 
-size_t ckpt_stage_bytes(void) { return (size_t)CKPT_STAGE + CKPT_ALIGN; }
+size_t ckpt_stage_bytes(void) {
+    return (size_t)CKPT_STAGE + CKPT_ALIGN;
+}
 
 typedef struct {
-    int fd, dfd;  /* buffered and O_DIRECT descriptors of one file (dfd -1: none) */
-    char *stage;  /* CKPT_STAGE bytes, CKPT_ALIGN-aligned */
-    int err;      /* errno of the first failure */
+    int fd, dfd;    /* buffered and O_DIRECT descriptors of one file (dfd -1: none) */
+    char *stage;    /* CKPT_STAGE bytes, CKPT_ALIGN-aligned */
+    int err;        /* errno of the first failure */
+    uint64_t total; /* the file's size */
+    uint32_t crc;   /* XOR of the placed raw CRC-32C of the ranges written (core/crc32c.h) */
 } range_writer;
 
 static int write_range(void *ctx, const void *src, size_t len, uint64_t off) {
     range_writer *w = ctx;
     const char *p = src;
+    w->crc ^= crc32c_place(src, len, off, w->total);
     uint64_t a0 = (off + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN;
     uint64_t a1 = (off + len) / CKPT_ALIGN * CKPT_ALIGN;
     if (w->dfd < 0 || a1 <= a0) a0 = a1 = off + len; /* all buffered */
@@ -254,9 +227,10 @@ static int write_range(void *ctx, const void *src, size_t len, uint64_t off) {
     return 0;
 }
 
-/* This rank's ranges of params (model file) and of both moments (optimizer file), synced. */
+/* This rank's ranges of params (model file) and of both moments (optimizer file), synced; crc:
+ * the XOR of their placed CRCs per file. */
 static int write_ranges(model *m, const char *tmp, size_t hl_m, size_t hl_o, char *stage,
-                        char *err, size_t errlen) {
+                        uint32_t crc[CKPT_NDATA], char *err, size_t errlen) {
     char path[2][CKPT_PATH_MAX];
     fmt(path[0], sizeof path[0], "%s/model.safetensors", tmp);
     fmt(path[1], sizeof path[1], "%s/optimizer.safetensors", tmp);
@@ -264,13 +238,12 @@ static int write_ranges(model *m, const char *tmp, size_t hl_m, size_t hl_o, cha
     const float *slab[3] = {m->fsdp.params, m->fsdp.m, m->fsdp.v};
     const int file_of[3] = {0, 1, 1};
     const uint64_t off[3] = {hl_m, hl_o, hl_o + np4};
-    range_writer w[2] = {{-1, -1, stage, 0}, {-1, -1, stage, 0}};
+    range_writer w[2] = {{-1, -1, stage, 0, hl_m + np4, 0}, {-1, -1, stage, 0, hl_o + 2 * np4, 0}};
     int rc = 0;
     for (int k = 0; k < 2 && rc == 0; k++) {
         w[k].fd = open(path[k], O_WRONLY | O_CLOEXEC);
         w[k].dfd = open(path[k], O_WRONLY | O_CLOEXEC | O_DIRECT);
-        if (w[k].fd < 0)
-            rc = up_errf(err, errlen, path[k], "cannot open (%s)", strerror(errno));
+        if (w[k].fd < 0) rc = up_errf(err, errlen, path[k], "cannot open (%s)", strerror(errno));
     }
     for (int s = 0; s < 3 && rc == 0; s++) {
         range_writer *x = &w[file_of[s]];
@@ -282,8 +255,27 @@ static int write_ranges(model *m, const char *tmp, size_t hl_m, size_t hl_o, cha
             rc = up_errf(err, errlen, path[k], "fsync failed (%s)", strerror(errno));
         if (w[k].fd >= 0) close(w[k].fd);
         if (w[k].dfd >= 0) close(w[k].dfd);
+        crc[k] = w[k].crc;
     }
     return rc;
+}
+
+/* Both safetensors headers of m's checkpoint files (every rank computes the same): hdr[k] (free
+ * it) of hl[k] bytes, the data offset of file k; total[k]: the file's size. */
+static void ckpt_headers(const model *m, char *hdr[CKPT_NDATA], size_t hl[CKPT_NDATA],
+                         uint64_t total[CKPT_NDATA]) {
+    char detail[512] = "";
+    int nt = m->params.ntensors;
+    size_t np4 = m->params.nparams * sizeof(float);
+    st_entry *em = model_st_entries(m, 1, MODEL_PREFIX), *eo = model_st_entries(m, 2, OPT_PREFIX);
+    hdr[0] = st_header(em, nt, ST_F32, CKPT_ALIGN, &hl[0], detail, sizeof detail);
+    hdr[1] =
+        hdr[0] ? st_header(eo, 2 * nt, ST_F32, CKPT_ALIGN, &hl[1], detail, sizeof detail) : NULL;
+    free(em);
+    free(eo);
+    UP_CHECK(hdr[0] && hdr[1], "checkpoint header: %s", detail);
+    total[0] = hl[0] + np4;
+    total[1] = hl[1] + 2 * np4;
 }
 
 double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *st,
@@ -295,20 +287,16 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     fmt(fin, sizeof fin, "%s/step-%08ld", dir, st->step);
     fmt(old, sizeof old, "%s/.step-%08ld.old", dir, st->step);
     /* every rank lays out both headers: the data offsets of its ranges */
-    int nt = m->params.ntensors;
-    st_entry *em = model_st_entries(m, 1, MODEL_PREFIX), *eo = model_st_entries(m, 2, OPT_PREFIX);
-    size_t hl_m = 0, hl_o = 0, np4 = m->params.nparams * sizeof(float);
-    char *hm = st_header(em, nt, ST_F32, CKPT_ALIGN, &hl_m, detail, sizeof detail);
-    char *ho = hm ? st_header(eo, 2 * nt, ST_F32, CKPT_ALIGN, &hl_o, detail, sizeof detail) : NULL;
-    free(em);
-    free(eo);
-    UP_CHECK(hm && ho, "checkpoint header: %s", detail);
-    double bytes = (double)(hl_m + np4 + hl_o + 2 * np4);
+    char *hdr[CKPT_NDATA];
+    size_t hl[CKPT_NDATA];
+    uint64_t total[CKPT_NDATA];
+    ckpt_headers(m, hdr, hl, total);
+    double bytes = (double)(total[0] + total[1]);
 
-    /* 1. rank 0: the temporary folder, the small files, both data files allocated */
+    /* 1. rank 0: the temporary folder, config.json, both data files allocated */
     int rc = 0;
     if (rank0) {
-        remove_hidden(dir); /* what a killed run left: partial or half-deleted checkpoints */
+        remove_hidden(dir);  /* what a killed run left: partial or half-deleted checkpoints */
         up_tmp_push(tmp, 1); /* a signal that ends the process removes the partial folder */
         for (int k = 0; k < 4; k++) {
             fmt(p, sizeof p, "%s/%s", tmp, CKPT_FILES[k]);
@@ -319,34 +307,46 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
         } else {
             fmt(p, sizeof p, "%s/config.json", tmp);
             rc = config_save(cfg, p, detail, sizeof detail);
-            fmt(p, sizeof p, "%s/state.json", tmp);
-            if (rc == 0)
-                rc = write_state(p, st, comm, (int)(st->global_batch / comm->D), m->fsdp.R > 1,
-                                 detail, sizeof detail);
-            fmt(p, sizeof p, "%s/model.safetensors", tmp);
-            if (rc == 0) rc = create_file(p, hm, hl_m, hl_m + np4, detail, sizeof detail);
-            fmt(p, sizeof p, "%s/optimizer.safetensors", tmp);
-            if (rc == 0) rc = create_file(p, ho, hl_o, hl_o + 2 * np4, detail, sizeof detail);
+            for (int k = 0; k < CKPT_NDATA && rc == 0; k++) {
+                fmt(p, sizeof p, "%s/%s", tmp, CKPT_DATA_FILES[k]);
+                rc = create_file(p, hdr[k], hl[k], total[k], detail, sizeof detail);
+            }
         }
     }
-    free(hm);
-    free(ho);
-    fmt(err, sizeof err, "checkpoint %s not written: %s; the complete checkpoints in %s "
-             "are intact", fin, detail, dir);
+    fmt(err, sizeof err,
+        "checkpoint %s not written: %s; the complete checkpoints in %s "
+        "are intact",
+        fin, detail, dir);
     agree(comm, rc != 0, err, tmp);
 
-    /* 2. every writer: its ranges, synced */
+    /* 2. every writer: its ranges, synced, and their CRCs, combined into the files' (the ranges
+     * of all ranks cover the data areas once; rank 0 adds the headers) */
     char *st_buf = (char *)(((uintptr_t)stage + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN);
-    rc = writer ? write_ranges(m, tmp, hl_m, hl_o, st_buf, detail, sizeof detail) : 0;
-    fmt(err, sizeof err, "checkpoint %s not written: %s; the complete checkpoints in %s "
-             "are intact", fin, detail, dir);
+    uint32_t crc[CKPT_NDATA] = {0, 0};
+    rc = writer ? write_ranges(m, tmp, hl[0], hl[1], st_buf, crc, detail, sizeof detail) : 0;
+    fmt(err, sizeof err,
+        "checkpoint %s not written: %s; the complete checkpoints in %s "
+        "are intact",
+        fin, detail, dir);
     agree(comm, rc != 0, err, tmp);
+    comm_xor_u32(comm, crc, CKPT_NDATA);
 
-    /* 3. rank 0: one rename makes it visible, then the old ones go */
+    /* 3. rank 0: state.json with the checksums, one rename makes it visible, the old ones go */
     if (rank0) {
-        if (fsync_dir(tmp) != 0) {
+        ckpt_file_sum sums[CKPT_NDATA];
+        for (int k = 0; k < CKPT_NDATA; k++) {
+            sums[k].bytes = total[k];
+            sums[k].crc32c =
+                crc32c_finish(crc[k] ^ crc32c_place(hdr[k], hl[k], 0, total[k]), total[k]);
+        }
+        char *text = ckpt_state_json(st, sums, comm->R, comm->P, (int)(st->global_batch / comm->D),
+                                     m->fsdp.R > 1);
+        fmt(p, sizeof p, "%s/state.json", tmp);
+        rc = up_write_line_atomic(p, text, detail, sizeof detail);
+        free(text);
+        if (rc == 0 && fsync_dir(tmp) != 0) {
             rc = up_errf(detail, sizeof detail, tmp, "fsync failed (%s)", strerror(errno));
-        } else {
+        } else if (rc == 0) {
             int had = is_dir(fin);
             if (had) { /* the same step again: the old folder goes only after the new one is in */
                 remove_tree(old);
@@ -359,6 +359,8 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
             if (rc == 0) prune(dir, keep);
         }
     }
+    for (int k = 0; k < CKPT_NDATA; k++)
+        free(hdr[k]);
     fmt(err, sizeof err, "checkpoint %s not written: %s", fin, detail);
     agree(comm, rc != 0, err, tmp);
     if (rank0) {
@@ -373,123 +375,150 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
 
 /* ---- reading -------------------------------------------------------------------------------- */
 
-/* One line naming the first difference between the checkpoint's run and this one; 0 if none. */
-static int diff_state(const json_t *o, const ckpt_state *run, char *msg, size_t len) {
-    struct {
-        const char *key, *flag;
-        double now;
-        int integer;
-    } f[] = {
-        {"steps", "--steps", (double)run->steps, 1},
-        {"seq_len", "--seq-len", (double)run->T, 1},
-        {"global_batch", "sequences per step (replicas x --grad-accum)",
-         (double)run->global_batch, 1},
-        {"lr", "--lr", run->lr, 0},
-        {"warmup", "--warmup", (double)run->warmup, 1},
-        {"min_lr_frac", "--min-lr-frac", run->min_lr_frac, 0},
-        {"weight_decay", "--weight-decay", run->weight_decay, 0},
-        {"beta1", "--beta1", run->beta1, 0},
-        {"beta2", "--beta2", run->beta2, 0},
-        {"adam_eps", "--adam-eps", run->adam_eps, 0},
-        {"grad_clip", "--grad-clip", run->grad_clip, 0},
-    };
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        json_t *v = json_object_get(o, f[i].key);
-        if (!json_is_number(v)) {
-            fmt(msg, len, "state.json has no \"%s\": the checkpoint is corrupt", f[i].key);
-            return 1;
-        }
-        double was = json_number_value(v);
-        if (was == f[i].now) continue;
-        if (f[i].integer)
-            fmt(msg, len, "it was trained with %s %.0f, this run has %.0f", f[i].flag, was,
-                     f[i].now);
-        else
-            fmt(msg, len, "it was trained with %s %.17g, this run has %.17g", f[i].flag, was,
-                     f[i].now);
-        return 1;
-    }
-    return 0;
-}
-
-static int diff_config(const model_config *a, const model_config *b, char *msg, size_t len) {
-    struct {
-        const char *key;
-        double was, now;
-    } f[] = {
-        {"hidden_size", a->C, b->C},
-        {"intermediate_size", a->F, b->F},
-        {"num_hidden_layers", a->L, b->L},
-        {"num_attention_heads", a->NH, b->NH},
-        {"num_key_value_heads", a->NKV, b->NKV},
-        {"head_dim", a->HS, b->HS},
-        {"vocab_size", a->V, b->V},
-        {"rms_norm_eps", a->eps, b->eps},
-        {"rope_theta", a->rope_theta, b->rope_theta},
-        {"tie_word_embeddings", a->tied, b->tied},
-        {"rope_scaling type", a->rope.type, b->rope.type},
-        {"rope_scaling.factor", a->rope.factor, b->rope.factor},
-        {"rope_scaling.low_freq_factor", a->rope.low_freq_factor, b->rope.low_freq_factor},
-        {"rope_scaling.high_freq_factor", a->rope.high_freq_factor, b->rope.high_freq_factor},
-        {"rope_scaling.original_max_position_embeddings", a->rope.original_max_pos,
-         b->rope.original_max_pos},
-    };
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (f[i].was != f[i].now) {
-            fmt(msg, len, "its model has %s %g, --config has %g", f[i].key, f[i].was,
-                     f[i].now);
-            return 1;
-        }
-    return 0;
-}
-
-/* The verdict on a parsed state.json o (NULL: it did not parse, jerr says why); takes o. */
-static int state_verdict(json_t *o, const json_error_t *jerr, const ckpt_state *run, long *step,
-                         char *msg, size_t len) {
-    if (!o || !json_is_integer(json_object_get(o, "step"))) {
-        fmt(msg, len, "%s", o ? "no \"step\"" : jerr->text);
-        json_decref(o);
-        return CKPT_STATE_UNREADABLE;
-    }
-    *step = (long)json_integer_value(json_object_get(o, "step"));
-    int differs = diff_state(o, run, msg, len);
-    json_decref(o);
-    return differs ? CKPT_STATE_DIFFERS : CKPT_STATE_OK;
-}
-
-int ckpt_state_parse(const char *text, size_t n, const ckpt_state *run, long *step, char *msg,
-                     size_t len) {
-    json_error_t jerr;
-    json_t *o = json_loadb(text, n, 0, &jerr);
-    return state_verdict(o, &jerr, run, step, msg, len);
-}
-
-long ckpt_check(const char *path, const ckpt_state *run, const model_config *cfg) {
-    char p[CKPT_PATH_MAX], err[512], msg[512];
+/* state.json of the step folder path, read and validated into rec (run: compared too, or NULL).
+ * The verdict of ckpt_state_parse, msg saying what is wrong; -1 with msg when unreadable. */
+static int read_state(const char *path, const ckpt_state *run, ckpt_record *rec, char *msg,
+                      size_t len) {
+    char p[CKPT_PATH_MAX];
     fmt(p, sizeof p, "%s/state.json", path);
-    json_error_t jerr;
-    json_t *o = json_load_file(p, 0, &jerr);
-    long step = 0;
-    int verdict = state_verdict(o, &jerr, run, &step, msg, sizeof msg);
-    if (verdict == CKPT_STATE_UNREADABLE)
-        up_die_all("--resume: %s is not a readable checkpoint state (%s): remove the folder to "
-                   "resume from the one before", p, msg);
+    FILE *f = fopen(p, "rb");
+    if (!f) {
+        fmt(msg, len, "cannot open %s (%s)", p, strerror(errno));
+        return -1;
+    }
+    char *text = malloc(1 << 20);
+    UP_CHECK(text, "out of memory");
+    size_t n = fread(text, 1, 1 << 20, f);
+    fclose(f);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (!*base && strlen(path) > 1) base = path; /* a trailing slash: no name to check */
+    int verdict = ckpt_state_parse(text, n, run, parse_step(base), rec, msg, len);
+    free(text);
+    return verdict;
+}
+
+/* The advice after a verdict on state.json. */
+static const char *state_advice(int verdict) {
+    return verdict == CKPT_STATE_VERSION
+               ? "an earlier upipe wrote it (checkpoints before format version 2 have no "
+                 "checksums and do not load); start a new --ckpt-dir, or finish the run with "
+                 "the upipe that wrote it"
+               : "the file is damaged or was edited; resume from an older checkpoint (move this "
+                 "step folder aside)";
+}
+
+/* Every data file has the size state.json records (a truncated or extended file shows here). */
+static int check_sizes(const char *path, const ckpt_record *rec, char *msg, size_t len) {
+    char p[CKPT_PATH_MAX];
+    for (int k = 0; k < CKPT_NDATA; k++) {
+        fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
+        struct stat sb;
+        if (stat(p, &sb) != 0) {
+            fmt(msg, len, "%s: cannot read (%s)", p, strerror(errno));
+            return -1;
+        }
+        if ((uint64_t)sb.st_size != rec->files[k].bytes) {
+            fmt(msg, len, "%s is %lld bytes, state.json records %llu", p, (long long)sb.st_size,
+                (unsigned long long)rec->files[k].bytes);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+long ckpt_check(const char *path, const ckpt_state *run, const model_config *cfg, int data_changed,
+                int verbose, ckpt_record *rec) {
+    char p[CKPT_PATH_MAX], err[512], msg[2 * CKPT_PATH_LEN + 512];
+    int verdict = read_state(path, run, rec, msg, sizeof msg);
     if (verdict == CKPT_STATE_DIFFERS)
         up_die_all("--resume: %s cannot continue this run: %s; use the same value, or a new "
-                   "--ckpt-dir", path, msg);
+                   "--ckpt-dir",
+                   path, msg);
+    if (verdict != CKPT_STATE_OK)
+        up_die_all("--resume: %s/state.json: %s: %s", path, msg, state_advice(verdict));
+    if (check_sizes(path, rec, msg, sizeof msg) != 0)
+        up_die_all("--resume: %s: the checkpoint is damaged; resume from an older one (move %s "
+                   "aside)",
+                   msg, path);
     model_config was;
     fmt(p, sizeof p, "%s/config.json", path);
     if (config_load(&was, p, err, sizeof err) != 0) up_die_all("--resume: %s", err);
-    if (diff_config(&was, cfg, msg, sizeof msg))
+    if (ckpt_config_diff(&was, cfg, msg, sizeof msg))
         up_die_all("--resume: %s cannot continue this run: %s; use the config it was trained "
-                   "with", path, msg);
-    if (step > run->steps)
-        up_die_all("--resume: %s is at step %ld, past --steps %ld", path, step, run->steps);
-    return step;
+                   "with",
+                   path, msg);
+    if (rec->step > run->steps)
+        up_die_all("--resume: %s is at step %ld, past --steps %ld", path, rec->step, run->steps);
+    int d = ckpt_data_diff(&rec->data, &run->data, msg, sizeof msg);
+    if (d == CKPT_DATA_DIFFERS && !data_changed)
+        up_die_all("--resume: %s cannot continue this run: %s; use the data it was trained on, "
+                   "or pass --data-changed to continue on this data",
+                   path, msg);
+    if (d != CKPT_DATA_SAME && verbose) {
+        fprintf(stderr, "upipe: note: %s%s; continuing from step %ld\n",
+                d == CKPT_DATA_DIFFERS ? "--data-changed: " : "", msg, rec->step);
+        fflush(stderr);
+    }
+    return rec->step;
 }
 
-double ckpt_load(model *m, const char *path) {
-    char p[CKPT_PATH_MAX], err[512];
+/* Adds the placed CRC of each range handed to it (model_write_owned over a slab just read). */
+typedef struct {
+    uint64_t total;
+    uint32_t crc;
+} range_crc;
+
+static int crc_range(void *ctx, const void *src, size_t len, uint64_t off) {
+    range_crc *c = ctx;
+    c->crc ^= crc32c_place(src, len, off, c->total);
+    return 0;
+}
+
+/* The CRC-32C of each data file from the slabs just read: the placed CRCs of this rank's ranges,
+ * XOR-reduced over the ranks when each holds a shard (without FSDP every rank read all of it),
+ * plus the header as the file has it. 0, or -1 with a message. Collective. */
+static int verify_loaded(model *m, comm_ctx *comm, const char *path, const ckpt_record *rec,
+                         char *msg, size_t len) {
+    char *hdr[CKPT_NDATA], p[CKPT_PATH_MAX];
+    size_t hl[CKPT_NDATA];
+    uint64_t total[CKPT_NDATA];
+    ckpt_headers(m, hdr, hl, total);
+    size_t np4 = m->params.nparams * sizeof(float);
+    range_crc c[CKPT_NDATA] = {{total[0], 0}, {total[1], 0}};
+    model_write_owned(m, m->fsdp.params, hl[0], crc_range, &c[0]);
+    model_write_owned(m, m->fsdp.m, hl[1], crc_range, &c[1]);
+    model_write_owned(m, m->fsdp.v, hl[1] + np4, crc_range, &c[1]);
+    int sharded = m->fsdp.R > 1, rc = 0;
+    for (int k = 0; k < CKPT_NDATA; k++) {
+        if (sharded && comm->rank != 0) continue;
+        fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        ssize_t r = fd >= 0 ? pread(fd, hdr[k], hl[k], 0) : -1;
+        if (fd >= 0) close(fd);
+        if (r != (ssize_t)hl[k] && rc == 0)
+            rc = up_errf(msg, len, p, "cannot read the header (%s)", strerror(errno));
+        c[k].crc ^= crc32c_place(hdr[k], hl[k], 0, total[k]);
+    }
+    uint32_t crc[CKPT_NDATA] = {c[0].crc, c[1].crc};
+    if (sharded) comm_xor_u32(comm, crc, CKPT_NDATA);
+    for (int k = 0; k < CKPT_NDATA && rc == 0; k++) {
+        uint32_t got = crc32c_finish(crc[k], total[k]);
+        if (got != rec->files[k].crc32c && (!sharded || comm->rank == 0))
+            rc = up_errf(
+                msg, len, NULL,
+                "--resume: %s/%s does not match its checksum (crc32c %08x in state.json, %08x "
+                "read): the file is damaged; resume from an older checkpoint (move %s "
+                "aside)",
+                path, CKPT_DATA_FILES[k], rec->files[k].crc32c, got, path);
+    }
+    for (int k = 0; k < CKPT_NDATA; k++)
+        free(hdr[k]);
+    return rc;
+}
+
+double ckpt_load(model *m, comm_ctx *comm, const char *path, const ckpt_record *rec) {
+    char p[CKPT_PATH_MAX], err[1024];
     st_set set;
     fmt(p, sizeof p, "%s/model.safetensors", path);
     if (st_set_open(&set, p, err, sizeof err) != 0) up_die("--resume: %s", err);
@@ -502,10 +531,57 @@ double ckpt_load(model *m, const char *path) {
     if (rc == 0) rc = model_read_owned(m, m->fsdp.v, &set, OPT_PREFIX[1], err, sizeof err);
     st_set_close(&set);
     if (rc != 0) up_die("--resume: %s", err);
+    rc = verify_loaded(m, comm, path, rec, err, sizeof err);
+    int first = comm_min_int(comm, rc != 0 ? comm->rank : INT_MAX); /* one rank says it */
+    if (first != INT_MAX) up_die_agreed(comm->rank == first ? err : NULL);
     double owned = 0;
     for (int t = 0; t < m->params.ntensors; t++) {
         size_t i0, i1;
         if (model_owned_part(m, t, &i0, &i1)) owned += (double)(i1 - i0);
     }
     return owned * 3 * sizeof(float);
+}
+
+int ckpt_read_record(const char *path, ckpt_record *rec, char *err, size_t errlen) {
+    char msg[2 * CKPT_PATH_LEN + 512];
+    int verdict = read_state(path, NULL, rec, msg, sizeof msg);
+    if (verdict != CKPT_STATE_OK)
+        return up_errf(err, errlen, NULL, "%s/state.json: %s: %s", path, msg,
+                       state_advice(verdict));
+    if (check_sizes(path, rec, msg, sizeof msg) != 0)
+        return up_errf(err, errlen, NULL,
+                       "%s: the checkpoint is damaged; use an older one "
+                       "(DIR/step-N)",
+                       msg);
+    return 0;
+}
+
+int ckpt_verify_file(const char *path, int k, const ckpt_record *rec, char *err, size_t errlen) {
+    char p[CKPT_PATH_MAX];
+    fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return up_errf(err, errlen, p, "cannot open (%s)", strerror(errno));
+    enum { CHUNK = 4 << 20 };
+    char *buf = malloc(CHUNK);
+    UP_CHECK(buf, "out of memory");
+    uint32_t raw = 0;
+    uint64_t n = 0;
+    ssize_t r;
+    while ((r = read(fd, buf, CHUNK)) > 0) {
+        raw = crc32c_raw(raw, buf, (size_t)r);
+        n += (uint64_t)r;
+    }
+    int e = errno;
+    close(fd);
+    free(buf);
+    if (r < 0) return up_errf(err, errlen, p, "read failed (%s)", strerror(e));
+    uint32_t got = crc32c_finish(raw, n);
+    if (n != rec->files[k].bytes || got != rec->files[k].crc32c)
+        return up_errf(err, errlen, p,
+                       "does not match its checksum (%llu bytes, crc32c %08x in state.json; "
+                       "%llu bytes, %08x read): the file is damaged; use an older checkpoint "
+                       "(DIR/step-N)",
+                       (unsigned long long)rec->files[k].bytes, rec->files[k].crc32c,
+                       (unsigned long long)n, got);
+    return 0;
 }

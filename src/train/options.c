@@ -96,7 +96,12 @@ void train_print_help(void) {
         "  --resume               continue from the newest checkpoint in --ckpt-dir, on any\n"
         "                         number of ranks, --cp, --fsdp or --grad-accum split of the same\n"
         "                         global batch; start fresh when there is none (so one command\n"
-        "                         line serves the first start and every requeue)\n"
+        "                         line serves the first start and every requeue). The files'\n"
+        "                         checksums are verified; a different --data (size or sampled\n"
+        "                         contents; the same file at a new path is fine), --doc-sep or\n"
+        "                         --loss-mask is refused\n"
+        "  --data-changed         with --resume: continue on data other than the checkpoint's\n"
+        "                         (one line says what changed)\n"
         "  --stop-at K            stop after step K as if preempted (checkpoint, exit 0); the\n"
         "                         schedule stays that of --steps. Resumed at step K or later:\n"
         "                         nothing to do (exit 0, nothing written)\n\n"
@@ -219,6 +224,7 @@ enum {
     OPT_CKPT_EVERY,
     OPT_CKPT_KEEP,
     OPT_RESUME,
+    OPT_DATA_CHANGED,
     OPT_STOP_AT,
     OPT_DOC_SEP,
     OPT_LOSS_MASK,
@@ -294,6 +300,7 @@ int train_parse_args(train_options *o, int argc, char **argv) {
                                              {"ckpt-every", required_argument, 0, OPT_CKPT_EVERY},
                                              {"ckpt-keep", required_argument, 0, OPT_CKPT_KEEP},
                                              {"resume", no_argument, 0, OPT_RESUME},
+                                             {"data-changed", no_argument, 0, OPT_DATA_CHANGED},
                                              {"stop-at", required_argument, 0, OPT_STOP_AT},
                                              {"on-nonfinite", required_argument, 0, OPT_NONFINITE},
                                              {"max-skips", required_argument, 0, OPT_MAX_SKIPS},
@@ -432,6 +439,9 @@ int train_parse_args(train_options *o, int argc, char **argv) {
         case OPT_RESUME:
             o->resume = 1;
             break;
+        case OPT_DATA_CHANGED:
+            o->data_changed = 1;
+            break;
         case OPT_STOP_AT:
             o->stop_at = opt_long("--stop-at", optarg, 1, INT_MAX);
             break;
@@ -489,6 +499,8 @@ int train_parse_args(train_options *o, int argc, char **argv) {
                                                                           : o->stop_at
                                                                               ? "--stop-at"
                                                                               : "--ckpt-every");
+    if (o->data_changed && !o->resume)
+        up_die_all("--data-changed goes with --resume (it lets a resume continue on other data)");
     if (o->stop_at > o->steps)
         up_die_all("--stop-at %ld is past --steps %ld: use a step in 1..%ld", o->stop_at, o->steps,
                    o->steps);

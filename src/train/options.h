@@ -8,7 +8,7 @@
 
 typedef struct {
     const char *config, *data, *init, *save, *save_grads, *log, *mem_report;
-    mem_dtype save_dtype; /* --save-dtype: F32 (default) or BF16 file */
+    mem_dtype save_dtype;  /* --save-dtype: F32 (default) or BF16 file */
     long doc_sep;          /* --doc-sep: the token id that opens a document; -1: none */
     const char *loss_mask; /* --loss-mask: a mask shard aligned with --data; NULL: none */
     long T;
@@ -29,6 +29,7 @@ typedef struct {
     long ckpt_every;      /* write one every N steps (0: only at the end, --stop-at, a signal) */
     int ckpt_keep;        /* complete checkpoints kept (default 2) */
     int resume;           /* continue from the newest checkpoint in ckpt_dir (if any) */
+    int data_changed;     /* --data-changed: resume on data other than the checkpoint's */
     long stop_at;         /* stop after this step as if preempted (0: run to --steps) */
     double watchdog;      /* seconds without progress before a stalled job stops (0: off) */
     int on_nonfinite;     /* a step whose loss or gradient norm is not finite: NONFINITE_* */

@@ -10,6 +10,7 @@
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "eval/evaluate.h"
+#include "train/ckpt.h"
 #include "train/options.h"
 #include "train/report.h"
 
@@ -35,6 +36,8 @@ typedef struct {
     double flops, tokens; /* per step, over all replicas and micro-batches */
     long start_step;       /* steps done before this run (a resumed checkpoint's) */
     char resumed_from[4096]; /* the checkpoint resumed, "" for a fresh start */
+    ckpt_data data_id; /* --ckpt-dir: what state.json records of --data, --doc-sep, --loss-mask */
+    ckpt_record resumed; /* the resumed checkpoint's state.json: its files' sizes and CRC-32C */
     double t_start;
     /* the closing line compares the first loss with the mean of the last tail_n steps */
     long tail_n, tail_skipped; /* tail steps, and those skipped (not in tail_sum) */

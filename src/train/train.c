@@ -39,10 +39,20 @@ static void read_tokens(const train_run *r, unsigned long long seq, model *m) {
 /* The mathematics of this run, for a checkpoint's state and the resume check. */
 static ckpt_state run_state(const train_run *r, long step) {
     const train_options *o = &r->o;
-    ckpt_state st = {step,      o->steps, o->T,           (long)r->comm.D * o->accum,
-                     o->warmup, o->lr,    o->min_lr_frac, o->weight_decay,
-                     o->beta1,  o->beta2, o->adam_eps,    o->grad_clip,
-                     o->seed};
+    ckpt_state st = {.step = step,
+                     .steps = o->steps,
+                     .T = o->T,
+                     .global_batch = (long)r->comm.D * o->accum,
+                     .warmup = o->warmup,
+                     .lr = o->lr,
+                     .min_lr_frac = o->min_lr_frac,
+                     .weight_decay = o->weight_decay,
+                     .beta1 = o->beta1,
+                     .beta2 = o->beta2,
+                     .adam_eps = o->adam_eps,
+                     .grad_clip = o->grad_clip,
+                     .seed = o->seed,
+                     .data = r->data_id};
     return st;
 }
 
@@ -50,10 +60,20 @@ static ckpt_state run_state(const train_run *r, long step) {
  * read and compared with this run: every rank reads the same files, so the same verdict. */
 static void run_resume_point(train_run *r) {
     const train_options *o = &r->o;
+    if (o->ckpt_dir) { /* the data identity a checkpoint records: size and a sample of each file */
+        ckpt_data *d = &r->data_id;
+        ckpt_file_identify(&d->shard, o->data, r->shard.map, r->shard.map_bytes);
+        d->tokens = r->shard.ntok;
+        d->doc_sep = o->doc_sep;
+        d->has_mask = o->loss_mask != NULL;
+        if (o->loss_mask)
+            ckpt_file_identify(&d->mask, o->loss_mask, r->mask.map, r->mask.map_bytes);
+    }
     if (!o->resume || ckpt_find_latest(o->ckpt_dir, r->resumed_from, sizeof r->resumed_from) < 0)
         return;
     ckpt_state run = run_state(r, 0);
-    r->start_step = ckpt_check(r->resumed_from, &run, &r->cfg);
+    r->start_step =
+        ckpt_check(r->resumed_from, &run, &r->cfg, o->data_changed, r->rank == 0, &r->resumed);
 }
 
 /* A --stop-at that the resumed checkpoint has reached already (a requeued job that stopped there
@@ -86,7 +106,7 @@ static void run_start(train_run *r) {
     if (o->val_data) eval_alloc(&r->val);
     double t0 = now_s(), read_bytes = 0;
     if (r->resumed_from[0]) {
-        read_bytes = ckpt_load(&r->m, r->resumed_from);
+        read_bytes = ckpt_load(&r->m, &r->comm, r->resumed_from, &r->resumed);
     } else if (o->init) {
         model_load(&r->m, o->init);
     } else {

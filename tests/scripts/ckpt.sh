@@ -5,7 +5,9 @@
 # SIGKILL at random moments never leaves a half checkpoint that is taken for a whole one;
 # SIGTERM writes one and exits; a full disk stops with a message and leaves the previous one
 # intact; export to an HF folder (single file and shards, F32 and BF16) loads back with --init;
-# bad checkpoints and mismatched runs are refused with one line.
+# bad checkpoints and mismatched runs are refused with one line: a flipped bit in a data file
+# (CRC-32C in state.json, checked on resume on any layout, by export and eval), an edited or
+# malformed state.json, other --data, --doc-sep or --loss-mask (unless --data-changed).
 source "$(dirname "$0")/lib.sh"
 ST_COMPARE=$BUILD/tests/st_compare
 GQA=$FIX/golden_gqa
@@ -184,4 +186,106 @@ rm "$TMP/hf32s/model-00002-of-"*.safetensors
 refuse missing_shard "does not exist" 2 $G --steps 1 --init "$TMP/hf32s"
 refuse save_dir_missing "does not exist" 2 $G --steps 1 --save "$TMP/nodir/w.st"
 refuse ckpt_dir_is_file "not a folder" 1 $G --steps 1 --ckpt-dir "$TMP/d.bin"
+
+# ---- integrity: a flipped bit anywhere in a data file is refused on resume and by export ----
+# The base: 1 rank stopped at step 4 of 6; each case works on a copy of it.
+train v_stop 1 $G --steps 6 --ckpt-dir "$TMP/ck_v" --stop-at 4
+V=step-00000004
+copy() { rm -rf "$TMP/$1"; cp -r "$TMP/ck_v" "$TMP/$1"; }
+flip() { # file: one exponent bit of the float in the middle of the file (a finite value stays finite)
+  python3 - "$1" <<'PY'
+import sys
+f = open(sys.argv[1], "r+b"); f.seek(0, 2); at = f.tell() // 8 * 4 + 3
+f.seek(at); b = f.read(1)[0]; f.seek(at); f.write(bytes([b ^ 0x04])); f.close()
+PY
+}
+crc_of() { # file: its CRC-32C (Castagnoli), computed here independently of upipe
+  python3 - "$1" <<'PY'
+import sys
+t = []
+for i in range(256):
+    c = i
+    for _ in range(8): c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    t.append(c)
+c = 0xFFFFFFFF
+for b in open(sys.argv[1], "rb").read(): c = t[(c ^ b) & 0xFF] ^ (c >> 8)
+print("%08x" % (c ^ 0xFFFFFFFF))
+PY
+}
+for f in model optimizer; do
+  want=$(crc_of "$TMP/ck_v/$V/$f.safetensors")
+  tr -d ' \n' <"$TMP/ck_v/$V/state.json" | grep -q "\"$f.safetensors\":{\"bytes\":[0-9]*,\"crc32c\":\"$want\"}" \
+    && ok "state.json records the CRC-32C of $f.safetensors: $want" || bad "$f.safetensors: crc32c $want not in state.json"
+done
+copy ck_flip_o; flip "$TMP/ck_flip_o/$V/optimizer.safetensors"
+cp -r "$TMP/ck_flip_o" "$TMP/ck_flip_o2"
+refuse flip_opt_fsdp "optimizer.safetensors does not match its checksum" 2 $G --steps 6 --fsdp \
+  --ckpt-dir "$TMP/ck_flip_o" --resume
+refuse flip_opt_1 "optimizer.safetensors does not match its checksum" 1 $G --steps 6 \
+  --ckpt-dir "$TMP/ck_flip_o2" --resume
+copy ck_flip_m; flip "$TMP/ck_flip_m/$V/model.safetensors"
+refuse flip_model_2 "model.safetensors does not match its checksum" 2 $G --steps 6 --cp 2 \
+  --ckpt-dir "$TMP/ck_flip_m" --resume
+rc=0; "$UPIPE" export --ckpt "$TMP/ck_flip_m" --output "$TMP/hf_flip" >"$TMP/exp_flip.out" 2>&1 || rc=$?
+if [ "$rc" = 1 ] && grep -q "upipe: error: .*model.safetensors: does not match its checksum" "$TMP/exp_flip.out"; then
+  ok "export of a flipped bit: $(cut -c1-160 "$TMP/exp_flip.out")"
+else bad "export of a flipped bit: exit $rc"; cat "$TMP/exp_flip.out"; fi
+rc=0; mpirun_n 2 "$UPIPE" eval --ckpt "$TMP/ck_flip_m" --data "$TMP/d.bin" --seq-len 80 >"$TMP/eval_flip.out" 2>&1 || rc=$?
+if [ "$rc" = 1 ] && [ "$(grep -c "upipe: error: .*model.safetensors: does not match its checksum" "$TMP/eval_flip.out")" = 1 ]; then
+  ok "eval of a flipped bit: $(cut -c1-100 "$TMP/eval_flip.out")"
+else bad "eval of a flipped bit: exit $rc"; cat "$TMP/eval_flip.out"; fi
+copy ck_vf # written with FSDP (the ranks' CRCs combined), read without and with
+train v_fsdp 2 $G --steps 6 --fsdp --ckpt-dir "$TMP/ck_vf" --resume --stop-at 5
+train v_res 2 $G --steps 6 --cp 2 --ckpt-dir "$TMP/ck_vf" --resume --save "$TMP/v_res.st"
+if "$ST_COMPARE" "$TMP/v_res.st" "$TMP/r1_full.st" --rtol 1e-5 >"$TMP/v_res.cmp" 2>&1; then
+  ok "sound checkpoints verify on FSDP and --cp layouts: $(tail -n1 "$TMP/v_res.cmp")"
+else bad "resume of sound checkpoints"; cat "$TMP/v_res.cmp"; fi
+
+# ---- state.json: every field checked, the step against the folder's name ----
+edit() { # case sed-expression: a copy of the base whose state.json is edited
+  copy "$1"; sed -i "$2" "$TMP/$1/$V/state.json"
+  grep -q . "$TMP/$1/$V/state.json" || bad "$1: empty state.json"
+}
+edit ck_s6 's/"step": 4,/"step": 6,/'
+refuse state_step_6 "differs from the folder's step-00000004" 1 $G --steps 6 --ckpt-dir "$TMP/ck_s6" --resume
+edit ck_sneg 's/"step": 4,/"step": -3,/'
+refuse state_step_neg '"step" must be >= 0, got -3' 1 $G --steps 6 --ckpt-dir "$TMP/ck_sneg" --resume
+edit ck_sreal 's/"step": 4,/"step": 4.5,/'
+refuse state_step_real '"step" must be an integer, got 4.5' 1 $G --steps 6 --ckpt-dir "$TMP/ck_sreal" --resume
+edit ck_slr 's/"lr": \([0-9.e-]*\),/"lr": "\1",/'
+refuse state_lr_string '"lr" must be a number, got a string' 1 $G --steps 6 --ckpt-dir "$TMP/ck_slr" --resume
+edit ck_sver 's/"version": 2,/"version": 1,/'
+refuse state_version "checkpoint version 1 .*start a new --ckpt-dir" 1 $G --steps 6 --ckpt-dir "$TMP/ck_sver" --resume
+edit ck_sfmt '/"format"/d'
+refuse state_format 'no "format": "upipe-checkpoint"' 1 $G --steps 6 --ckpt-dir "$TMP/ck_sfmt" --resume
+edit ck_s40 's/"step": 4,/"step": 4.0,/'
+train state_step_40 1 $G --steps 6 --ckpt-dir "$TMP/ck_s40" --resume --save "$TMP/s40.st"
+same "\"step\": 4.0 resumes as 4" "$TMP/r1_full.st" "$TMP/s40.st"
+
+# ---- the data: other --data, --doc-sep or --loss-mask is refused unless --data-changed ----
+# d2.bin: the same size and token count as d.bin, other tokens (the sampled hash tells them apart)
+"$UPIPE" data recall --output "$TMP/d2.bin" --tokens 40000 --distance 32 >/dev/null || bad "data recall d2"
+copy ck_d2
+refuse other_data "it was trained on --data $TMP/d.bin" 1 --config "$GQA/config.json" --data "$TMP/d2.bin" \
+  --seq-len 80 --lr 1e-3 --steps 6 --ckpt-dir "$TMP/ck_d2" --resume
+train data_changed 1 --config "$GQA/config.json" --data "$TMP/d2.bin" --seq-len 80 --lr 1e-3 --steps 6 \
+  --ckpt-dir "$TMP/ck_d2" --resume --data-changed
+grep -q "^upipe: note: --data-changed: it was trained on --data" "$TMP/data_changed.out" \
+  && ok "--data-changed: $(head -n1 "$TMP/data_changed.out" | cut -c1-140)" || { bad "--data-changed: no note"; cat "$TMP/data_changed.out"; }
+mkdir -p "$TMP/moved" && cp "$TMP/d.bin" "$TMP/moved/d.bin"
+copy ck_mv
+train data_moved 1 --config "$GQA/config.json" --data "$TMP/moved/d.bin" --seq-len 80 --lr 1e-3 --steps 6 \
+  --ckpt-dir "$TMP/ck_mv" --resume --save "$TMP/mv.st"
+grep -q "is the data of the checkpoint .* at a new path" "$TMP/data_moved.out" \
+  && ok "same data at a new path: $(head -n1 "$TMP/data_moved.out" | cut -c1-140)" || { bad "data moved: no note"; cat "$TMP/data_moved.out"; }
+same "same data at a new path resumes exactly" "$TMP/r1_full.st" "$TMP/mv.st"
+DD=$FIX/golden_docs
+DOCS="--config $DD/config.json --data $DD/tokens.bin --init $DD/weights.safetensors --seq-len 300 --lr 1e-3 --steps 3"
+train docs_stop 1 $DOCS --doc-sep 256 --loss-mask "$DD/mask.bin" --ckpt-dir "$TMP/ck_docs" --stop-at 2
+refuse no_loss_mask "this run has no --loss-mask" 1 $DOCS --doc-sep 256 --ckpt-dir "$TMP/ck_docs" --resume
+refuse other_doc_sep "it was trained with --doc-sep 256, this run has --doc-sep 255" 1 $DOCS --doc-sep 255 \
+  --loss-mask "$DD/mask.bin" --ckpt-dir "$TMP/ck_docs" --resume
+refuse no_doc_sep "it was trained with --doc-sep 256, this run has none" 1 $DOCS \
+  --loss-mask "$DD/mask.bin" --ckpt-dir "$TMP/ck_docs" --resume
+refuse data_changed_alone "--data-changed goes with --resume" 1 $DOCS --data-changed
 finish
