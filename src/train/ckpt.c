@@ -26,10 +26,7 @@ static const char *const OPT_PREFIX[2] = {"exp_avg.", "exp_avg_sq."};
 static const char *const CKPT_FILES[4] = {"model.safetensors", "optimizer.safetensors",
                                           "state.json", "config.json"};
 
-/* snprintf that treats truncation as a bug (paths are checked against CKPT_PATH_MAX at start-up;
- * messages are cut, which is harmless). */
-static void fmt(char *buf, size_t len, const char *f, ...) UP_PRINTF(3, 4);
-static void fmt(char *buf, size_t len, const char *f, ...) {
+void ckpt_fmt(char *buf, size_t len, const char *f, ...) {
     va_list ap;
     va_start(ap, f);
     vsnprintf(buf, len, f, ap);
@@ -63,11 +60,11 @@ long ckpt_find_latest(const char *dir, char *path, size_t len) {
     while ((e = readdir(d)) != NULL) {
         long s = parse_step(e->d_name);
         if (s <= best) continue;
-        fmt(p, sizeof p, "%s/%s", dir, e->d_name);
+        ckpt_fmt(p, sizeof p, "%s/%s", dir, e->d_name);
         if (is_dir(p)) best = s;
     }
     closedir(d);
-    if (best >= 0) fmt(path, len, "%s/step-%08ld", dir, best);
+    if (best >= 0) ckpt_fmt(path, len, "%s/step-%08ld", dir, best);
     return best;
 }
 
@@ -93,7 +90,7 @@ static int remove_tree(const char *path) {
     char p[CKPT_PATH_MAX];
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        fmt(p, sizeof p, "%s/%s", path, e->d_name);
+        ckpt_fmt(p, sizeof p, "%s/%s", path, e->d_name);
         unlink(p);
     }
     closedir(d);
@@ -108,7 +105,7 @@ static void remove_hidden(const char *dir) {
     char p[CKPT_PATH_MAX];
     while ((e = readdir(d)) != NULL)
         if (!strncmp(e->d_name, ".step-", 6)) {
-            fmt(p, sizeof p, "%s/%s", dir, e->d_name);
+            ckpt_fmt(p, sizeof p, "%s/%s", dir, e->d_name);
             remove_tree(p);
         }
     closedir(d);
@@ -145,8 +142,8 @@ static void prune(const char *dir, int keep) {
         /* hidden by one rename first: a kill while its files go never leaves a step-N folder
          * that looks complete but is not */
         char p[CKPT_PATH_MAX], h[CKPT_PATH_MAX];
-        fmt(p, sizeof p, "%s/step-%08ld", dir, steps[i]);
-        fmt(h, sizeof h, "%s/.step-%08ld.del", dir, steps[i]);
+        ckpt_fmt(p, sizeof p, "%s/step-%08ld", dir, steps[i]);
+        ckpt_fmt(h, sizeof h, "%s/.step-%08ld.del", dir, steps[i]);
         if (rename(p, h) != 0 || remove_tree(h) != 0)
             fprintf(stderr, "upipe: warning: could not remove the old checkpoint %s (%s)\n", p,
                     strerror(errno));
@@ -232,8 +229,8 @@ static int write_range(void *ctx, const void *src, size_t len, uint64_t off) {
 static int write_ranges(model *m, const char *tmp, size_t hl_m, size_t hl_o, char *stage,
                         uint32_t crc[CKPT_NDATA], char *err, size_t errlen) {
     char path[2][CKPT_PATH_MAX];
-    fmt(path[0], sizeof path[0], "%s/model.safetensors", tmp);
-    fmt(path[1], sizeof path[1], "%s/optimizer.safetensors", tmp);
+    ckpt_fmt(path[0], sizeof path[0], "%s/model.safetensors", tmp);
+    ckpt_fmt(path[1], sizeof path[1], "%s/optimizer.safetensors", tmp);
     uint64_t np4 = (uint64_t)m->params.nparams * sizeof(float);
     const float *slab[3] = {m->fsdp.params, m->fsdp.m, m->fsdp.v};
     const int file_of[3] = {0, 1, 1};
@@ -283,9 +280,9 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     int rank0 = comm->rank == 0, writer = rank0 || m->fsdp.R > 1;
     char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], old[CKPT_PATH_MAX], p[CKPT_PATH_MAX];
     char err[1024] = "", detail[768] = "";
-    fmt(tmp, sizeof tmp, "%s/.step-%08ld.tmp", dir, st->step);
-    fmt(fin, sizeof fin, "%s/step-%08ld", dir, st->step);
-    fmt(old, sizeof old, "%s/.step-%08ld.old", dir, st->step);
+    ckpt_fmt(tmp, sizeof tmp, "%s/.step-%08ld.tmp", dir, st->step);
+    ckpt_fmt(fin, sizeof fin, "%s/step-%08ld", dir, st->step);
+    ckpt_fmt(old, sizeof old, "%s/.step-%08ld.old", dir, st->step);
     /* every rank lays out both headers: the data offsets of its ranges */
     char *hdr[CKPT_NDATA];
     size_t hl[CKPT_NDATA];
@@ -299,21 +296,21 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
         remove_hidden(dir);  /* what a killed run left: partial or half-deleted checkpoints */
         up_tmp_push(tmp, 1); /* a signal that ends the process removes the partial folder */
         for (int k = 0; k < 4; k++) {
-            fmt(p, sizeof p, "%s/%s", tmp, CKPT_FILES[k]);
+            ckpt_fmt(p, sizeof p, "%s/%s", tmp, CKPT_FILES[k]);
             up_tmp_push(p, 0);
         }
         if (mkdir(tmp, 0755) != 0) {
             rc = up_errf(detail, sizeof detail, tmp, "cannot create (%s)", strerror(errno));
         } else {
-            fmt(p, sizeof p, "%s/config.json", tmp);
+            ckpt_fmt(p, sizeof p, "%s/config.json", tmp);
             rc = config_save(cfg, p, detail, sizeof detail);
             for (int k = 0; k < CKPT_NDATA && rc == 0; k++) {
-                fmt(p, sizeof p, "%s/%s", tmp, CKPT_DATA_FILES[k]);
+                ckpt_fmt(p, sizeof p, "%s/%s", tmp, CKPT_DATA_FILES[k]);
                 rc = create_file(p, hdr[k], hl[k], total[k], detail, sizeof detail);
             }
         }
     }
-    fmt(err, sizeof err,
+    ckpt_fmt(err, sizeof err,
         "checkpoint %s not written: %s; the complete checkpoints in %s "
         "are intact",
         fin, detail, dir);
@@ -324,7 +321,7 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     char *st_buf = (char *)(((uintptr_t)stage + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN);
     uint32_t crc[CKPT_NDATA] = {0, 0};
     rc = writer ? write_ranges(m, tmp, hl[0], hl[1], st_buf, crc, detail, sizeof detail) : 0;
-    fmt(err, sizeof err,
+    ckpt_fmt(err, sizeof err,
         "checkpoint %s not written: %s; the complete checkpoints in %s "
         "are intact",
         fin, detail, dir);
@@ -341,7 +338,7 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
         }
         char *text = ckpt_state_json(st, sums, comm->R, comm->P, (int)(st->global_batch / comm->D),
                                      m->fsdp.R > 1);
-        fmt(p, sizeof p, "%s/state.json", tmp);
+        ckpt_fmt(p, sizeof p, "%s/state.json", tmp);
         rc = up_write_line_atomic(p, text, detail, sizeof detail);
         free(text);
         if (rc == 0 && fsync_dir(tmp) != 0) {
@@ -361,11 +358,11 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     }
     for (int k = 0; k < CKPT_NDATA; k++)
         free(hdr[k]);
-    fmt(err, sizeof err, "checkpoint %s not written: %s", fin, detail);
+    ckpt_fmt(err, sizeof err, "checkpoint %s not written: %s", fin, detail);
     agree(comm, rc != 0, err, tmp);
     if (rank0) {
         for (int k = 0; k < 4; k++) {
-            fmt(p, sizeof p, "%s/%s", tmp, CKPT_FILES[k]);
+            ckpt_fmt(p, sizeof p, "%s/%s", tmp, CKPT_FILES[k]);
             up_tmp_pop(p);
         }
         up_tmp_pop(tmp);
@@ -380,10 +377,10 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
 static int read_state(const char *path, const ckpt_state *run, ckpt_record *rec, char *msg,
                       size_t len) {
     char p[CKPT_PATH_MAX];
-    fmt(p, sizeof p, "%s/state.json", path);
+    ckpt_fmt(p, sizeof p, "%s/state.json", path);
     FILE *f = fopen(p, "rb");
     if (!f) {
-        fmt(msg, len, "cannot open %s (%s)", p, strerror(errno));
+        ckpt_fmt(msg, len, "cannot open %s (%s)", p, strerror(errno));
         return -1;
     }
     char *text = malloc(1 << 20);
@@ -412,14 +409,14 @@ static const char *state_advice(int verdict) {
 static int check_sizes(const char *path, const ckpt_record *rec, char *msg, size_t len) {
     char p[CKPT_PATH_MAX];
     for (int k = 0; k < CKPT_NDATA; k++) {
-        fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
+        ckpt_fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
         struct stat sb;
         if (stat(p, &sb) != 0) {
-            fmt(msg, len, "%s: cannot read (%s)", p, strerror(errno));
+            ckpt_fmt(msg, len, "%s: cannot read (%s)", p, strerror(errno));
             return -1;
         }
         if ((uint64_t)sb.st_size != rec->files[k].bytes) {
-            fmt(msg, len, "%s is %lld bytes, state.json records %llu", p, (long long)sb.st_size,
+            ckpt_fmt(msg, len, "%s is %lld bytes, state.json records %llu", p, (long long)sb.st_size,
                 (unsigned long long)rec->files[k].bytes);
             return -1;
         }
@@ -442,7 +439,7 @@ long ckpt_check(const char *path, const ckpt_state *run, const model_config *cfg
                    "aside)",
                    msg, path);
     model_config was;
-    fmt(p, sizeof p, "%s/config.json", path);
+    ckpt_fmt(p, sizeof p, "%s/config.json", path);
     if (config_load(&was, p, err, sizeof err) != 0) up_die_all("--resume: %s", err);
     if (ckpt_config_diff(&was, cfg, msg, sizeof msg))
         up_die_all("--resume: %s cannot continue this run: %s; use the config it was trained "
@@ -492,7 +489,7 @@ static int verify_loaded(model *m, comm_ctx *comm, const char *path, const ckpt_
     int sharded = m->fsdp.R > 1, rc = 0;
     for (int k = 0; k < CKPT_NDATA; k++) {
         if (sharded && comm->rank != 0) continue;
-        fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
+        ckpt_fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
         int fd = open(p, O_RDONLY | O_CLOEXEC);
         ssize_t r = fd >= 0 ? pread(fd, hdr[k], hl[k], 0) : -1;
         if (fd >= 0) close(fd);
@@ -520,12 +517,12 @@ static int verify_loaded(model *m, comm_ctx *comm, const char *path, const ckpt_
 double ckpt_load(model *m, comm_ctx *comm, const char *path, const ckpt_record *rec) {
     char p[CKPT_PATH_MAX], err[1024];
     st_set set;
-    fmt(p, sizeof p, "%s/model.safetensors", path);
+    ckpt_fmt(p, sizeof p, "%s/model.safetensors", path);
     if (st_set_open(&set, p, err, sizeof err) != 0) up_die("--resume: %s", err);
     int rc = model_read_owned(m, m->fsdp.params, &set, "", err, sizeof err);
     st_set_close(&set);
     if (rc != 0) up_die("--resume: %s", err);
-    fmt(p, sizeof p, "%s/optimizer.safetensors", path);
+    ckpt_fmt(p, sizeof p, "%s/optimizer.safetensors", path);
     if (st_set_open(&set, p, err, sizeof err) != 0) up_die("--resume: %s", err);
     rc = model_read_owned(m, m->fsdp.m, &set, OPT_PREFIX[0], err, sizeof err);
     if (rc == 0) rc = model_read_owned(m, m->fsdp.v, &set, OPT_PREFIX[1], err, sizeof err);
@@ -558,7 +555,7 @@ int ckpt_read_record(const char *path, ckpt_record *rec, char *err, size_t errle
 
 int ckpt_verify_file(const char *path, int k, const ckpt_record *rec, char *err, size_t errlen) {
     char p[CKPT_PATH_MAX];
-    fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
+    ckpt_fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
     int fd = open(p, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return up_errf(err, errlen, p, "cannot open (%s)", strerror(errno));
     enum { CHUNK = 4 << 20 };

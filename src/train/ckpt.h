@@ -19,6 +19,7 @@
 #define UP_CKPT_H
 
 #include "comm/comm.h"
+#include "core/check.h"
 #include "io/config.h"
 #include "model/model.h"
 
@@ -152,5 +153,9 @@ int ckpt_read_record(const char *path, ckpt_record *rec, char *err, size_t errle
 /* Streams data file k of the checkpoint at path and compares its size and CRC-32C with rec. 0, or
  * -1 with a message naming the file and what to do. */
 int ckpt_verify_file(const char *path, int k, const ckpt_record *rec, char *err, size_t errlen);
+
+/* snprintf for paths and messages of ckpt.c and ckpt_state.c (paths are checked against
+ * CKPT_PATH_MAX at start-up; messages are cut, which is harmless). */
+void ckpt_fmt(char *buf, size_t len, const char *f, ...) UP_PRINTF(3, 4);
 
 #endif

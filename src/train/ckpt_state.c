@@ -17,13 +17,6 @@
 
 const char *const CKPT_DATA_FILES[CKPT_NDATA] = {"model.safetensors", "optimizer.safetensors"};
 
-static void fmt(char *buf, size_t len, const char *f, ...) UP_PRINTF(3, 4);
-static void fmt(char *buf, size_t len, const char *f, ...) {
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, len, f, ap);
-    va_end(ap);
-}
 
 /* ---- identity of the data ---------------------------------------------------------------------
  */
@@ -49,7 +42,7 @@ void ckpt_file_identify(ckpt_file_id *id, const char *path, const void *map, siz
 
 /* "--data PATH (N bytes, sample crc32c H)" */
 static const char *describe(char *buf, size_t len, const char *flag, const ckpt_file_id *f) {
-    fmt(buf, len, "%s %s (%llu bytes, sample crc32c %08x)", flag, f->path,
+    ckpt_fmt(buf, len, "%s %s (%llu bytes, sample crc32c %08x)", flag, f->path,
         (unsigned long long)f->bytes, f->sample);
     return buf;
 }
@@ -65,32 +58,32 @@ int ckpt_data_diff(const ckpt_data *was, const ckpt_data *now, char *msg, size_t
     char a[CKPT_PATH_LEN + 80], b[CKPT_PATH_LEN + 80];
     int moved_data = 0, moved_mask = 0;
     if (!same_file(&was->shard, &now->shard, &moved_data) || was->tokens != now->tokens) {
-        fmt(msg, len, "it was trained on %s, this run reads %s",
+        ckpt_fmt(msg, len, "it was trained on %s, this run reads %s",
             describe(a, sizeof a, "--data", &was->shard),
             describe(b, sizeof b, "--data", &now->shard));
         return CKPT_DATA_DIFFERS;
     }
     if (was->doc_sep != now->doc_sep) {
         if (was->doc_sep < 0)
-            fmt(msg, len, "it was trained without --doc-sep, this run has --doc-sep %ld",
+            ckpt_fmt(msg, len, "it was trained without --doc-sep, this run has --doc-sep %ld",
                 now->doc_sep);
         else if (now->doc_sep < 0)
-            fmt(msg, len, "it was trained with --doc-sep %ld, this run has none", was->doc_sep);
+            ckpt_fmt(msg, len, "it was trained with --doc-sep %ld, this run has none", was->doc_sep);
         else
-            fmt(msg, len, "it was trained with --doc-sep %ld, this run has --doc-sep %ld",
+            ckpt_fmt(msg, len, "it was trained with --doc-sep %ld, this run has --doc-sep %ld",
                 was->doc_sep, now->doc_sep);
         return CKPT_DATA_DIFFERS;
     }
     if (was->has_mask != now->has_mask ||
         (was->has_mask && !same_file(&was->mask, &now->mask, &moved_mask))) {
         if (!now->has_mask)
-            fmt(msg, len, "it was trained with %s, this run has no --loss-mask",
+            ckpt_fmt(msg, len, "it was trained with %s, this run has no --loss-mask",
                 describe(a, sizeof a, "--loss-mask", &was->mask));
         else if (!was->has_mask)
-            fmt(msg, len, "it was trained without --loss-mask, this run has %s",
+            ckpt_fmt(msg, len, "it was trained without --loss-mask, this run has %s",
                 describe(b, sizeof b, "--loss-mask", &now->mask));
         else
-            fmt(msg, len, "it was trained with %s, this run has %s",
+            ckpt_fmt(msg, len, "it was trained with %s, this run has %s",
                 describe(a, sizeof a, "--loss-mask", &was->mask),
                 describe(b, sizeof b, "--loss-mask", &now->mask));
         return CKPT_DATA_DIFFERS;
@@ -98,7 +91,7 @@ int ckpt_data_diff(const ckpt_data *was, const ckpt_data *now, char *msg, size_t
     if (!moved_data && !moved_mask) return CKPT_DATA_SAME;
     const ckpt_file_id *w = moved_data ? &was->shard : &was->mask;
     const ckpt_file_id *n = moved_data ? &now->shard : &now->mask;
-    fmt(msg, len, "%s %s is the data of the checkpoint (%s) at a new path: same size and sample%s",
+    ckpt_fmt(msg, len, "%s %s is the data of the checkpoint (%s) at a new path: same size and sample%s",
         moved_data ? "--data" : "--loss-mask", n->path, w->abspath,
         moved_data && moved_mask ? " (--loss-mask too)" : "");
     return CKPT_DATA_MOVED;
@@ -195,7 +188,7 @@ static const char *type_name(const json_t *v) {
 /* The field key of o (named where in messages): missing, or of the wrong type, is a message. */
 static json_t *field(const json_t *o, const char *where, const char *key, char *msg, size_t len) {
     json_t *v = json_object_get(o, key);
-    if (!v) fmt(msg, len, "no \"%s%s\"", where, key);
+    if (!v) ckpt_fmt(msg, len, "no \"%s%s\"", where, key);
     return v;
 }
 
@@ -211,16 +204,16 @@ static int get_int(const json_t *o, const char *where, const char *key, long lon
         *out = (long long)json_real_value(v);
     } else {
         if (json_is_real(v))
-            fmt(msg, len, "\"%s%s\" must be an integer, got %.17g", where, key, json_real_value(v));
+            ckpt_fmt(msg, len, "\"%s%s\" must be an integer, got %.17g", where, key, json_real_value(v));
         else
-            fmt(msg, len, "\"%s%s\" must be an integer, got %s", where, key, type_name(v));
+            ckpt_fmt(msg, len, "\"%s%s\" must be an integer, got %s", where, key, type_name(v));
         return -1;
     }
     if (*out < lo || *out > hi) {
         if (hi >= LONG_MAX)
-            fmt(msg, len, "\"%s%s\" must be >= %lld, got %lld", where, key, lo, *out);
+            ckpt_fmt(msg, len, "\"%s%s\" must be >= %lld, got %lld", where, key, lo, *out);
         else
-            fmt(msg, len, "\"%s%s\" must be in [%lld, %lld], got %lld", where, key, lo, hi, *out);
+            ckpt_fmt(msg, len, "\"%s%s\" must be in [%lld, %lld], got %lld", where, key, lo, hi, *out);
         return -1;
     }
     return 0;
@@ -230,7 +223,7 @@ static int get_num(const json_t *o, const char *key, char *msg, size_t len) {
     json_t *v = field(o, "", key, msg, len);
     if (!v) return -1;
     if (!json_is_number(v) || !isfinite(json_number_value(v))) {
-        fmt(msg, len, "\"%s\" must be a number, got %s", key, type_name(v));
+        ckpt_fmt(msg, len, "\"%s\" must be a number, got %s", key, type_name(v));
         return -1;
     }
     return 0;
@@ -241,7 +234,7 @@ static int get_str(const json_t *o, const char *where, const char *key, char *ou
     json_t *v = field(o, where, key, msg, len);
     if (!v) return -1;
     if (!json_is_string(v)) {
-        fmt(msg, len, "\"%s%s\" must be a string, got %s", where, key, type_name(v));
+        ckpt_fmt(msg, len, "\"%s%s\" must be a string, got %s", where, key, type_name(v));
         return -1;
     }
     snprintf(out, outlen, "%s", json_string_value(v));
@@ -255,7 +248,7 @@ static int get_hex32(const json_t *o, const char *where, const char *key, uint32
     if (get_str(o, where, key, s, sizeof s, msg, len) != 0) return -1;
     unsigned long v = strtoul(s, &end, 16);
     if (strlen(s) != 8 || *end || !strchr("0123456789abcdefABCDEF", s[0])) {
-        fmt(msg, len, "\"%s%s\" must be 8 hex digits, got \"%s\"", where, key, s);
+        ckpt_fmt(msg, len, "\"%s%s\" must be 8 hex digits, got \"%s\"", where, key, s);
         return -1;
     }
     *out = (uint32_t)v;
@@ -267,7 +260,7 @@ static int get_obj(const json_t *o, const char *where, const char *key, json_t *
     json_t *v = field(o, where, key, msg, len);
     if (!v) return -1;
     if (!json_is_object(v)) {
-        fmt(msg, len, "\"%s%s\" must be an object, got %s", where, key, type_name(v));
+        ckpt_fmt(msg, len, "\"%s%s\" must be an object, got %s", where, key, type_name(v));
         return -1;
     }
     *out = v;
@@ -293,11 +286,11 @@ static int check_fields(const json_t *o, long folder_step, ckpt_record *rec, cha
         get_int(o, "", "step", 0, LONG_MAX, &step, msg, len) != 0)
         return -1;
     if (step > steps) {
-        fmt(msg, len, "\"step\" %lld is past \"steps\" %lld", step, steps);
+        ckpt_fmt(msg, len, "\"step\" %lld is past \"steps\" %lld", step, steps);
         return -1;
     }
     if (folder_step >= 0 && step != folder_step) {
-        fmt(msg, len, "\"step\" %lld differs from the folder's step-%08ld", step, folder_step);
+        ckpt_fmt(msg, len, "\"step\" %lld differs from the folder's step-%08ld", step, folder_step);
         return -1;
     }
     rec->step = (long)step;
@@ -309,7 +302,7 @@ static int check_fields(const json_t *o, long folder_step, ckpt_record *rec, cha
         get_int(o, "", "seed", LLONG_MIN, LLONG_MAX, &x, msg, len) != 0)
         return -1;
     if (ns != step * gb) {
-        fmt(msg, len, "\"next_sequence\" %lld is not step %lld x global_batch %lld", ns, step, gb);
+        ckpt_fmt(msg, len, "\"next_sequence\" %lld is not step %lld x global_batch %lld", ns, step, gb);
         return -1;
     }
     static const char *const reals[] = {"lr",    "min_lr_frac", "weight_decay", "beta1",
@@ -323,13 +316,13 @@ static int check_fields(const json_t *o, long folder_step, ckpt_record *rec, cha
         get_int(lay, "layout.", "grad_accum", 1, INT_MAX, &x, msg, len) != 0)
         return -1;
     if (!json_is_boolean(json_object_get(lay, "fsdp"))) {
-        fmt(msg, len, "\"layout.fsdp\" must be true or false");
+        ckpt_fmt(msg, len, "\"layout.fsdp\" must be true or false");
         return -1;
     }
     if (get_obj(o, "", "files", &files, msg, len) != 0) return -1;
     for (int k = 0; k < CKPT_NDATA; k++) {
         char where[64];
-        fmt(where, sizeof where, "files.%s.", CKPT_DATA_FILES[k]);
+        ckpt_fmt(where, sizeof where, "files.%s.", CKPT_DATA_FILES[k]);
         if (get_obj(files, "files.", CKPT_DATA_FILES[k], &e, msg, len) != 0 ||
             get_int(e, where, "bytes", 0, LLONG_MAX, &x, msg, len) != 0 ||
             get_hex32(e, where, "crc32c", &rec->files[k].crc32c, msg, len) != 0)
@@ -348,7 +341,7 @@ static int check_fields(const json_t *o, long folder_step, ckpt_record *rec, cha
     if (!mask) return -1;
     d->has_mask = !json_is_null(mask);
     if (d->has_mask && !json_is_object(mask)) {
-        fmt(msg, len, "\"data.loss_mask\" must be an object or null, got %s", type_name(mask));
+        ckpt_fmt(msg, len, "\"data.loss_mask\" must be an object or null, got %s", type_name(mask));
         return -1;
     }
     if (d->has_mask && get_file_id(mask, "data.loss_mask.", &d->mask, msg, len) != 0) return -1;
@@ -379,10 +372,10 @@ static int diff_state(const json_t *o, const ckpt_state *run, char *msg, size_t 
         double was = json_number_value(json_object_get(o, f[i].key)); /* checked present */
         if (was == f[i].now) continue;
         if (f[i].integer)
-            fmt(msg, len, "it was trained with %s %.0f, this run has %.0f", f[i].flag, was,
+            ckpt_fmt(msg, len, "it was trained with %s %.0f, this run has %.0f", f[i].flag, was,
                 f[i].now);
         else
-            fmt(msg, len, "it was trained with %s %.17g, this run has %.17g", f[i].flag, was,
+            ckpt_fmt(msg, len, "it was trained with %s %.17g, this run has %.17g", f[i].flag, was,
                 f[i].now);
         return 1;
     }
@@ -413,7 +406,7 @@ int ckpt_config_diff(const model_config *a, const model_config *b, char *msg, si
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].was != f[i].now) {
-            fmt(msg, len, "its model has %s %g, --config has %g", f[i].key, f[i].was, f[i].now);
+            ckpt_fmt(msg, len, "its model has %s %g, --config has %g", f[i].key, f[i].was, f[i].now);
             return 1;
         }
     return 0;
@@ -425,24 +418,24 @@ int ckpt_state_parse(const char *text, size_t n, const ckpt_state *run, long fol
     json_error_t jerr;
     json_t *o = json_loadb(text, n, 0, &jerr);
     if (!o) {
-        fmt(msg, len, "not JSON (line %d: %s)", jerr.line, jerr.text);
+        ckpt_fmt(msg, len, "not JSON (line %d: %s)", jerr.line, jerr.text);
         return CKPT_STATE_UNREADABLE;
     }
     int verdict = CKPT_STATE_UNREADABLE;
     json_t *f = json_object_get(o, "format"), *v = json_object_get(o, "version");
     if (!json_is_object(o)) {
-        fmt(msg, len, "not a JSON object");
+        ckpt_fmt(msg, len, "not a JSON object");
     } else if (!json_is_string(f) || strcmp(json_string_value(f), CKPT_FORMAT) != 0) {
-        fmt(msg, len, "no \"format\": \"%s\"", CKPT_FORMAT);
+        ckpt_fmt(msg, len, "no \"format\": \"%s\"", CKPT_FORMAT);
         verdict = CKPT_STATE_VERSION;
     } else if (!json_is_integer(v) || json_integer_value(v) != CKPT_VERSION) {
         if (json_is_integer(v))
-            fmt(msg, len, "checkpoint version %lld%s, this upipe reads version %d",
+            ckpt_fmt(msg, len, "checkpoint version %lld%s, this upipe reads version %d",
                 (long long)json_integer_value(v),
                 json_integer_value(v) == 1 ? " (before file checksums and the data record)" : "",
                 CKPT_VERSION);
         else
-            fmt(msg, len, "\"version\" must be an integer, got %s", v ? type_name(v) : "none");
+            ckpt_fmt(msg, len, "\"version\" must be an integer, got %s", v ? type_name(v) : "none");
         verdict = CKPT_STATE_VERSION;
     } else if (check_fields(o, folder_step, rec, msg, len) == 0) {
         verdict = run && diff_state(o, run, msg, len) ? CKPT_STATE_DIFFERS : CKPT_STATE_OK;
