@@ -311,9 +311,9 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
         }
     }
     ckpt_fmt(err, sizeof err,
-        "checkpoint %s not written: %s; the complete checkpoints in %s "
-        "are intact",
-        fin, detail, dir);
+             "checkpoint %s not written: %s; the complete checkpoints in %s "
+             "are intact",
+             fin, detail, dir);
     agree(comm, rc != 0, err, tmp);
 
     /* 2. every writer: its ranges, synced, and their CRCs, combined into the files' (the ranges
@@ -322,9 +322,9 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
     uint32_t crc[CKPT_NDATA] = {0, 0};
     rc = writer ? write_ranges(m, tmp, hl[0], hl[1], st_buf, crc, detail, sizeof detail) : 0;
     ckpt_fmt(err, sizeof err,
-        "checkpoint %s not written: %s; the complete checkpoints in %s "
-        "are intact",
-        fin, detail, dir);
+             "checkpoint %s not written: %s; the complete checkpoints in %s "
+             "are intact",
+             fin, detail, dir);
     agree(comm, rc != 0, err, tmp);
     comm_xor_u32(comm, crc, CKPT_NDATA);
 
@@ -416,8 +416,8 @@ static int check_sizes(const char *path, const ckpt_record *rec, char *msg, size
             return -1;
         }
         if ((uint64_t)sb.st_size != rec->files[k].bytes) {
-            ckpt_fmt(msg, len, "%s is %lld bytes, state.json records %llu", p, (long long)sb.st_size,
-                (unsigned long long)rec->files[k].bytes);
+            ckpt_fmt(msg, len, "%s is %lld bytes, state.json records %llu", p,
+                     (long long)sb.st_size, (unsigned long long)rec->files[k].bytes);
             return -1;
         }
     }

@@ -147,8 +147,8 @@ void ckpt_file_identify(ckpt_file_id *id, const char *path, const void *map, siz
  * Returns bytes read by this rank. Collective. */
 double ckpt_load(model *m, comm_ctx *comm, const char *path, const ckpt_record *rec);
 
-/* For readers outside a run (export, eval): path's state.json validated (no run to compare) into rec.
- * 0, or -1 with a message saying what is wrong and what to do. */
+/* For readers outside a run (export, eval): path's state.json validated (no run to compare) into
+ * rec. 0, or -1 with a message saying what is wrong and what to do. */
 int ckpt_read_record(const char *path, ckpt_record *rec, char *err, size_t errlen);
 /* Streams data file k of the checkpoint at path and compares its size and CRC-32C with rec. 0, or
  * -1 with a message naming the file and what to do. */

@@ -17,7 +17,6 @@
 
 const char *const CKPT_DATA_FILES[CKPT_NDATA] = {"model.safetensors", "optimizer.safetensors"};
 
-
 /* ---- identity of the data ---------------------------------------------------------------------
  */
 
@@ -43,7 +42,7 @@ void ckpt_file_identify(ckpt_file_id *id, const char *path, const void *map, siz
 /* "--data PATH (N bytes, sample crc32c H)" */
 static const char *describe(char *buf, size_t len, const char *flag, const ckpt_file_id *f) {
     ckpt_fmt(buf, len, "%s %s (%llu bytes, sample crc32c %08x)", flag, f->path,
-        (unsigned long long)f->bytes, f->sample);
+             (unsigned long long)f->bytes, f->sample);
     return buf;
 }
 
@@ -59,41 +58,43 @@ int ckpt_data_diff(const ckpt_data *was, const ckpt_data *now, char *msg, size_t
     int moved_data = 0, moved_mask = 0;
     if (!same_file(&was->shard, &now->shard, &moved_data) || was->tokens != now->tokens) {
         ckpt_fmt(msg, len, "it was trained on %s, this run reads %s",
-            describe(a, sizeof a, "--data", &was->shard),
-            describe(b, sizeof b, "--data", &now->shard));
+                 describe(a, sizeof a, "--data", &was->shard),
+                 describe(b, sizeof b, "--data", &now->shard));
         return CKPT_DATA_DIFFERS;
     }
     if (was->doc_sep != now->doc_sep) {
         if (was->doc_sep < 0)
             ckpt_fmt(msg, len, "it was trained without --doc-sep, this run has --doc-sep %ld",
-                now->doc_sep);
+                     now->doc_sep);
         else if (now->doc_sep < 0)
-            ckpt_fmt(msg, len, "it was trained with --doc-sep %ld, this run has none", was->doc_sep);
+            ckpt_fmt(msg, len, "it was trained with --doc-sep %ld, this run has none",
+                     was->doc_sep);
         else
             ckpt_fmt(msg, len, "it was trained with --doc-sep %ld, this run has --doc-sep %ld",
-                was->doc_sep, now->doc_sep);
+                     was->doc_sep, now->doc_sep);
         return CKPT_DATA_DIFFERS;
     }
     if (was->has_mask != now->has_mask ||
         (was->has_mask && !same_file(&was->mask, &now->mask, &moved_mask))) {
         if (!now->has_mask)
             ckpt_fmt(msg, len, "it was trained with %s, this run has no --loss-mask",
-                describe(a, sizeof a, "--loss-mask", &was->mask));
+                     describe(a, sizeof a, "--loss-mask", &was->mask));
         else if (!was->has_mask)
             ckpt_fmt(msg, len, "it was trained without --loss-mask, this run has %s",
-                describe(b, sizeof b, "--loss-mask", &now->mask));
+                     describe(b, sizeof b, "--loss-mask", &now->mask));
         else
             ckpt_fmt(msg, len, "it was trained with %s, this run has %s",
-                describe(a, sizeof a, "--loss-mask", &was->mask),
-                describe(b, sizeof b, "--loss-mask", &now->mask));
+                     describe(a, sizeof a, "--loss-mask", &was->mask),
+                     describe(b, sizeof b, "--loss-mask", &now->mask));
         return CKPT_DATA_DIFFERS;
     }
     if (!moved_data && !moved_mask) return CKPT_DATA_SAME;
     const ckpt_file_id *w = moved_data ? &was->shard : &was->mask;
     const ckpt_file_id *n = moved_data ? &now->shard : &now->mask;
-    ckpt_fmt(msg, len, "%s %s is the data of the checkpoint (%s) at a new path: same size and sample%s",
-        moved_data ? "--data" : "--loss-mask", n->path, w->abspath,
-        moved_data && moved_mask ? " (--loss-mask too)" : "");
+    ckpt_fmt(msg, len,
+             "%s %s is the data of the checkpoint (%s) at a new path: same size and sample%s",
+             moved_data ? "--data" : "--loss-mask", n->path, w->abspath,
+             moved_data && moved_mask ? " (--loss-mask too)" : "");
     return CKPT_DATA_MOVED;
 }
 
@@ -204,7 +205,8 @@ static int get_int(const json_t *o, const char *where, const char *key, long lon
         *out = (long long)json_real_value(v);
     } else {
         if (json_is_real(v))
-            ckpt_fmt(msg, len, "\"%s%s\" must be an integer, got %.17g", where, key, json_real_value(v));
+            ckpt_fmt(msg, len, "\"%s%s\" must be an integer, got %.17g", where, key,
+                     json_real_value(v));
         else
             ckpt_fmt(msg, len, "\"%s%s\" must be an integer, got %s", where, key, type_name(v));
         return -1;
@@ -213,7 +215,8 @@ static int get_int(const json_t *o, const char *where, const char *key, long lon
         if (hi >= LONG_MAX)
             ckpt_fmt(msg, len, "\"%s%s\" must be >= %lld, got %lld", where, key, lo, *out);
         else
-            ckpt_fmt(msg, len, "\"%s%s\" must be in [%lld, %lld], got %lld", where, key, lo, hi, *out);
+            ckpt_fmt(msg, len, "\"%s%s\" must be in [%lld, %lld], got %lld", where, key, lo, hi,
+                     *out);
         return -1;
     }
     return 0;
@@ -302,7 +305,8 @@ static int check_fields(const json_t *o, long folder_step, ckpt_record *rec, cha
         get_int(o, "", "seed", LLONG_MIN, LLONG_MAX, &x, msg, len) != 0)
         return -1;
     if (ns != step * gb) {
-        ckpt_fmt(msg, len, "\"next_sequence\" %lld is not step %lld x global_batch %lld", ns, step, gb);
+        ckpt_fmt(msg, len, "\"next_sequence\" %lld is not step %lld x global_batch %lld", ns, step,
+                 gb);
         return -1;
     }
     static const char *const reals[] = {"lr",    "min_lr_frac", "weight_decay", "beta1",
@@ -373,10 +377,10 @@ static int diff_state(const json_t *o, const ckpt_state *run, char *msg, size_t 
         if (was == f[i].now) continue;
         if (f[i].integer)
             ckpt_fmt(msg, len, "it was trained with %s %.0f, this run has %.0f", f[i].flag, was,
-                f[i].now);
+                     f[i].now);
         else
             ckpt_fmt(msg, len, "it was trained with %s %.17g, this run has %.17g", f[i].flag, was,
-                f[i].now);
+                     f[i].now);
         return 1;
     }
     return 0;
@@ -406,7 +410,8 @@ int ckpt_config_diff(const model_config *a, const model_config *b, char *msg, si
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].was != f[i].now) {
-            ckpt_fmt(msg, len, "its model has %s %g, --config has %g", f[i].key, f[i].was, f[i].now);
+            ckpt_fmt(msg, len, "its model has %s %g, --config has %g", f[i].key, f[i].was,
+                     f[i].now);
             return 1;
         }
     return 0;
@@ -431,9 +436,10 @@ int ckpt_state_parse(const char *text, size_t n, const ckpt_state *run, long fol
     } else if (!json_is_integer(v) || json_integer_value(v) != CKPT_VERSION) {
         if (json_is_integer(v))
             ckpt_fmt(msg, len, "checkpoint version %lld%s, this upipe reads version %d",
-                (long long)json_integer_value(v),
-                json_integer_value(v) == 1 ? " (before file checksums and the data record)" : "",
-                CKPT_VERSION);
+                     (long long)json_integer_value(v),
+                     json_integer_value(v) == 1 ? " (before file checksums and the data record)"
+                                                : "",
+                     CKPT_VERSION);
         else
             ckpt_fmt(msg, len, "\"version\" must be an integer, got %s", v ? type_name(v) : "none");
         verdict = CKPT_STATE_VERSION;
