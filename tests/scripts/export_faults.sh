@@ -68,9 +68,8 @@ for sig in KILL TERM; do
   $EXPORT --ckpt "$TMP/big/step-00000004" --output "$TMP/out" --max-shard-size 20MB --force >"$TMP/re.out" 2>&1 &
   pid=$!
   caught=0
-  for _ in $(seq 1 6000); do # up to a minute: the first shard of the new export is complete
+  while kill -0 "$pid" 2>/dev/null; do # until the first shard of the new export is complete
     if ls "$TMP"/out.tmp.*/model-00001-of-*.safetensors >/dev/null 2>&1; then kill -$sig "$pid"; caught=1; break; fi
-    kill -0 "$pid" 2>/dev/null || break
     sleep 0.01
   done
   rc=0; wait "$pid" 2>/dev/null || rc=$?

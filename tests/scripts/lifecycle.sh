@@ -114,7 +114,10 @@ pid=$!
 PIDS+=("$pid")
 logged() { [ -s "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; }
 wait_until "$pid" logged "$TMP/kill.jsonl" 60
-kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+# stopped first: a write in progress completes (SIGSTOP is not fatal), and the writer ends each
+# write on an event, so the kill leaves whole events on any host; a kill that lands inside a
+# write of several pages may cut it short, which the viewers survive but json.loads does not
+kill -STOP "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 if r=$(trace_check "$TMP/kill.trace" 3 2>&1); then ok "trace after kill -9: $r"
 else bad "trace after kill -9: $r"; fi
 

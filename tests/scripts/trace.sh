@@ -118,8 +118,8 @@ fi
 mkdir -p "$TMP/dead"
 "$UPIPE" train $BASE --steps 100000 --trace "$TMP/dead/t.json" --log "$TMP/dead.jsonl" >/dev/null 2>&1 &
 PID=$!
-for _ in $(seq 100); do [ -s "$TMP/dead.jsonl" ] && break; sleep 0.1; done
-kill -KILL "$PID"; wait "$PID" 2>/dev/null
+while kill -0 "$PID" 2>/dev/null && [ ! -s "$TMP/dead.jsonl" ]; do sleep 0.05; done # however slow
+kill -STOP "$PID"; kill -KILL "$PID"; wait "$PID" 2>/dev/null # stopped first: whole events (lifecycle.sh)
 [ -s "$TMP/dead.jsonl" ] && [ "$(ls -A "$TMP/dead")" = t.json ] \
   && python3 -c 'import json, sys; json.loads(open(sys.argv[1]).read() + "]")' "$TMP/dead/t.json" \
   && ok "a killed run leaves the trace so far, loadable, and nothing else" \
