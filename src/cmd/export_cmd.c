@@ -193,10 +193,12 @@ static void check_output(const export_args *a, char *real, size_t len) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         snprintf(p, sizeof p, "%s/%s", real, e->d_name);
         if (a->force && (lstat(p, &st) != 0 || !S_ISREG(st.st_mode))) {
+            char name[256]; /* e lives in d's buffer, which closedir frees */
+            snprintf(name, sizeof name, "%s", e->d_name);
             closedir(d);
             up_die("--output %s holds %s, which is not a file: --force replaces a folder of files "
                    "(an earlier export) only; remove it yourself or name another --output",
-                   a->out, e->d_name);
+                   a->out, name);
         }
         files++;
     }
