@@ -245,6 +245,8 @@ else bad "resume of sound checkpoints"; cat "$TMP/v_res.cmp"; fi
 edit() { # case sed-expression: a copy of the base whose state.json is edited
   copy "$1"; sed -i "$2" "$TMP/$1/$V/state.json"
   grep -q . "$TMP/$1/$V/state.json" || bad "$1: empty state.json"
+  # an edit that matched nothing would test the unedited checkpoint (step 4.0 would pass vacuously)
+  cmp -s "$TMP/$1/$V/state.json" "$TMP/ck_v/$V/state.json" && bad "$1: the edit '$2' changed nothing"
 }
 edit ck_s6 's/"step": 4,/"step": 6,/'
 refuse state_step_6 "differs from the folder's step-00000004" 1 $G --steps 6 --ckpt-dir "$TMP/ck_s6" --resume
