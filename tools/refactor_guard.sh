@@ -6,12 +6,16 @@
 # tiles; grad-accum and a DP x CP mesh; multi-tile attention) and writes, per configuration, the
 # first step's raw gradients (--save-grads) and the weights after 3 steps (--save).
 #
-# usage: tools/refactor_guard.sh run BIN OUTDIR      outputs of one binary, with SHA256SUMS
+# usage: tools/refactor_guard.sh run BIN OUTDIR      outputs of one binary, with SHA256SUMS, in
+#                                                    OUTDIR/PATH for each kernel path
+#        tools/refactor_guard.sh check REFDIR [BIN]  runs BIN (default build/upipe) and requires
+#                                                    the files of REFDIR (an earlier `run`)
 #        tools/refactor_guard.sh against REV [BIN]   builds REV (e.g. main, HEAD~3) in a temporary
 #                                                    worktree, runs both, and requires identical
 #                                                    files (BIN default build/upipe)
-# Results depend on the kernel path and the thread count, so compare two binaries on one machine
-# in one sitting (`against` does that); every rank runs one thread.
+# Each configuration runs once per kernel path this CPU runs (UPIPE_KERNEL=avx512, avx2,
+# portable; GUARD_KERNELS="..." names a subset). Results depend on the kernel path and the
+# thread count, so compare two binaries on one machine in one sitting; every rank runs one thread.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$PWD
@@ -73,15 +77,62 @@ run_all() { # BIN OUT
   case_ fsdp_tied_3 3 $T3 --fsdp --grad-accum 2
   case_ fsdp_stack_2 2 $V --fsdp --offload "$tmp" --tile-mlp --tile-loss --upipe-heads 2
   case_ fsdp_upipe_4 4 $G --fsdp --cp 2 --upipe-heads 2 --checkpoint
+  # bf16: storage, exchanges, FSDP's gathered copy and the products in the run's type
+  case_ bf16_1 1 $V --dtype bf16
+  case_ bf16_long_2 2 $GL --dtype bf16                              # multi-tile attention
+  case_ bf16_stack_2 2 $V --dtype bf16 --offload "$tmp" --tile-mlp --tile-loss --upipe-heads 2
+  case_ bf16_stack_4 4 $V --dtype bf16 --checkpoint --tile-mlp 96 --tile-loss 80 --upipe-heads 4
+  case_ bf16_fsdp_4 4 $G --dtype bf16 --fsdp --cp 2 --upipe-heads 2 --checkpoint --grad-accum 2
+  case_ bf16_fsdp_stack_2 2 $V --dtype bf16 --fsdp --offload "$tmp" --tile-mlp --tile-loss --upipe-heads 2
+  case_ bf16_save_1 1 $M --dtype bf16 --save-dtype bf16 --upipe-heads 2
   rm -rf "$tmp"
   (cd "$out" && sha256sum -- *.st >SHA256SUMS)
   echo "refactor_guard: $n configurations, outputs in $out"
 }
 
+# The kernel paths to run: GUARD_KERNELS, or every path BIN's CPU runs.
+kernels_of() { # BIN
+  local k
+  for k in ${GUARD_KERNELS:-avx512 avx2 portable}; do
+    if UPIPE_KERNEL=$k "$1" --version >/dev/null 2>&1; then echo "$k"; fi
+  done
+}
+
+run_paths() { # BIN OUT
+  local k
+  for k in $(kernels_of "$1"); do
+    echo "refactor_guard: kernel path $k"
+    UPIPE_KERNEL=$k run_all "$1" "$2/$k"
+  done
+}
+
+compare() { # REFDIR NEWDIR LABEL
+  local k bad=0 seen=0
+  for k in $(kernels_of "$bin"); do
+    seen=$((seen + 1))
+    if ! diff "$1/$k/SHA256SUMS" "$2/$k/SHA256SUMS"; then
+      echo "refactor_guard: kernel path $k: outputs differ from $3 (files above)" >&2
+      bad=1
+    fi
+  done
+  [ "$seen" -gt 0 ] || { echo "refactor_guard: no kernel path ran" >&2; exit 1; }
+  [ "$bad" -eq 0 ] || exit 1
+  echo "refactor_guard: byte-identical to $3 on $(kernels_of "$bin" | tr '\n' ' ')"
+}
+
 case "${1:-}" in
 run)
   [ $# -eq 3 ] || { echo "usage: $0 run BIN OUTDIR" >&2; exit 2; }
-  run_all "$(realpath "$2")" "$3"
+  run_paths "$(realpath "$2")" "$3"
+  ;;
+check)
+  [ $# -ge 2 ] || { echo "usage: $0 check REFDIR [BIN]" >&2; exit 2; }
+  ref=$(realpath "$2")
+  bin=$(realpath "${3:-build/upipe}")
+  work=$(mktemp -d /tmp/upipe-guard-new.XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+  run_paths "$bin" "$work"
+  compare "$ref" "$work" "$ref"
   ;;
 against)
   [ $# -ge 2 ] || { echo "usage: $0 against REV [BIN]" >&2; exit 2; }
@@ -92,17 +143,12 @@ against)
   trap 'git worktree remove --force "$work/src" >/dev/null 2>&1; rm -rf "$work"' EXIT
   cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$work/build" -j "$(nproc)" --target upipe >/dev/null
-  run_all "$work/build/upipe" "$work/ref"
-  run_all "$bin" "$work/new"
-  if diff "$work/ref/SHA256SUMS" "$work/new/SHA256SUMS"; then
-    echo "refactor_guard: byte-identical to $rev"
-  else
-    echo "refactor_guard: outputs differ from $rev (files above)" >&2
-    exit 1
-  fi
+  run_paths "$work/build/upipe" "$work/ref"
+  run_paths "$bin" "$work/new"
+  compare "$work/ref" "$work/new" "$rev"
   ;;
 *)
-  echo "usage: $0 run BIN OUTDIR | $0 against REV [BIN]" >&2
+  echo "usage: $0 run BIN OUTDIR | $0 check REFDIR [BIN] | $0 against REV [BIN]" >&2
   exit 2
   ;;
 esac
