@@ -222,7 +222,7 @@ typedef struct {
     token_shard shard;
     mask_shard mask;
     comm_ctx comm;
-    model m;
+    model *m;
     eval_source src;
     long windows;
 } eval_job;
@@ -297,7 +297,7 @@ static void eval_setup(eval_job *j) {
     setup_model_options(&j->cfg, j->P, &o->mopt);
     comm_init(&j->comm, MPI_COMM_WORLD, j->P);
     j->T_loc = (int)(o->T / j->P);
-    j->src = (eval_source){.m = &j->m, .shard = &j->shard,
+    j->src = (eval_source){.m = NULL /* eval_alloc_all */, .shard = &j->shard,
                            .mask = o->loss_mask ? &j->mask : NULL, .doc_sep = o->doc_sep,
                            .recall = o->recall || eval_detect_recall(&j->shard)};
     check_outputs(j);
@@ -306,13 +306,14 @@ static void eval_setup(eval_job *j) {
 /* The forward-only model and the evaluation scratch, allocated (or only counted under plan). */
 static void eval_alloc_all(eval_job *j) {
     if (j->o.trace && mem_planning()) trace_plan(0); /* trace_start allocates them for real */
-    model_init(&j->m, &j->cfg, j->T_loc, &j->comm, &j->o.mopt);
+    j->m = model_init(&j->cfg, j->T_loc, &j->comm, &j->o.mopt);
+    j->src.m = j->m;
     eval_alloc(&j->src);
 }
 
 static void eval_free_all(eval_job *j) {
     eval_free(&j->src);
-    model_free(&j->m);
+    model_free(j->m);
 }
 
 static report_memory eval_plan(eval_job *j) {
@@ -366,7 +367,7 @@ static void eval_run_job(eval_job *j) {
     if (j->o.trace && trace_start(j->o.trace, j->comm.world, 0, err, sizeof err) != 0)
         up_die_agreed(j->rank == 0 ? err : NULL);
     eval_alloc_all(j);
-    model_load(&j->m, j->weights);
+    model_load(j->m, j->weights);
     eval_stats s;
     eval_run(&j->src, j->windows, &s);
     check_targets(j, &s);

@@ -21,7 +21,8 @@ int eval_detect_recall(const token_shard *s) {
 }
 
 void eval_alloc(eval_source *e) {
-    long T_loc = e->m->T, T = T_loc * e->m->P;
+    model_window win = model_window_of(e->m);
+    long T_loc = win.T_loc, T = T_loc * win.P;
     if (e->mask) e->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)T_loc);
     e->loss = mem_alloc(MEM_WORKSPACE, up_mul((size_t)T_loc, sizeof(double)));
     e->pred = mem_alloc(MEM_WORKSPACE, up_mul((size_t)T_loc, sizeof(int32_t)));
@@ -67,8 +68,9 @@ static void score_window(eval_source *e, size_t first, long p0, eval_stats *s) {
     model *m = e->m;
     long T = s->T;
     shard_read(e->shard, first, (size_t)T + 1, e->tok);
-    const int32_t *docs = e->doc_sep >= 0 ? m->doc_start : NULL;
-    long nq = recall_score(e->tok, T, docs, e->pred, p0, m->T, e->scratch, e->q);
+    model_window win = model_window_of(m);
+    const int32_t *docs = e->doc_sep >= 0 ? win.doc_start : NULL;
+    long nq = recall_score(e->tok, T, docs, e->pred, p0, win.T_loc, e->scratch, e->q);
     for (long i = 0; i < nq; i++) {
         int d = bucket_of(s, e->q[i].dist), p = bucket_of(s, e->q[i].pos);
         s->q_n[d][p] += 1;
@@ -86,9 +88,10 @@ static void eval_window(eval_source *e, long w, eval_stats *s, long T) {
     double sum = model_evaluate(m, e->loss, e->pred);
     if (!s) return;
     s->loss_sum += sum;
-    long p0 = (long)m->comm->cp_rank * m->T;
-    for (int i = 0; i < m->T; i++) {
-        if (m->targets[i] < 0) continue;
+    model_window win = model_window_of(m);
+    long p0 = win.pos0;
+    for (int i = 0; i < win.T_loc; i++) {
+        if (win.targets[i] < 0) continue;
         int k = bucket_of(s, p0 + i);
         s->b_loss[k] += e->loss[i];
         s->b_n[k] += 1;
@@ -99,8 +102,9 @@ static void eval_window(eval_source *e, long w, eval_stats *s, long T) {
 
 void eval_run(eval_source *e, long windows, eval_stats *s) {
     model *m = e->m;
-    comm_ctx *c = m->comm;
-    long T = (long)m->T * m->P;
+    comm_ctx *c = model_comm(m);
+    model_window win = model_window_of(m);
+    long T = (long)win.T_loc * win.P;
     UP_CHECK(windows >= 1 && windows <= eval_windows_available(e->shard, T),
              "eval_run: %ld windows of %ld tokens in a shard of %zu", windows, T, e->shard->ntok);
     stats_init(s, T, windows, e->recall);

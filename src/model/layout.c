@@ -1,6 +1,7 @@
 /* layout.c — what a run's shapes and options must satisfy (checked before anything is
  * allocated, with a message that says what to change), and the FLOP count of a step. */
 #include "model/model.h"
+#include "parallel/cp_attention.h"
 
 #include "core/check.h"
 

@@ -1,6 +1,6 @@
 /* model.c — the model on one rank: its buffers (one table, allocated in one walk), and the
  * forward and backward lists of kernel calls (DESIGN.md §1), each technique a named call. */
-#include "model/model.h"
+#include "model/model_int.h"
 
 #include "core/check.h"
 #include "core/mem.h"
@@ -53,8 +53,8 @@ static int x_mid_in_dh(const model *m) {
     return m->opt.checkpoint && !m->opt.forward_only && m->tile_mlp < m->T;
 }
 
-/* Every buffer the model itself holds (the attention module, FSDP and the offload store hold
- * theirs): the saved tensors of each layer, one shared set when layers are recomputed, and the
+/* Every buffer the model itself holds (the attention module, the parameter store and the
+ * offload store hold theirs): the saved tensors of each layer, one shared set when layers are recomputed, and the
  * scratch of the forward and backward lists (DESIGN.md §5). Element types (§5.1): st, the run's
  * --dtype, for the residual stream, its gradient and every tensor the matmuls read or write
  * (saved or scratch, tiled MLP or not: a tile holds what the untiled buffer would); fp32 for
@@ -121,9 +121,9 @@ static void *owned_buffer(model *m, mem_category cat, size_t bytes) {
     return p;
 }
 
-void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
-                const model_options *opt) {
-    memset(m, 0, sizeof *m);
+model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_options *opt) {
+    model *m = calloc(1, sizeof *m);
+    UP_CHECK(m, "out of memory");
     m->cfg = *cfg;
     m->opt = *opt;
     if (m->opt.forward_only) { /* nothing is kept for a backward: nothing to recompute */
@@ -138,10 +138,12 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
     m->tile_loss = opt->tile_loss > 0 && opt->tile_loss < T ? opt->tile_loss : T;
     const model_config *c = &m->cfg;
 
-    /* model state: this rank's shards (all of it without --fsdp) */
+    /* model state: this rank's shards (all of it without --fsdp); the backward reads no
+     * parameters of the embedding (unit 0), only writes its gradients */
     param_table_build(&m->params, c);
-    fsdp_init(&m->fsdp, comm, m->params.unit_off, m->params.nunits, opt->fsdp ? comm->R : 1,
-              c->tied ? 0 : -1, !opt->forward_only, opt->dtype);
+    store_spec sp = {m->params.unit_off, m->params.nunits, c->tied ? 0 : -1, 1, opt->fsdp,
+                     !opt->forward_only, opt->dtype};
+    m->ps = store_init(comm, &sp);
 
     /* the activation table, walked once */
     m->acts = calloc((size_t)c->L, sizeof *m->acts);
@@ -192,11 +194,11 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
             /* a store that cannot open may fail on some ranks only (their disks): every rank
              * learns of it before any collective, and all stop together with the message */
             char err[512] = "";
-            m->store = offload_open(m->opt.offload_dir, slot, c->L, 1, err, sizeof err);
-            if (comm_any(comm, m->store == NULL)) up_die_agreed(m->store ? NULL : err);
+            m->offload = offload_open(m->opt.offload_dir, slot, c->L, 1, err, sizeof err);
+            if (comm_any(comm, m->offload == NULL)) up_die_agreed(m->offload ? NULL : err);
         }
     }
-    if (mem_planning()) return;
+    if (mem_planning()) return m;
 
     rope_inv_freq(m->inv_freq, c->HS, c->rope_theta);
     if (c->rope.type == ROPE_SCALING_LLAMA3)
@@ -204,18 +206,34 @@ void model_init(model *m, const model_config *cfg, int T, comm_ctx *comm,
                           c->rope.high_freq_factor, c->rope.original_max_pos);
     /* RoPE at global positions: this rank holds tokens cp_rank * T_loc .. */
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, (int64_t)comm->cp_rank * T, T, c->HS);
+    return m;
 }
 
 void model_free(model *m) {
-    if (m->store) offload_close(m->store);
+    if (!m) return;
+    if (m->offload) offload_close(m->offload);
     cp_attention_free(m->attn);
-    fsdp_free(&m->fsdp);
+    store_free(m->ps);
     for (int i = 0; i < m->nowned; i++) mem_free(m->owned[i]);
     free(m->owned);
     free(m->acts);
     param_table_free(&m->params);
-    memset(m, 0, sizeof *m);
+    free(m);
 }
+
+/* ---- what jobs read ------------------------------------------------------------------------- */
+
+model_window model_window_of(const model *m) {
+    return (model_window){m->T, m->P, (long)m->comm->cp_rank * m->T, m->inputs, m->targets,
+                          m->doc_start};
+}
+comm_ctx *model_comm(const model *m) { return m->comm; }
+size_t model_nparams(const model *m) { return m->params.nparams; }
+int model_ntensors(const model *m) { return m->params.ntensors; }
+const char *model_tensor_name(const model *m, int t) { return m->params.tensors[t].name; }
+int model_sharded(const model *m) { return store_sharded(m->ps); }
+double model_attention_seconds(model *m, int reset) { return cp_attention_seconds(m->attn, reset); }
+int model_attention_overlaps(const model *m) { return cp_attention_overlaps(m->attn); }
 
 /* ---- MLP: untiled (intermediates saved) or over tiles of tile_mlp tokens (recomputed) ------- */
 
@@ -328,10 +346,10 @@ static cp_attention_weights attn_weights(const layer_weights *w) {
 
 /* The weights of unit u as the matmuls read them, and its gradients (fp32). */
 static layer_weights layer_w(model *m, int u) {
-    return param_layer_view(&m->cfg, fsdp_gather(&m->fsdp, u), m->opt.dtype);
+    return param_layer_view(&m->cfg, store_acquire(m->ps, u), m->opt.dtype);
 }
 static layer_weights layer_g(model *m, int u) {
-    return param_layer_view(&m->cfg, fsdp_grads(&m->fsdp, u), MEM_DTYPE_F32);
+    return param_layer_view(&m->cfg, store_grads(m->ps, u), MEM_DTYPE_F32);
 }
 
 /* How a layer's forward runs. SAVE keeps x_mid for the backward (no checkpointing). PASS (the
@@ -403,10 +421,10 @@ static double loss_forward_backward(model *m, const void *x_final, float grad_sc
     const typed_ctx *tk = &m->tk;
     int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
     /* the head unit (final norm, then lm_head unless tied: then the embedding's weights) */
-    void *wn = fsdp_gather(&m->fsdp, head);
-    float *gn = fsdp_grads(&m->fsdp, head);
-    const void *wlm = c->tied ? fsdp_gather(&m->fsdp, 0) : at(m, wn, (size_t)C);
-    float *glm = c->tied ? fsdp_grads(&m->fsdp, 0) : gn + C;
+    void *wn = store_acquire(m->ps, head);
+    float *gn = store_grads(m->ps, head);
+    const void *wlm = c->tied ? store_acquire(m->ps, 0) : at(m, wn, (size_t)C);
+    float *glm = c->tied ? store_grads(m->ps, 0) : gn + C;
     double loss = 0;
     typed_zero(tk, m->dres, (size_t)T * C);
     for (int t0 = 0; t0 < T; t0 += N) {
@@ -423,7 +441,7 @@ static double loss_forward_backward(model *m, const void *x_final, float grad_sc
                                m->rstdf, n, C);
         trace_end2(tt, "loss", "loss_tile", "tile", t0 / N, "tokens", n);
     }
-    fsdp_reduce(&m->fsdp, head); /* a tied embedding's gradients are reduced after its own backward */
+    store_release(m->ps, head); /* a tied embedding's: after its own backward */
     return loss;
 }
 
@@ -433,8 +451,8 @@ static double loss_forward_backward(model *m, const void *x_final, float grad_sc
 static double loss_forward(model *m, const void *x_final, double *loss, int32_t *pred) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
-    void *wn = fsdp_gather(&m->fsdp, head);
-    const void *wlm = c->tied ? fsdp_gather(&m->fsdp, 0) : at(m, wn, (size_t)C);
+    void *wn = store_acquire(m->ps, head);
+    const void *wlm = c->tied ? store_acquire(m->ps, 0) : at(m, wn, (size_t)C);
     double sum = 0;
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
@@ -452,14 +470,11 @@ static double loss_forward(model *m, const void *x_final, double *loss, int32_t 
 double model_evaluate(model *m, double *loss, int32_t *pred) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, L = c->L;
-    fsdp_state *f = &m->fsdp;
     void *x = m->dres; /* the residual stream, updated in place layer by layer */
-    fsdp_begin_forward(f);
-    void *wte = fsdp_gather(f, 0);
-    fsdp_prefetch(f, 1);
+    store_begin(m->ps, STORE_FORWARD);
+    void *wte = store_acquire(m->ps, 0);
     typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C);           // (T, C)
     for (int l = 0; l < L; l++) {
-        fsdp_prefetch(f, l + 2);
         uint64_t tt = trace_begin();
         layer_forward(m, l, x, x, LAYER_PASS, NULL);
         trace_end1(tt, "layer", "forward", "layer", l);
@@ -470,35 +485,30 @@ double model_evaluate(model *m, double *loss, int32_t *pred) {
 double model_forward(model *m, float grad_scale) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, L = c->L;
-    fsdp_state *f = &m->fsdp;
-    /* with the store, its one buffer carries the residual stream in place, each x_l written to
-     * its slot while layer l's attention runs */
-    void *x = m->store ? offload_acquire(m->store) : m->acts[0].x_in;
+    /* with the offload store, its one buffer carries the residual stream in place, each x_l
+     * written to its slot while layer l's attention runs */
+    void *x = m->offload ? offload_acquire(m->offload) : m->acts[0].x_in;
     layer_mode mode = m->opt.checkpoint ? LAYER_PASS : LAYER_SAVE;
-    fsdp_begin_forward(f); /* the optimizer may have changed the shards since the last gathers */
-    void *wte = fsdp_gather(f, 0);
-    fsdp_prefetch(f, 1);
+    store_begin(m->ps, STORE_FORWARD); /* the optimizer may have changed the parameters */
+    void *wte = store_acquire(m->ps, 0);
     typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C);           // (T, C)
     for (int l = 0; l < L; l++) {
-        fsdp_prefetch(f, l + 2); /* the next unit's gather overlaps this layer */
-        void *x_out = m->store ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
+        void *x_out = m->offload ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
         uint64_t tt = trace_begin();
-        layer_forward(m, l, x, x_out, mode, m->store);
+        layer_forward(m, l, x, x_out, mode, m->offload);
         trace_end1(tt, "layer", "forward", "layer", l);
         x = x_out;
     }
     double loss = loss_forward_backward(m, x, grad_scale);
-    if (m->store) offload_release(m->store, x);
+    if (m->offload) offload_release(m->offload, x);
     return loss;
 }
 
 void model_backward(model *m) {
     const model_config *c = &m->cfg;
-    fsdp_state *f = &m->fsdp;
+    store_begin(m->ps, STORE_BACKWARD);
     for (int l = c->L - 1; l >= 0; l--) {
-        void *x_in = m->store ? offload_wait(m->store, l) : m->acts[l].x_in;
-        fsdp_gather(f, l + 1);
-        if (l > 0) fsdp_prefetch(f, l); /* the next layer's gather overlaps this one */
+        void *x_in = m->offload ? offload_wait(m->offload, l) : m->acts[l].x_in;
         uint64_t tt = trace_begin();
         if (m->opt.checkpoint) {
             layer_forward(m, l, x_in, NULL, LAYER_RECOMPUTE, NULL);
@@ -507,10 +517,10 @@ void model_backward(model *m) {
         }
         layer_backward(m, l, x_in);
         trace_end1(tt, "layer", "backward", "layer", l);
-        fsdp_reduce(f, l + 1); /* right after the unit's backward */
-        if (m->store) offload_release(m->store, x_in);
+        store_release(m->ps, l + 1); /* right after the unit's backward */
+        if (m->offload) offload_release(m->offload, x_in);
     }
     // x_0 = embed[inputs]
-    typed_embedding_backward(&m->tk, fsdp_grads(f, 0), m->dres, m->inputs, m->T, c->C);
-    fsdp_reduce(f, 0);
+    typed_embedding_backward(&m->tk, store_grads(m->ps, 0), m->dres, m->inputs, m->T, c->C);
+    store_release(m->ps, 0);
 }

@@ -1,10 +1,11 @@
-/* model.h — the Llama model on one rank: its parameters (params.h, sharded by fsdp.h), the
- * tensors its forward saves, and the forward and backward lists (DESIGN.md §1).
+/* model.h — the Llama model on one rank: its parameters (a parameter store, store.h), the
+ * tensors its forward saves, and the forward and backward lists (DESIGN.md §1). The struct is
+ * opaque: jobs (train, eval, ckpt, output) use the functions below.
  *
  * model_forward / model_backward read as the model's steps in order; each technique acts through
- * a named call: fsdp_gather / fsdp_reduce around every unit (parallel/fsdp.h), the context-
- * parallel attention module (parallel/cp_attention.h), offload_write / offload_prefetch of the
- * checkpoints (memory/offload.h), and the MLP and loss tiles (model.c). */
+ * a named call: store_acquire / store_release around every unit (model/store.h; FSDP when
+ * sharded), the context-parallel attention module (parallel/cp_attention.h), offload_write /
+ * offload_prefetch of the checkpoints (memory/offload.h), and the MLP and loss tiles (model.c). */
 #ifndef UP_MODEL_H
 #define UP_MODEL_H
 
@@ -16,10 +17,7 @@
 #include "io/shard.h"
 #include "io/st_set.h"
 #include "kernels/kernels.h"
-#include "kernels/typed.h"
-#include "model/params.h"
-#include "parallel/cp_attention.h"
-#include "parallel/fsdp.h"
+#include "model/store.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -49,55 +47,9 @@ typedef struct {
 /* --upipe-overlap unless --no-upipe-overlap (DESIGN.md §3 says why this default). */
 enum { MODEL_UPIPE_OVERLAP_DEFAULT = 0 };
 
-/* Tensors the forward saves for the backward of one layer (T = T_loc rows on this rank). With
- * checkpointing every layer shares one set (the layer being recomputed), x_in apart. Elements of
- * the run's type (opt.dtype) unless typed float (DESIGN.md §5.1). */
-typedef struct {
-    void *x_in;              /* (T, C) layer input (residual stream): the checkpoint */
-    cp_attention_saved attn; /* o (T, NH*HS), log-sum-exp, and q, k, v for plain Ulysses */
-    void *x_mid;             /* (T, C) residual after attention (saved, or the recompute's;
-                                with checkpointing and a tiled MLP it is dh) */
-    void *gate;              /* (T, F) untiled MLP only */
-    void *up;                /* (T, F) untiled MLP only */
-    void *act;               /* (T, F) silu(gate) * up, untiled MLP only */
-} layer_acts;
-
-struct offload_store;
-
-typedef struct {
-    model_config cfg;
-    model_options opt;
-    int T;                   /* T_loc: tokens per forward on this rank */
-    int P;                   /* context-parallel degree */
-    int tile_mlp, tile_loss; /* effective tile sizes (T_loc when untiled) */
-    comm_ctx *comm;
-
-    param_table params; /* the tensors and the FSDP units */
-    fsdp_state fsdp;    /* params, grads, AdamW moments: this rank's shards (all without FSDP) */
-    cp_attention *attn; /* stage buffers of the attention (plain Ulysses or UPipe) */
-    struct offload_store *store; /* checkpoint offload, NULL when resident */
-    layer_acts *acts;   /* (L) */
-
-    /* shared scratch: void * in the run's type, float * fp32 (DESIGN.md §5.1) */
-    typed_ctx tk;         /* the run's element type and the bf16 kernels' fp32 workspace */
-    void *x_final;        /* (T, C) output of the last layer = dh (dead before the backward);
-                             with the offload store the store's buffer holds it instead */
-    void *h;              /* (T, C) rmsnorm output (attention, then MLP); recomputed in backward */
-    float *rstd1, *rstd2; /* (T) */
-    float *inv_freq;      /* (HS/2) */
-    float *rope_cos, *rope_sin;          /* (T, HS/2) at this rank's global positions */
-    void *gate_t, *up_t, *act_t, *dact;  /* (tile_mlp, F) MLP tiles (dact also untiled) */
-    float *xf, *rstdf, *logits, *dxf;    /* loss tiles: (tile_loss, C), (.), (., V), (., C) */
-    void *dres; /* (T, C) gradient of the residual stream */
-    void *dh;   /* (T, C) (training only) */
-    void *dh_t; /* (tile_mlp, C) the MLP backward's rows of dh when tiled; else dh */
-    int32_t *inputs, *targets; /* (T) */
-    int32_t *window;    /* (T * P) the whole window's inputs, every rank (opt.docs only) */
-    int32_t *doc_start; /* (T * P) first position of each token's document (opt.docs only) */
-
-    void **owned; /* the buffers of the activation table, freed by model_free */
-    int nowned, owned_cap;
-} model;
+/* The model on one rank: config, options, the parameter store, the attention module, the
+ * activations and the data window (model_int.h, private to src/model). */
+typedef struct model model;
 
 /* ---- layout checks and FLOPs (layout.c) ---------------------------------------------------- */
 
@@ -120,11 +72,35 @@ double model_flops_per_step(const model_config *cfg, int T);
  * model_check_options). Under mem plan mode nothing is allocated or computed: the counters then
  * hold the run's memory plan. Not collective, except that an offload store that fails to open
  * on any rank stops all of them together; forward and backward are collective. */
-void model_init(model *m, const model_config *cfg, int T_loc, comm_ctx *comm,
-                const model_options *opt);
+model *model_init(const model_config *cfg, int T_loc, comm_ctx *comm, const model_options *opt);
 void model_free(model *m);
 
-/* Packed documents (opt.docs): from m->window (the whole window's T*P inputs, on every rank)
+/* ---- what jobs read of a model (model.c) ----------------------------------------------------- */
+
+/* This rank's view of the current data window (model_read_window): T_loc tokens at global
+ * positions pos0 .. pos0 + T_loc of a window of T_loc * P; inputs and targets (T_loc; targets
+ * -1 where they do not count), doc_start (T_loc * P, opt.docs only, else NULL). */
+typedef struct {
+    int T_loc, P;
+    long pos0;
+    const int32_t *inputs, *targets, *doc_start;
+} model_window;
+model_window model_window_of(const model *m);
+/* The communicator the model was built on. */
+comm_ctx *model_comm(const model *m);
+/* Parameters of the model (all ranks), tensors of its table. */
+size_t model_nparams(const model *m);
+int model_ntensors(const model *m);
+/* HF name of tensor t of the table (0 <= t < model_ntensors). */
+const char *model_tensor_name(const model *m, int t);
+/* 1 when parameters, gradients and moments are sharded (--fsdp over more than one rank). */
+int model_sharded(const model *m);
+/* This rank's seconds in the attention kernels since the last reset (reset: start over). */
+double model_attention_seconds(model *m, int reset);
+/* 1 when the UPipe stages overlap the next stage's exchange with this one's attention. */
+int model_attention_overlaps(const model *m);
+
+/* Packed documents (opt.docs): from the window's T*P inputs (model_read_window, every rank)
  * and the separator that opens a document, sets the document of every position (attention stays
  * within it) and this rank's RoPE positions (offsets from the document's start). Returns the
  * documents in the window (a window that starts mid-document counts that one). */
@@ -133,7 +109,7 @@ int model_set_documents(model *m, int32_t sep);
 /* Forward over m->inputs/m->targets (this rank's T_loc tokens): returns this rank's sum of token
  * losses (double) over targets >= 0. The loss's backward runs inside, per loss tile: the LM head
  * and final norm gradients are accumulated and d loss / d x_final (scaled by grad_scale, normally
- * 1 / valid targets of the global batch) is left in m->dres for model_backward. */
+ * 1 / valid targets of the global batch) is kept for model_backward. */
 double model_forward(model *m, float grad_scale);
 /* Backward: grads += d loss / d params (accumulate: model_zero_grads before the first
  * micro-batch of a step). Requires model_forward just before. */
@@ -151,7 +127,7 @@ double model_evaluate(model *m, double *loss, int32_t *pred);
 /* Reads this rank's slice of the window of T = T_loc * P tokens that starts at token first of the
  * shard (DESIGN.md §1: inputs at first + cp_rank * T_loc .., targets shifted by one before the
  * split, wrapping around the shard's end). mask (NULL: none) clears targets whose mask byte is 0
- * (mask_buf: T_loc bytes of scratch); with doc_sep >= 0 the whole window's inputs go to m->window
+ * (mask_buf: T_loc bytes of scratch); with doc_sep >= 0 the whole window's inputs are kept
  * and targets equal to the separator are cleared (DESIGN.md §1.1). */
 void model_read_window(model *m, const token_shard *shard, const mask_shard *mask,
                        uint8_t *mask_buf, long doc_sep, size_t first);
@@ -172,26 +148,24 @@ void model_load(model *m, const char *path);
  * with FSDP the units are gathered one at a time and streamed (no full copy). Collective. */
 void model_save_params(model *m, const char *path, mem_dtype file_dtype);
 void model_save_grads(model *m, const char *path);
-/* Reads this rank's owned part of every tensor, named prefix + HF name, from set into slab
- * (params, m or v), every shape checked, every value read checked finite (the first NaN/Inf is
+/* Reads this rank's owned part of every tensor, named prefix + HF name, from set into the
+ * store's slab k (params, m or v), every shape checked, every value read checked finite (the first NaN/Inf is
  * named with its tensor and row, column). Tensors of set it does not read are ignored. 0, or -1
  * with a message. Not collective. */
-int model_read_owned(model *m, float *slab, const st_set *set, const char *prefix,
+int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char *prefix,
                      char *err, size_t errlen);
 /* Safetensors entries (names, shapes) of nslabs slabs, slab k's tensors named prefixes[k] + HF
  * name, in table order, so that the data section of such a file is the slabs' full layouts one
  * after another. One allocation (names inside): free() it. */
 st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefixes);
-/* Hands this rank's owned ranges of slab to write(ctx, bytes, length, file offset), for a file
+/* Hands this rank's owned ranges of the store's slab k to write(ctx, bytes, length, file offset), for a file
  * whose copy of the full layout (F32) starts at byte data_off: ranks own disjoint ranges. Stops at
  * the first non-zero return and returns it; 0 when all are written. */
 typedef int (*model_range_fn)(void *ctx, const void *src, size_t len, uint64_t off);
-int model_write_owned(const model *m, const float *slab, uint64_t data_off, model_range_fn write,
+int model_write_owned(model *m, store_slab_kind k, uint64_t data_off, model_range_fn write,
                       void *ctx);
-/* The elements [i0, i1) of tensor t that this rank owns (all of them without FSDP); 0 when
- * none. model_tensor_part(m, slab, t, i0) is where element i0 lives in a slab. */
-int model_owned_part(const model *m, int t, size_t *i0, size_t *i1);
-float *model_tensor_part(model *m, float *slab, int t, size_t i0);
+/* Floats of all tensors that this rank owns (all of them without FSDP; the padding apart). */
+size_t model_owned_floats(const model *m);
 
 /* ---- the optimizer side of a step (optim.c; the caller never walks shards) ------------------ */
 

@@ -5,7 +5,7 @@
 #include "core/check.h"
 #include "io/safetensors.h"
 #include "io/st_set.h"
-#include "model/model.h"
+#include "model/model_int.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -110,7 +110,7 @@ void param_table_free(param_table *t) {
 int model_owned_part(const model *m, int t, size_t *i0, size_t *i1) {
     const param_tensor *pt = &m->params.tensors[t];
     size_t g0, g1;
-    fsdp_owned(&m->fsdp, pt->unit, &g0, &g1);
+    store_owned(m->ps, pt->unit, &g0, &g1);
     size_t end = pt->offset + pt->numel;
     size_t a = pt->offset > g0 ? pt->offset : g0, b = end < g1 ? end : g1;
     if (a >= b) return 0;
@@ -121,7 +121,7 @@ int model_owned_part(const model *m, int t, size_t *i0, size_t *i1) {
 
 float *model_tensor_part(model *m, float *slab, int t, size_t i0) {
     const param_tensor *pt = &m->params.tensors[t];
-    return fsdp_shard_at(&m->fsdp, slab, pt->unit, pt->offset + i0);
+    return store_at(m->ps, slab, pt->unit, pt->offset + i0);
 }
 
 /* splitmix64: a counter-based generator, so element i of tensor t is the same whatever the
@@ -142,7 +142,7 @@ void model_init_random(model *m, uint64_t seed) {
         /* only this rank's part of the tensor: elements [i0, i1) */
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
-        float *p = model_tensor_part(m, m->fsdp.params, t, i0) - i0;
+        float *p = model_tensor_part(m, store_slab(m->ps, STORE_PARAMS), t, i0) - i0;
         if (pt->ndim == 1) {
             for (size_t i = i0; i < i1; i++) p[i] = 1.0f;
             continue;
@@ -175,7 +175,7 @@ static size_t first_nonfinite(const float *x, size_t n) {
     return n;
 }
 
-int model_read_owned(model *m, float *slab, const st_set *set, const char *prefix, char *err,
+int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char *prefix, char *err,
                      size_t errlen) {
     char name[PARAM_NAME_MAX + 32];
     for (int t = 0; t < m->params.ntensors; t++) {
@@ -198,7 +198,7 @@ int model_read_owned(model *m, float *slab, const st_set *set, const char *prefi
         }
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue; /* FSDP: keep only this rank's shard */
-        float *dst = model_tensor_part(m, slab, t, i0);
+        float *dst = model_tensor_part(m, store_slab(m->ps, k), t, i0);
         if (st_read_f32(f, st, i0, i1 - i0, dst, err, errlen) != 0) return -1;
         size_t bad = first_nonfinite(dst, i1 - i0);
         if (bad < i1 - i0) {
@@ -239,7 +239,7 @@ void model_load(model *m, const char *path) {
     char err[512];
     st_set set;
     if (st_set_open(&set, path, err, sizeof err) != 0) up_die("%s", err);
-    int rc = model_read_owned(m, m->fsdp.params, &set, "", err, sizeof err);
+    int rc = model_read_owned(m, STORE_PARAMS, &set, "", err, sizeof err);
     const char *extra = rc == 0 ? first_unexpected(m, &set) : NULL;
     if (extra)
         rc = up_errf(err, sizeof err, set.origin,
@@ -272,17 +272,26 @@ st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefix
     return e;
 }
 
-int model_write_owned(const model *m, const float *slab, uint64_t data_off, model_range_fn write,
+int model_write_owned(model *m, store_slab_kind k, uint64_t data_off, model_range_fn write,
                       void *ctx) {
-    const fsdp_state *f = &m->fsdp;
-    for (int u = 0; u < f->nunits; u++) {
+    float *slab = store_slab(m->ps, k);
+    for (int u = 0; u < m->params.nunits; u++) {
         size_t g0, g1;
-        fsdp_owned(f, u, &g0, &g1); /* contiguous in the full layout and in the shard */
-        if (g1 > g0 && write(ctx, slab + f->shard_off[u], (g1 - g0) * sizeof(float),
+        store_owned(m->ps, u, &g0, &g1); /* contiguous in the full layout and in the shard */
+        if (g1 > g0 && write(ctx, store_at(m->ps, slab, u, g0), (g1 - g0) * sizeof(float),
                              data_off + (uint64_t)g0 * sizeof(float)) != 0)
             return -1;
     }
     return 0;
+}
+
+size_t model_owned_floats(const model *m) {
+    size_t n = 0;
+    for (int t = 0; t < m->params.ntensors; t++) {
+        size_t i0, i1;
+        if (model_owned_part(m, t, &i0, &i1)) n += i1 - i0;
+    }
+    return n;
 }
 
 /* The data of a save in file order: one unit at a time (FSDP: gathered, every rank takes part
@@ -298,7 +307,7 @@ static int save_next(void *ctx, const float **chunk, size_t *count) {
     const param_table *pt = &src->m->params;
     if (src->unit >= pt->nunits) return -1;
     int u = src->unit++;
-    *chunk = fsdp_gather_slab(&src->m->fsdp, src->slab, u);
+    *chunk = store_gather_slab(src->m->ps, src->slab, u);
     *count = pt->unit_off[u + 1] - pt->unit_off[u];
     return 0;
 }
@@ -309,7 +318,7 @@ static void save_slab(model *m, const float *slab, const char *path, mem_dtype f
         /* the other ranks only take part in rank 0's gathers, in the same order */
         const float *chunk;
         size_t count;
-        if (m->fsdp.R > 1)
+        if (store_sharded(m->ps))
             while (save_next(&src, &chunk, &count) == 0) {
             }
         return;
@@ -331,6 +340,8 @@ static void save_slab(model *m, const float *slab, const char *path, mem_dtype f
 }
 
 void model_save_params(model *m, const char *path, mem_dtype file_dtype) {
-    save_slab(m, m->fsdp.params, path, file_dtype);
+    save_slab(m, store_slab(m->ps, STORE_PARAMS), path, file_dtype);
 }
-void model_save_grads(model *m, const char *path) { save_slab(m, m->fsdp.grads, path, MEM_DTYPE_F32); }
+void model_save_grads(model *m, const char *path) {
+    save_slab(m, store_slab(m->ps, STORE_GRADS), path, MEM_DTYPE_F32);
+}

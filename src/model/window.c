@@ -1,6 +1,6 @@
 /* window.c — a window of a token shard into the model's inputs and targets (DESIGN.md §1: the
  * targets are shifted before the split; §1.1: loss masks and packed documents). */
-#include "model/model.h"
+#include "model/model_int.h"
 
 void model_read_window(model *m, const token_shard *shard, const mask_shard *mask,
                        uint8_t *mask_buf, long doc_sep, size_t first) {

@@ -231,8 +231,8 @@ static int write_ranges(model *m, const char *tmp, size_t hl_m, size_t hl_o, cha
     char path[2][CKPT_PATH_MAX];
     ckpt_fmt(path[0], sizeof path[0], "%s/model.safetensors", tmp);
     ckpt_fmt(path[1], sizeof path[1], "%s/optimizer.safetensors", tmp);
-    uint64_t np4 = (uint64_t)m->params.nparams * sizeof(float);
-    const float *slab[3] = {m->fsdp.params, m->fsdp.m, m->fsdp.v};
+    uint64_t np4 = (uint64_t)model_nparams(m) * sizeof(float);
+    const store_slab_kind slab[3] = {STORE_PARAMS, STORE_M, STORE_V};
     const int file_of[3] = {0, 1, 1};
     const uint64_t off[3] = {hl_m, hl_o, hl_o + np4};
     range_writer w[2] = {{-1, -1, stage, 0, hl_m + np4, 0}, {-1, -1, stage, 0, hl_o + 2 * np4, 0}};
@@ -262,8 +262,8 @@ static int write_ranges(model *m, const char *tmp, size_t hl_m, size_t hl_o, cha
 static void ckpt_headers(const model *m, char *hdr[CKPT_NDATA], size_t hl[CKPT_NDATA],
                          uint64_t total[CKPT_NDATA]) {
     char detail[512] = "";
-    int nt = m->params.ntensors;
-    size_t np4 = m->params.nparams * sizeof(float);
+    int nt = model_ntensors(m);
+    size_t np4 = model_nparams(m) * sizeof(float);
     st_entry *em = model_st_entries(m, 1, MODEL_PREFIX), *eo = model_st_entries(m, 2, OPT_PREFIX);
     hdr[0] = st_header(em, nt, ST_F32, CKPT_ALIGN, &hl[0], detail, sizeof detail);
     hdr[1] =
@@ -277,7 +277,7 @@ static void ckpt_headers(const model *m, char *hdr[CKPT_NDATA], size_t hl[CKPT_N
 
 double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *st,
                   const model_config *cfg, int keep, void *stage) {
-    int rank0 = comm->rank == 0, writer = rank0 || m->fsdp.R > 1;
+    int rank0 = comm->rank == 0, writer = rank0 || model_sharded(m);
     char tmp[CKPT_PATH_MAX], fin[CKPT_PATH_MAX], old[CKPT_PATH_MAX], p[CKPT_PATH_MAX];
     char err[1024] = "", detail[768] = "";
     ckpt_fmt(tmp, sizeof tmp, "%s/.step-%08ld.tmp", dir, st->step);
@@ -337,7 +337,7 @@ double ckpt_write(model *m, comm_ctx *comm, const char *dir, const ckpt_state *s
                 crc32c_finish(crc[k] ^ crc32c_place(hdr[k], hl[k], 0, total[k]), total[k]);
         }
         char *text = ckpt_state_json(st, sums, comm->R, comm->P, (int)(st->global_batch / comm->D),
-                                     m->fsdp.R > 1);
+                                     model_sharded(m));
         ckpt_fmt(p, sizeof p, "%s/state.json", tmp);
         rc = up_write_line_atomic(p, text, detail, sizeof detail);
         free(text);
@@ -481,12 +481,12 @@ static int verify_loaded(model *m, comm_ctx *comm, const char *path, const ckpt_
     size_t hl[CKPT_NDATA];
     uint64_t total[CKPT_NDATA];
     ckpt_headers(m, hdr, hl, total);
-    size_t np4 = m->params.nparams * sizeof(float);
+    size_t np4 = model_nparams(m) * sizeof(float);
     range_crc c[CKPT_NDATA] = {{total[0], 0}, {total[1], 0}};
-    model_write_owned(m, m->fsdp.params, hl[0], crc_range, &c[0]);
-    model_write_owned(m, m->fsdp.m, hl[1], crc_range, &c[1]);
-    model_write_owned(m, m->fsdp.v, hl[1] + np4, crc_range, &c[1]);
-    int sharded = m->fsdp.R > 1, rc = 0;
+    model_write_owned(m, STORE_PARAMS, hl[0], crc_range, &c[0]);
+    model_write_owned(m, STORE_M, hl[1], crc_range, &c[1]);
+    model_write_owned(m, STORE_V, hl[1] + np4, crc_range, &c[1]);
+    int sharded = model_sharded(m), rc = 0;
     for (int k = 0; k < CKPT_NDATA; k++) {
         if (sharded && comm->rank != 0) continue;
         ckpt_fmt(p, sizeof p, "%s/%s", path, CKPT_DATA_FILES[k]);
@@ -519,24 +519,19 @@ double ckpt_load(model *m, comm_ctx *comm, const char *path, const ckpt_record *
     st_set set;
     ckpt_fmt(p, sizeof p, "%s/model.safetensors", path);
     if (st_set_open(&set, p, err, sizeof err) != 0) up_die("--resume: %s", err);
-    int rc = model_read_owned(m, m->fsdp.params, &set, "", err, sizeof err);
+    int rc = model_read_owned(m, STORE_PARAMS, &set, "", err, sizeof err);
     st_set_close(&set);
     if (rc != 0) up_die("--resume: %s", err);
     ckpt_fmt(p, sizeof p, "%s/optimizer.safetensors", path);
     if (st_set_open(&set, p, err, sizeof err) != 0) up_die("--resume: %s", err);
-    rc = model_read_owned(m, m->fsdp.m, &set, OPT_PREFIX[0], err, sizeof err);
-    if (rc == 0) rc = model_read_owned(m, m->fsdp.v, &set, OPT_PREFIX[1], err, sizeof err);
+    rc = model_read_owned(m, STORE_M, &set, OPT_PREFIX[0], err, sizeof err);
+    if (rc == 0) rc = model_read_owned(m, STORE_V, &set, OPT_PREFIX[1], err, sizeof err);
     st_set_close(&set);
     if (rc != 0) up_die("--resume: %s", err);
     rc = verify_loaded(m, comm, path, rec, err, sizeof err);
     int first = comm_min_int(comm, rc != 0 ? comm->rank : INT_MAX); /* one rank says it */
     if (first != INT_MAX) up_die_agreed(comm->rank == first ? err : NULL);
-    double owned = 0;
-    for (int t = 0; t < m->params.ntensors; t++) {
-        size_t i0, i1;
-        if (model_owned_part(m, t, &i0, &i1)) owned += (double)(i1 - i0);
-    }
-    return owned * 3 * sizeof(float);
+    return (double)model_owned_floats(m) * 3 * sizeof(float);
 }
 
 int ckpt_read_record(const char *path, ckpt_record *rec, char *err, size_t errlen) {

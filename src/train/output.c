@@ -22,14 +22,14 @@ static void fmt_duration(char *buf, size_t len, double s) {
 
 void print_summary(const train_run *r) {
     const train_options *o = &r->o;
-    const model *m = &r->m;
-    const model_config *c = &m->cfg;
+    const model *m = r->m;
+    const model_config *c = &r->cfg;
     char b1[32], b2[32];
     printf("upipe train: %s\n", o->config);
     printf("  model   C=%d L=%d NH=%d NKV=%d HS=%d F=%d V=%d%s rope_theta=%g%s, %.2fM params\n",
            c->C, c->L, c->NH, c->NKV, c->HS, c->F, c->V, c->tied ? " tied" : "", c->rope_theta,
            c->rope.type == ROPE_SCALING_LLAMA3 ? " llama3-scaling" : "",
-           (double)m->params.nparams / 1e6);
+           (double)model_nparams(m) / 1e6);
     printf("  data    %s, T=%ld tokens per step, %ld steps\n", o->data, o->T, o->steps);
     printf("  optim   AdamW lr=%g warmup=%ld cosine to %g x lr, wd=%g, betas=(%g, %g), clip=%g\n",
            o->lr, o->warmup, o->min_lr_frac, o->weight_decay, o->beta1, o->beta2, o->grad_clip);
@@ -39,7 +39,7 @@ void print_summary(const train_run *r) {
     printf("  machine %d thread%s, kernels: %s, %s\n", r->threads, r->threads == 1 ? "" : "s",
            kernel_path_name(),
            blas_describe());
-    if (m->opt.dtype == MEM_DTYPE_BF16) /* DESIGN.md §5.1 */
+    if (o->mopt.dtype == MEM_DTYPE_BF16) /* DESIGN.md §5.1 */
         printf("  dtype   bf16: fp32 masters, gradients and AdamW; bf16 weights' copy, "
                "activations, checkpoints, attention; gemm: %s\n",
                gemm_bf16_path());
@@ -50,9 +50,9 @@ void print_summary(const train_run *r) {
                                  mem_live(MEM_OPTIMIZER))));
     printf("  layout  %d rank%s: %d replica(s) x context-parallel %d, T_loc=%d", r->world,
            r->world == 1 ? "" : "s", r->comm.D, r->P, r->T_loc);
-    if (m->opt.U)
-        printf(", UPipe stages of %d heads%s", m->opt.U,
-               cp_attention_overlaps(m->attn) ? ", next stage's exchange overlapped" : "");
+    if (o->mopt.U)
+        printf(", UPipe stages of %d heads%s", o->mopt.U,
+               model_attention_overlaps(m) ? ", next stage's exchange overlapped" : "");
     printf("\n");
     fflush(stdout);
 }

@@ -29,7 +29,7 @@ typedef struct {
     mask_shard mask;         /* --loss-mask */
     uint8_t *mask_buf;       /* (T_loc) mask bytes of this rank's targets */
     comm_ctx comm;
-    model m;
+    model *m;
     FILE *logf; /* --log, rank 0 only */
     void *ckpt_stage; /* --ckpt-dir: the checkpoint writer's staging buffer */
     adamw_params hp;
@@ -76,7 +76,12 @@ static inline double now_s(void) {
 /* Threads, then every check before any large allocation (every rank, same verdict; outputs
  * writable, --ckpt-dir usable, signal handlers), then the communicator. */
 void run_setup(train_run *r);
-/* The plan: the model's own sizing code under plan mode, before anything is allocated. */
+/* The job's one allocation list, used by the plan and by the run: the model, then the buffers
+ * of the options (checkpoint staging, mask bytes, validation scratch; the trace's under plan
+ * mode). Under plan mode it only counts. run_free_all frees them all. */
+void run_alloc_all(train_run *r);
+void run_free_all(train_run *r);
+/* The plan: run_alloc_all under plan mode, before anything is allocated. */
 report_memory run_plan(train_run *r);
 /* The signal a graceful stop was asked with (SIGTERM, SIGINT), 0 for none. */
 int run_signal_pending(void);

@@ -220,7 +220,7 @@ static void setup_validation(train_run *r) {
                    avail);
     r->val_windows = o->val_windows ? o->val_windows
                      : avail < TRAIN_VAL_WINDOWS ? avail : TRAIN_VAL_WINDOWS;
-    r->val = (eval_source){.m = &r->m, .shard = &r->val_shard, .doc_sep = o->doc_sep,
+    r->val = (eval_source){.m = NULL /* run_alloc_all */, .shard = &r->val_shard, .doc_sep = o->doc_sep,
                            .recall = eval_detect_recall(&r->val_shard)};
 }
 
@@ -278,20 +278,38 @@ size_t setup_runtime(const model_config *c, int T_loc) {
     return mem_rss_now();
 }
 
-/* The plan: the model's own sizing code under plan mode, before anything is allocated. */
+/* The job's one allocation list: the model, the checkpoint writer's staging buffer, the mask
+ * bytes, the validation scratch (and, under plan mode, the trace's buffers: trace_start
+ * allocates them for real before the model, so the offload store's I/O thread has its track). */
+void run_alloc_all(train_run *r) {
+    const train_options *o = &r->o;
+    if (o->trace && mem_planning()) trace_plan(o->mopt.offload_dir != NULL);
+    r->m = model_init(&r->cfg, r->T_loc, &r->comm, &o->mopt);
+    if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
+    if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
+    r->val.m = r->m;
+    if (o->val_data) eval_alloc(&r->val);
+}
+
+void run_free_all(train_run *r) {
+    eval_free(&r->val);
+    mem_free(r->ckpt_stage);
+    mem_free(r->mask_buf);
+    model_free(r->m);
+    r->ckpt_stage = NULL;
+    r->mask_buf = NULL;
+    r->m = NULL;
+    r->val.m = NULL;
+}
+
+/* The plan: run_alloc_all under plan mode (counted, not allocated), before anything is. */
 report_memory run_plan(train_run *r) {
     r->runtime = setup_runtime(&r->cfg, r->T_loc);
     mem_plan_begin();
     mem_count(MEM_RUNTIME, (long long)r->runtime);
-    /* what run_start allocates, live together (counted, not allocated) */
-    model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &r->o.mopt);
-    if (r->o.ckpt_dir) mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
-    if (r->o.loss_mask) mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
-    if (r->o.val_data) eval_alloc(&r->val);
-    if (r->o.trace) trace_plan(r->o.mopt.offload_dir != NULL);
+    run_alloc_all(r);
     report_memory plan = report_capture();
-    eval_free(&r->val);
-    model_free(&r->m);
+    run_free_all(r);
     mem_plan_end();
     return plan;
 }

@@ -100,17 +100,14 @@ static void run_start(train_run *r) {
     if (o->trace &&
         trace_start(o->trace, r->comm.world, o->mopt.offload_dir != NULL, err, sizeof err) != 0)
         up_die_agreed(r->rank == 0 ? err : NULL);
-    model_init(&r->m, &r->cfg, r->T_loc, &r->comm, &o->mopt);
-    if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
-    if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
-    if (o->val_data) eval_alloc(&r->val);
+    run_alloc_all(r);
     double t0 = now_s(), read_bytes = 0;
     if (r->resumed_from[0]) {
-        read_bytes = ckpt_load(&r->m, &r->comm, r->resumed_from, &r->resumed);
+        read_bytes = ckpt_load(r->m, &r->comm, r->resumed_from, &r->resumed);
     } else if (o->init) {
-        model_load(&r->m, o->init);
+        model_load(r->m, o->init);
     } else {
-        model_init_random(&r->m, o->seed);
+        model_init_random(r->m, o->seed);
     }
     comm_sum_double(&r->comm, &read_bytes);
     if (r->rank == 0 && !o->quiet) {
@@ -151,10 +148,10 @@ static void run_start(train_run *r) {
  * the step is marked skipped (no update); K skips in a row (--max-skips) stop. Collective. */
 static void run_nonfinite(train_run *r, train_step_stats *s) {
     const train_options *o = &r->o;
-    int t = model_first_nonfinite_grad(&r->m);
+    int t = model_first_nonfinite_grad(r->m);
     char where[160];
     if (t >= 0)
-        snprintf(where, sizeof where, "first NaN/Inf gradient in %s", r->m.params.tensors[t].name);
+        snprintf(where, sizeof where, "first NaN/Inf gradient in %s", model_tensor_name(r->m, t));
     else
         snprintf(where, sizeof where, "every gradient finite");
     if (o->on_nonfinite == NONFINITE_STOP)
@@ -174,7 +171,7 @@ static void run_nonfinite(train_run *r, train_step_stats *s) {
 static train_step_stats run_step(train_run *r, long step) {
     const train_options *o = &r->o;
     comm_ctx *comm = &r->comm;
-    model *m = &r->m;
+    model *m = r->m;
     train_step_stats s = {.step = step};
     comm_reset_stats(comm);
     uint64_t tt = trace_begin();
@@ -186,8 +183,9 @@ static train_step_stats run_step(train_run *r, long step) {
     long long valid = 0;
     for (int b = 0; b < o->accum; b++) {
         read_tokens(r, step_seq(step, comm, o->accum, b), m);
+        const int32_t *targets = model_window_of(m).targets;
         for (int i = 0; i < r->T_loc; i++)
-            valid += m->targets[i] >= 0;
+            valid += targets[i] >= 0;
     }
     double zero = 0;
     comm_reduce_loss(comm, &zero, &valid);
@@ -229,7 +227,7 @@ static train_step_stats run_step(train_run *r, long step) {
     }
     s.dt = now_s() - t0;
     s.comm_s = comm_seconds(comm);
-    s.attn_s = cp_attention_seconds(m->attn, 1);
+    s.attn_s = model_attention_seconds(m, 1);
     trace_end1(tt, "step", "step", "step", step);
     return s;
 }
@@ -246,7 +244,7 @@ static void run_validate(train_run *r, train_step_stats *s) {
     uint64_t tt = trace_begin();
     eval_run(&r->val, r->val_windows, &r->val_last);
     trace_end1(tt, "step", "validation", "step", s->step);
-    cp_attention_seconds(r->m.attn, 1); /* the next step's attention time is its own */
+    model_attention_seconds(r->m, 1); /* the next step's attention time is its own */
     r->val_step = done;
     s->val = &r->val_last;
     s->val_s = now_s() - t0;
@@ -321,7 +319,7 @@ static int run_checkpoint(train_run *r, train_step_stats *s) {
     ckpt_state st = run_state(r, done);
     uint64_t tt = trace_begin();
     s->ckpt_bytes =
-        ckpt_write(&r->m, &r->comm, o->ckpt_dir, &st, &r->cfg, o->ckpt_keep, r->ckpt_stage);
+        ckpt_write(r->m, &r->comm, o->ckpt_dir, &st, &r->cfg, o->ckpt_keep, r->ckpt_stage);
     trace_end2(tt, "step", "checkpoint", "step", done, "bytes", (int64_t)s->ckpt_bytes);
     s->ckpt_s = now_s() - t0;
     return stop;
@@ -346,10 +344,7 @@ static void run_stop(train_run *r, int why) {
                why > 0 ? (why == SIGTERM ? "on SIGTERM" : "on SIGINT") : "at --stop-at", ck);
         fflush(stdout);
     }
-    eval_free(&r->val);
-    mem_free(r->ckpt_stage);
-    mem_free(r->mask_buf);
-    model_free(&r->m);
+    run_free_all(r);
     run_trace_finish(r);
 }
 
@@ -361,7 +356,7 @@ static void run_finish(train_run *r) {
     const train_options *o = &r->o;
     if (r->logf && fclose(r->logf) != 0) up_die("--log %s: write failed", o->log);
     r->logf = NULL;
-    if (o->save) model_save_params(&r->m, o->save, o->save_dtype);
+    if (o->save) model_save_params(r->m, o->save, o->save_dtype);
     if (o->mem_report) {
         report_memory measured = report_capture();
         measured.rss = mem_rss_peak();
@@ -383,10 +378,7 @@ static void run_finish(train_run *r) {
                    r->skips_total);
         if (r->val_step > 0) print_val_closing(r);
     }
-    eval_free(&r->val);
-    mem_free(r->ckpt_stage);
-    mem_free(r->mask_buf);
-    model_free(&r->m);
+    run_free_all(r);
     run_trace_finish(r);
 }
 

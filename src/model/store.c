@@ -1,0 +1,252 @@
+/* store.c — the parameter store (store.h): the slabs, the units' gather slots and gradient
+ * buffers, the walk that prefetches, and the one place where the weights' element type decides
+ * anything (the dtype seam below). The sharded mode's collectives are parallel/fsdp.h. */
+#include "model/store.h"
+
+#include "core/check.h"
+#include "kernels/bf16.h"
+#include "kernels/kernels.h"
+#include "parallel/fsdp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct param_store {
+    comm_ctx *comm;
+    int R, rank; /* ranks sharing the units and this one's index; R == 1: unsharded */
+    int nunits, tied_unit, bwd_first;
+    mem_dtype wtype;
+    size_t *unit_off;  /* (nunits + 1) offsets of the units in the full layout */
+    size_t *shard_n;   /* (nunits) floats kept of each unit (padded shard; the unit at R == 1) */
+    size_t *shard_off; /* (nunits) offsets of the kept parts in the slabs */
+    size_t nshard;     /* floats of a slab */
+    float *slab[4];    /* params, grads, m, v (store_slab_kind) */
+    /* the weights the matmuls read when they are not the slab itself: slots alternate 0/1 by
+     * unit, the tied unit keeps slot 2 (elements of wtype) */
+    void *slot[3];
+    int slot_unit[3], slot_pending[3];
+    MPI_Request req[3];
+    float *gradbuf;      /* (R * max shard_n) full gradients of the unit in backward (sharded) */
+    float *tied_gradbuf; /* the tied unit's, accumulated over both its uses (sharded) */
+    float *rs_tmp;       /* (max shard_n) reduce-scatter result before it is added */
+    size_t mpi_temp;     /* bytes MPI holds inside the gradient collective (counted in comm) */
+    /* the walk of the current pass: its direction and the unit it expects next */
+    int dir, next, walking;
+};
+
+/* ---- the dtype seam: the weights the matmuls read, a view of the fp32 master slab ----------- */
+
+/* Whether the matmuls read the master itself (fp32): then an unsharded store keeps no copy. */
+static int view_is_master(mem_dtype wt) {
+    return wt == MEM_DTYPE_F32;
+}
+
+/* dst (n elements of wt) := src (fp32): a copy, or rounded to nearest even (bf16), in threaded
+ * pieces. */
+static void view_fill(mem_dtype wt, void *dst, const float *src, size_t n) {
+    if (view_is_master(wt)) {
+        memcpy(dst, src, sizeof(float) * n);
+        return;
+    }
+    UP_CHECK(wt == MEM_DTYPE_BF16, "store: no view of type %d", (int)wt);
+    enum { PIECE = 1 << 16 };
+    long pieces = (long)((n + PIECE - 1) / PIECE);
+    uint16_t *d = dst;
+    bf16_path_current(); /* chosen outside the parallel region */
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (long k = 0; k < pieces; k++) {
+        size_t i = (size_t)k * PIECE, m = n - i < PIECE ? n - i : PIECE;
+        bf16_from_f32(src + i, d + i, m);
+    }
+}
+
+/* ---- init ----------------------------------------------------------------------------------- */
+
+param_store *store_init(comm_ctx *comm, const store_spec *sp) {
+    param_store *s = calloc(1, sizeof *s);
+    UP_CHECK(s, "out of memory");
+    int nunits = sp->nunits, R = sp->sharded ? comm->R : 1;
+    s->comm = comm;
+    s->R = R;
+    s->rank = R > 1 ? comm->rank : 0;
+    s->nunits = nunits;
+    s->tied_unit = sp->tied_unit;
+    s->bwd_first = sp->bwd_first;
+    s->wtype = sp->wtype;
+    s->unit_off = calloc((size_t)nunits + 1, sizeof *s->unit_off);
+    s->shard_n = calloc((size_t)nunits, sizeof *s->shard_n);
+    s->shard_off = calloc((size_t)nunits, sizeof *s->shard_off);
+    UP_CHECK(s->unit_off && s->shard_n && s->shard_off, "out of memory");
+    memcpy(s->unit_off, sp->unit_off, sizeof *s->unit_off * ((size_t)nunits + 1));
+    size_t maxs = 0;
+    for (int u = 0; u < nunits; u++) {
+        s->shard_n[u] = fsdp_shard_floats(s->unit_off[u + 1] - s->unit_off[u], R);
+        s->shard_off[u] = s->nshard;
+        s->nshard = up_add(s->nshard, s->shard_n[u]);
+        maxs = s->shard_n[u] > maxs ? s->shard_n[u] : maxs;
+    }
+    for (int k = 0; k < 3; k++) {
+        s->slot_unit[k] = -1;
+        s->req[k] = MPI_REQUEST_NULL;
+    }
+    s->slab[STORE_PARAMS] = mem_alloc_f32(MEM_PARAMS, s->nshard);
+    int grads = sp->grads, sharded = R > 1;
+    if (grads) {
+        s->slab[STORE_GRADS] = mem_alloc_f32(MEM_GRADS, s->nshard);
+        s->slab[STORE_M] = mem_alloc_f32(MEM_OPTIMIZER, s->nshard);
+        s->slab[STORE_V] = mem_alloc_f32(MEM_OPTIMIZER, s->nshard);
+        s->mpi_temp =
+            sharded ? fsdp_reduce_temp_bytes(comm, maxs) : comm_reduce_temp_bytes(comm, s->nshard);
+        mem_count(MEM_COMM, (long long)s->mpi_temp);
+    }
+    if (!sharded && view_is_master(s->wtype)) return s; /* the matmuls read the slab itself */
+    /* unsharded bf16: the units are rounded into the slots as they are used, as the sharded ones
+     * are gathered, so the bf16 copy of the weights is two units, not the whole model (params:
+     * nothing is communicated) */
+    mem_category slots = sharded ? MEM_COMM : MEM_PARAMS;
+    size_t full = up_mul(maxs, (size_t)R);
+    s->slot[0] = mem_alloc_n(slots, s->wtype, full);
+    s->slot[1] = mem_alloc_n(slots, s->wtype, full);
+    if (grads && sharded) {
+        s->gradbuf = mem_alloc_f32(MEM_COMM, full);
+        s->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
+    }
+    if (s->tied_unit >= 0) {
+        size_t e = up_mul(s->shard_n[s->tied_unit], (size_t)R);
+        s->slot[2] = mem_alloc_n(slots, s->wtype, e);
+        if (grads && sharded) s->tied_gradbuf = mem_alloc_f32(MEM_COMM, e);
+    }
+    return s;
+}
+
+void store_free(param_store *s) {
+    if (!s) return;
+    void *bufs[] = {s->slab[0], s->slab[1], s->slab[2], s->slab[3],      s->slot[0],
+                    s->slot[1], s->slot[2], s->gradbuf, s->tied_gradbuf, s->rs_tmp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        mem_free(bufs[i]);
+    mem_count(MEM_COMM, -(long long)s->mpi_temp);
+    free(s->unit_off);
+    free(s->shard_n);
+    free(s->shard_off);
+    free(s);
+}
+
+/* ---- tables --------------------------------------------------------------------------------- */
+
+int store_sharded(const param_store *s) {
+    return s->R > 1;
+}
+size_t store_floats(const param_store *s) {
+    return s->nshard;
+}
+float *store_slab(param_store *s, store_slab_kind k) {
+    return s->slab[k];
+}
+
+void store_owned(const param_store *s, int u, size_t *g0, size_t *g1) {
+    size_t a, b;
+    fsdp_kept(s->unit_off[u + 1] - s->unit_off[u], s->R, s->rank, &a, &b);
+    *g0 = s->unit_off[u] + a;
+    *g1 = s->unit_off[u] + b;
+}
+
+float *store_at(const param_store *s, float *slab, int u, size_t g) {
+    size_t g0, g1;
+    store_owned(s, u, &g0, &g1);
+    UP_CHECK(g >= g0 && g <= g1, "offset %zu is not in this rank's shard of unit %d", g, u);
+    return slab + s->shard_off[u] + (g - g0);
+}
+
+/* ---- a pass: acquire, gradients, release ---------------------------------------------------- */
+
+void store_begin(param_store *s, store_pass pass) {
+    s->dir = pass == STORE_FORWARD ? 1 : -1;
+    s->walking = 0;
+    if (pass == STORE_BACKWARD) return;
+    for (int k = 0; k < 3; k++) {
+        UP_CHECK(!s->slot_pending[k], "a gather of unit %d is still in flight", s->slot_unit[k]);
+        s->slot_unit[k] = -1;
+    }
+    if (s->tied_gradbuf) /* the LM head's part of the tied gradient comes first */
+        memset(s->tied_gradbuf, 0, sizeof(float) * s->shard_n[s->tied_unit] * (size_t)s->R);
+}
+
+static int slot_of(const param_store *s, int u) {
+    return u == s->tied_unit ? 2 : u % 2;
+}
+
+/* Starts filling unit u's slot (no-op without slots, u out of range, or the slot holding u
+ * already): unsharded, the unit's view now; sharded, this rank's shard into its own
+ * place, then the in-place gather. */
+static void prefetch(param_store *s, int u) {
+    if (!s->slot[0] || u < 0 || u >= s->nunits) return;
+    int k = slot_of(s, u);
+    if (s->slot_unit[k] == u) return;
+    UP_CHECK(!s->slot_pending[k], "gather slot %d busy with unit %d", k, s->slot_unit[k]);
+    size_t n = s->shard_n[u];
+    void *own = (char *)s->slot[k] + mem_dtype_bytes(s->wtype, (size_t)s->rank * n);
+    view_fill(s->wtype, own, s->slab[STORE_PARAMS] + s->shard_off[u], n);
+    s->slot_unit[k] = u;
+    if (s->R == 1) return;
+    fsdp_gather_start(s->comm, s->slot[k], n, s->wtype, &s->req[k]);
+    s->slot_pending[k] = 1;
+}
+
+void *store_acquire(param_store *s, int u) {
+    if (!s->slot[0]) return s->slab[STORE_PARAMS] + s->shard_off[u]; /* unsharded fp32 */
+    if (!s->walking || u == s->next) { /* on the walk: the next unit's gather starts now */
+        s->walking = 1;
+        s->next = u + s->dir;
+        prefetch(s, u);
+        if (s->next >= (s->dir > 0 ? 0 : s->bwd_first)) prefetch(s, s->next);
+    }
+    int k = slot_of(s, u);
+    prefetch(s, u);
+    if (s->slot_pending[k]) {
+        fsdp_gather_wait(s->comm, &s->req[k], u, s->shard_n[u], s->wtype);
+        s->slot_pending[k] = 0;
+    }
+    return s->slot[k];
+}
+
+float *store_grads(param_store *s, int u) {
+    if (s->R == 1) return s->slab[STORE_GRADS] + s->shard_off[u];
+    if (u == s->tied_unit) return s->tied_gradbuf; /* holds the LM head's part already */
+    memset(s->gradbuf, 0, sizeof(float) * s->shard_n[u] * (size_t)s->R);
+    return s->gradbuf;
+}
+
+void store_release(param_store *s, int u) {
+    if (s->R == 1) return;
+    const float *g = u == s->tied_unit ? s->tied_gradbuf : s->gradbuf;
+    fsdp_reduce_add(s->comm, g, s->rs_tmp, s->slab[STORE_GRADS] + s->shard_off[u], s->shard_n[u],
+                    u);
+}
+
+const float *store_gather_slab(param_store *s, const float *slab, int u) {
+    if (s->R == 1) return slab + s->shard_off[u];
+    size_t n = s->shard_n[u];
+    float *full = s->gradbuf; /* free outside a backward */
+    UP_CHECK(full, "store: a sharded save needs the gradient buffers (a training store)");
+    memcpy(full + (size_t)s->rank * n, slab + s->shard_off[u], sizeof(float) * n);
+    fsdp_gather_now(s->comm, full, n, MEM_DTYPE_F32);
+    return full;
+}
+
+/* ---- the optimizer side -----------------------------------------------------------------------
+ */
+
+void store_zero_grads(param_store *s) {
+    memset(s->slab[STORE_GRADS], 0, sizeof(float) * s->nshard);
+}
+
+void store_reduce_grads(param_store *s) {
+    if (s->R == 1) comm_reduce_grads(s->comm, s->slab[STORE_GRADS], s->nshard);
+}
+
+double store_grad_sumsq(param_store *s) {
+    double sq = sum_squares(s->slab[STORE_GRADS], s->nshard);
+    if (s->R > 1) comm_sum_double(s->comm, &sq); /* shards: the norm of the whole gradient */
+    return sq;
+}
