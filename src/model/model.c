@@ -7,10 +7,62 @@
 #include "core/trace.h"
 #include "core/watchdog.h"
 #include "kernels/kernels.h"
+#include "kernels/typed.h"
 #include "memory/offload.h"
+#include "parallel/cp_attention.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Tensors the forward saves for the backward of one layer (T = T_loc rows on this rank). With
+ * checkpointing every layer shares one set (the layer being recomputed), x_in apart. Elements of
+ * the run's type (opt.dtype) unless typed float (DESIGN.md §5.1). */
+typedef struct {
+    void *x_in;              /* (T, C) layer input (residual stream): the checkpoint */
+    cp_attention_saved attn; /* o (T, NH*HS), log-sum-exp, and q, k, v for plain Ulysses */
+    void *x_mid;             /* (T, C) residual after attention (saved, or the recompute's;
+                                with checkpointing and a tiled MLP it is dh) */
+    void *gate;              /* (T, F) untiled MLP only */
+    void *up;                /* (T, F) untiled MLP only */
+    void *act;               /* (T, F) silu(gate) * up, untiled MLP only */
+} layer_acts;
+
+struct offload_store;
+
+struct model {
+    model_config cfg;
+    model_options opt;
+    int T;                   /* T_loc: tokens per forward on this rank */
+    int P;                   /* context-parallel degree */
+    int tile_mlp, tile_loss; /* effective tile sizes (T_loc when untiled) */
+    comm_ctx *comm;
+
+    param_table params; /* the tensors and the units */
+    param_store *ps;    /* params, grads, AdamW moments: this rank's shards (all without FSDP) */
+    cp_attention *attn; /* stage buffers of the attention (plain Ulysses or UPipe) */
+    struct offload_store *offload; /* checkpoint offload, NULL when resident */
+    layer_acts *acts;   /* (L) */
+
+    /* shared scratch: void * in the run's type, float * fp32 (DESIGN.md §5.1) */
+    typed_ctx tk;         /* the run's element type and the bf16 kernels' fp32 workspace */
+    void *x_final;        /* (T, C) output of the last layer = dh (dead before the backward);
+                             with the offload store the store's buffer holds it instead */
+    void *h;              /* (T, C) rmsnorm output (attention, then MLP); recomputed in backward */
+    float *rstd1, *rstd2; /* (T) */
+    float *inv_freq;      /* (HS/2) */
+    float *rope_cos, *rope_sin;          /* (T, HS/2) at this rank's global positions */
+    void *gate_t, *up_t, *act_t, *dact;  /* (tile_mlp, F) MLP tiles (dact also untiled) */
+    float *xf, *rstdf, *logits, *dxf;    /* loss tiles: (tile_loss, C), (.), (., V), (., C) */
+    void *dres; /* (T, C) gradient of the residual stream */
+    void *dh;   /* (T, C) (training only) */
+    void *dh_t; /* (tile_mlp, C) the MLP backward's rows of dh when tiled; else dh */
+    int32_t *inputs, *targets; /* (T) */
+    int32_t *window;    /* (T * P) the whole window's inputs, every rank (opt.docs only) */
+    int32_t *doc_start; /* (T * P) first position of each token's document (opt.docs only) */
+
+    void **owned; /* the buffers of the activation table, freed by model_free */
+    int nowned, owned_cap;
+};
 
 /* ---- buffers -------------------------------------------------------------------------------- */
 
@@ -54,11 +106,12 @@ static int x_mid_in_dh(const model *m) {
 }
 
 /* Every buffer the model itself holds (the attention module, the parameter store and the
- * offload store hold theirs): the saved tensors of each layer, one shared set when layers are recomputed, and the
- * scratch of the forward and backward lists (DESIGN.md §5). Element types (§5.1): st, the run's
- * --dtype, for the residual stream, its gradient and every tensor the matmuls read or write
- * (saved or scratch, tiled MLP or not: a tile holds what the untiled buffer would); fp32 for
- * statistics (log-sum-exp, the norms' rstd), the RoPE tables and the loss tiles. */
+ * offload store hold theirs): the saved tensors of each layer, one shared set when layers are
+ * recomputed, and the scratch of the forward and backward lists (DESIGN.md §5). Element types
+ * (§5.1): st, the run's --dtype, for the residual stream, its gradient and every tensor the
+ * matmuls read or write (saved or scratch, tiled MLP or not: a tile holds what the untiled
+ * buffer would); fp32 for statistics (log-sum-exp, the norms' rstd), the RoPE tables and the
+ * loss tiles. */
 static void activation_table(model *m, buf_table *t, const cp_attention_shape *as) {
     const model_config *c = &m->cfg;
     size_t T = (size_t)m->T, C = c->C, F = c->F, V = c->V, HS = c->HS;
@@ -231,6 +284,13 @@ comm_ctx *model_comm(const model *m) { return m->comm; }
 size_t model_nparams(const model *m) { return m->params.nparams; }
 int model_ntensors(const model *m) { return m->params.ntensors; }
 const char *model_tensor_name(const model *m, int t) { return m->params.tensors[t].name; }
+const model_config *model_cfg(const model *m) { return &m->cfg; }
+const param_table *model_table(const model *m) { return &m->params; }
+param_store *model_store(const model *m) { return m->ps; }
+model_window_bufs model_window_buffers(model *m) {
+    return (model_window_bufs){m->T, m->P, (long)m->comm->cp_rank * m->T, m->inputs, m->targets,
+                               m->window};
+}
 int model_sharded(const model *m) { return store_sharded(m->ps); }
 double model_attention_seconds(model *m, int reset) { return cp_attention_seconds(m->attn, reset); }
 int model_attention_overlaps(const model *m) { return cp_attention_overlaps(m->attn); }
@@ -355,9 +415,9 @@ static layer_weights layer_g(model *m, int u) {
 /* How a layer's forward runs. SAVE keeps x_mid for the backward (no checkpointing). PASS (the
  * forward of checkpointing and of evaluation) needs no x_mid afterwards: it is built in x_out,
  * which may be x_in itself (the offload store's one buffer: with store given, x_in is written
- * to slot l while the attention runs, before it changes). RECOMPUTE (backward, checkpointing) rebuilds what the backward reads: att,
- * log-sum-exp and x_mid, and gate, up, act of an untiled MLP (a tiled one recomputes its tiles
- * in the backward), but no output. */
+ * to slot l while the attention runs, before it changes). RECOMPUTE (backward, checkpointing)
+ * rebuilds what the backward reads: att, log-sum-exp and x_mid, and gate, up, act of an untiled
+ * MLP (a tiled one recomputes its tiles in the backward), but no output. */
 typedef enum { LAYER_SAVE, LAYER_PASS, LAYER_RECOMPUTE } layer_mode;
 
 static void layer_forward(model *m, int l, void *x_in, void *x_out, layer_mode mode,

@@ -149,18 +149,18 @@ void model_load(model *m, const char *path);
 void model_save_params(model *m, const char *path, mem_dtype file_dtype);
 void model_save_grads(model *m, const char *path);
 /* Reads this rank's owned part of every tensor, named prefix + HF name, from set into the
- * store's slab k (params, m or v), every shape checked, every value read checked finite (the first NaN/Inf is
- * named with its tensor and row, column). Tensors of set it does not read are ignored. 0, or -1
- * with a message. Not collective. */
+ * store's slab k (params, m or v), every shape checked, every value read checked finite (the
+ * first NaN/Inf is named with its tensor and row, column). Tensors of set it does not read are
+ * ignored. 0, or -1 with a message. Not collective. */
 int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char *prefix,
                      char *err, size_t errlen);
 /* Safetensors entries (names, shapes) of nslabs slabs, slab k's tensors named prefixes[k] + HF
  * name, in table order, so that the data section of such a file is the slabs' full layouts one
  * after another. One allocation (names inside): free() it. */
 st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefixes);
-/* Hands this rank's owned ranges of the store's slab k to write(ctx, bytes, length, file offset), for a file
- * whose copy of the full layout (F32) starts at byte data_off: ranks own disjoint ranges. Stops at
- * the first non-zero return and returns it; 0 when all are written. */
+/* Hands this rank's owned ranges of the store's slab k to write(ctx, bytes, length, file
+ * offset), for a file whose copy of the full layout (F32) starts at byte data_off: ranks own
+ * disjoint ranges. Stops at the first non-zero return and returns it; 0 when all are written. */
 typedef int (*model_range_fn)(void *ctx, const void *src, size_t len, uint64_t off);
 int model_write_owned(model *m, store_slab_kind k, uint64_t data_off, model_range_fn write,
                       void *ctx);

@@ -7,39 +7,40 @@
 
 #include <math.h>
 
-void model_zero_grads(model *m) { store_zero_grads(m->ps); }
+void model_zero_grads(model *m) { store_zero_grads(model_store(m)); }
 
-void model_reduce_grads(model *m) { store_reduce_grads(m->ps); }
+void model_reduce_grads(model *m) { store_reduce_grads(model_store(m)); }
 
-double model_grad_norm(model *m) { return sqrt(store_grad_sumsq(m->ps)); }
+double model_grad_norm(model *m) { return sqrt(store_grad_sumsq(model_store(m))); }
 
 int model_first_nonfinite_grad(model *m) {
-    int first = m->params.ntensors;
-    for (int t = 0; t < m->params.ntensors && first == m->params.ntensors; t++) {
+    int nt = model_ntensors(m), first = nt;
+    for (int t = 0; t < nt && first == nt; t++) {
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
-        const float *g = model_tensor_part(m, store_slab(m->ps, STORE_GRADS), t, i0);
+        const float *g = model_tensor_part(m, STORE_GRADS, t, i0);
         for (size_t i = 0; i < i1 - i0; i++)
             if (!isfinite(g[i])) {
                 first = t;
                 break;
             }
     }
-    first = comm_min_int(m->comm, first);
-    return first < m->params.ntensors ? first : -1;
+    first = comm_min_int(model_comm(m), first);
+    return first < nt ? first : -1;
 }
 
 void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip) {
     uint64_t tt = trace_begin();
-    for (int t = 0; t < m->params.ntensors; t++) {
+    const param_table *pt = model_table(m);
+    for (int t = 0; t < pt->ntensors; t++) {
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
-        adamw_update(model_tensor_part(m, store_slab(m->ps, STORE_PARAMS), t, i0),
-                     model_tensor_part(m, store_slab(m->ps, STORE_GRADS), t, i0),
-                     model_tensor_part(m, store_slab(m->ps, STORE_M), t, i0), model_tensor_part(m, store_slab(m->ps, STORE_V), t, i0),
-                     i1 - i0, hp, step, clip, m->params.tensors[t].decay);
+        adamw_update(model_tensor_part(m, STORE_PARAMS, t, i0),
+                     model_tensor_part(m, STORE_GRADS, t, i0), model_tensor_part(m, STORE_M, t, i0),
+                     model_tensor_part(m, STORE_V, t, i0), i1 - i0, hp, step, clip,
+                     pt->tensors[t].decay);
     }
     /* bytes: the shards read and written (parameters, gradients, two moments) */
     trace_end2(tt, "optimizer", "optimizer_step", "step", step,
-               "bytes", (int64_t)(store_floats(m->ps) * 4 * sizeof(float)));
+               "bytes", (int64_t)(store_floats(model_store(m)) * 4 * sizeof(float)));
 }

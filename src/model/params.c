@@ -108,9 +108,9 @@ void param_table_free(param_table *t) {
 /* ---- a model's weights ---------------------------------------------------------------------- */
 
 int model_owned_part(const model *m, int t, size_t *i0, size_t *i1) {
-    const param_tensor *pt = &m->params.tensors[t];
+    const param_tensor *pt = &model_table(m)->tensors[t];
     size_t g0, g1;
-    store_owned(m->ps, pt->unit, &g0, &g1);
+    store_owned(model_store(m), pt->unit, &g0, &g1);
     size_t end = pt->offset + pt->numel;
     size_t a = pt->offset > g0 ? pt->offset : g0, b = end < g1 ? end : g1;
     if (a >= b) return 0;
@@ -119,9 +119,10 @@ int model_owned_part(const model *m, int t, size_t *i0, size_t *i1) {
     return 1;
 }
 
-float *model_tensor_part(model *m, float *slab, int t, size_t i0) {
-    const param_tensor *pt = &m->params.tensors[t];
-    return store_at(m->ps, slab, pt->unit, pt->offset + i0);
+float *model_tensor_part(model *m, store_slab_kind k, int t, size_t i0) {
+    const param_tensor *pt = &model_table(m)->tensors[t];
+    param_store *ps = model_store(m);
+    return store_at(ps, store_slab(ps, k), pt->unit, pt->offset + i0);
 }
 
 /* splitmix64: a counter-based generator, so element i of tensor t is the same whatever the
@@ -137,18 +138,18 @@ static double unit_open(uint64_t x) { return ((double)(x >> 11) + 0.5) * (1.0 / 
 
 void model_init_random(model *m, uint64_t seed) {
     const double two_pi = 6.283185307179586;
-    for (int t = 0; t < m->params.ntensors; t++) {
-        const param_tensor *pt = &m->params.tensors[t];
+    for (int t = 0; t < model_ntensors(m); t++) {
+        const param_tensor *pt = &model_table(m)->tensors[t];
         /* only this rank's part of the tensor: elements [i0, i1) */
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
-        float *p = model_tensor_part(m, store_slab(m->ps, STORE_PARAMS), t, i0) - i0;
+        float *p = model_tensor_part(m, STORE_PARAMS, t, i0) - i0;
         if (pt->ndim == 1) {
             for (size_t i = i0; i < i1; i++) p[i] = 1.0f;
             continue;
         }
         uint64_t key = mix64(seed ^ mix64((uint64_t)t + 1));
-        float std = m->cfg.init_std;
+        float std = model_cfg(m)->init_std;
 #pragma omp parallel for schedule(static)
         for (size_t i = i0; i < i1; i++) {
             /* Box-Muller on two hashed uniforms of this element's counter */
@@ -178,8 +179,8 @@ static size_t first_nonfinite(const float *x, size_t n) {
 int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char *prefix, char *err,
                      size_t errlen) {
     char name[PARAM_NAME_MAX + 32];
-    for (int t = 0; t < m->params.ntensors; t++) {
-        const param_tensor *pt = &m->params.tensors[t];
+    for (int t = 0; t < model_ntensors(m); t++) {
+        const param_tensor *pt = &model_table(m)->tensors[t];
         snprintf(name, sizeof name, "%s%s", prefix, pt->name);
         const st_file *f;
         const st_tensor *st = st_set_find(set, name, &f);
@@ -198,7 +199,7 @@ int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char 
         }
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue; /* FSDP: keep only this rank's shard */
-        float *dst = model_tensor_part(m, store_slab(m->ps, k), t, i0);
+        float *dst = model_tensor_part(m, k, t, i0);
         if (st_read_f32(f, st, i0, i1 - i0, dst, err, errlen) != 0) return -1;
         size_t bad = first_nonfinite(dst, i1 - i0);
         if (bad < i1 - i0) {
@@ -223,13 +224,13 @@ int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char 
  * tensor of the model is in set (model_read_owned checked it) and the set's names are unique, so
  * there is one exactly when the set holds more tensors than the model. */
 static const char *first_unexpected(const model *m, const st_set *set) {
-    if (st_set_count(set) <= m->params.ntensors) return NULL;
+    if (st_set_count(set) <= model_ntensors(m)) return NULL;
     for (int k = 0; k < set->nfiles; k++)
         for (int i = 0; i < set->files[k].n; i++) {
             const char *name = set->files[k].tensors[i].name;
             int known = 0;
-            for (int t = 0; t < m->params.ntensors && !known; t++)
-                known = strcmp(name, m->params.tensors[t].name) == 0;
+            for (int t = 0; t < model_ntensors(m) && !known; t++)
+                known = strcmp(name, model_tensor_name(m, t)) == 0;
             if (!known) return name;
         }
     return NULL;
@@ -246,13 +247,13 @@ void model_load(model *m, const char *path) {
                      "tensor %s is not used by the config (the file "
                      "holds %d tensors, the config %d): use the config.json that belongs to these "
                      "weights",
-                     extra, st_set_count(&set), m->params.ntensors);
+                     extra, st_set_count(&set), model_ntensors(m));
     st_set_close(&set);
     if (rc != 0) up_die("%s", err);
 }
 
 st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefixes) {
-    const param_table *pt = &m->params;
+    const param_table *pt = model_table(m);
     size_t n = (size_t)nslabs * (size_t)pt->ntensors, names = 0;
     for (int k = 0; k < nslabs; k++) names += (strlen(prefixes[k]) + PARAM_NAME_MAX) * pt->ntensors;
     st_entry *e = calloc(1, n * sizeof *e + names);
@@ -274,11 +275,12 @@ st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefix
 
 int model_write_owned(model *m, store_slab_kind k, uint64_t data_off, model_range_fn write,
                       void *ctx) {
-    float *slab = store_slab(m->ps, k);
-    for (int u = 0; u < m->params.nunits; u++) {
+    param_store *ps = model_store(m);
+    float *slab = store_slab(ps, k);
+    for (int u = 0; u < model_table(m)->nunits; u++) {
         size_t g0, g1;
-        store_owned(m->ps, u, &g0, &g1); /* contiguous in the full layout and in the shard */
-        if (g1 > g0 && write(ctx, store_at(m->ps, slab, u, g0), (g1 - g0) * sizeof(float),
+        store_owned(ps, u, &g0, &g1); /* contiguous in the full layout and in the shard */
+        if (g1 > g0 && write(ctx, store_at(ps, slab, u, g0), (g1 - g0) * sizeof(float),
                              data_off + (uint64_t)g0 * sizeof(float)) != 0)
             return -1;
     }
@@ -287,7 +289,7 @@ int model_write_owned(model *m, store_slab_kind k, uint64_t data_off, model_rang
 
 size_t model_owned_floats(const model *m) {
     size_t n = 0;
-    for (int t = 0; t < m->params.ntensors; t++) {
+    for (int t = 0; t < model_ntensors(m); t++) {
         size_t i0, i1;
         if (model_owned_part(m, t, &i0, &i1)) n += i1 - i0;
     }
@@ -304,26 +306,26 @@ typedef struct {
 
 static int save_next(void *ctx, const float **chunk, size_t *count) {
     save_source *src = ctx;
-    const param_table *pt = &src->m->params;
+    const param_table *pt = model_table(src->m);
     if (src->unit >= pt->nunits) return -1;
     int u = src->unit++;
-    *chunk = store_gather_slab(src->m->ps, src->slab, u);
+    *chunk = store_gather_slab(model_store(src->m), src->slab, u);
     *count = pt->unit_off[u + 1] - pt->unit_off[u];
     return 0;
 }
 
 static void save_slab(model *m, const float *slab, const char *path, mem_dtype file_dtype) {
     save_source src = {m, slab, 0};
-    if (m->comm->rank != 0) {
+    if (model_comm(m)->rank != 0) {
         /* the other ranks only take part in rank 0's gathers, in the same order */
         const float *chunk;
         size_t count;
-        if (store_sharded(m->ps))
+        if (store_sharded(model_store(m)))
             while (save_next(&src, &chunk, &count) == 0) {
             }
         return;
     }
-    const param_table *pt = &m->params;
+    const param_table *pt = model_table(m);
     st_entry *e = calloc((size_t)pt->ntensors, sizeof *e);
     UP_CHECK(e, "out of memory");
     for (int t = 0; t < pt->ntensors; t++) {
@@ -340,8 +342,8 @@ static void save_slab(model *m, const float *slab, const char *path, mem_dtype f
 }
 
 void model_save_params(model *m, const char *path, mem_dtype file_dtype) {
-    save_slab(m, store_slab(m->ps, STORE_PARAMS), path, file_dtype);
+    save_slab(m, store_slab(model_store(m), STORE_PARAMS), path, file_dtype);
 }
 void model_save_grads(model *m, const char *path) {
-    save_slab(m, store_slab(m->ps, STORE_GRADS), path, MEM_DTYPE_F32);
+    save_slab(m, store_slab(model_store(m), STORE_GRADS), path, MEM_DTYPE_F32);
 }

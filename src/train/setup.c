@@ -220,7 +220,8 @@ static void setup_validation(train_run *r) {
                    avail);
     r->val_windows = o->val_windows ? o->val_windows
                      : avail < TRAIN_VAL_WINDOWS ? avail : TRAIN_VAL_WINDOWS;
-    r->val = (eval_source){.m = NULL /* run_alloc_all */, .shard = &r->val_shard, .doc_sep = o->doc_sep,
+    /* the model: run_alloc_all */
+    r->val = (eval_source){.m = NULL, .shard = &r->val_shard, .doc_sep = o->doc_sep,
                            .recall = eval_detect_recall(&r->val_shard)};
 }
 
