@@ -66,12 +66,13 @@ double model_flops_per_step(const model_config *cfg, int T);
 
 /* ---- init, forward, backward (model.c) ------------------------------------------------------ */
 
-/* Builds the tensor table and allocates params, grads, optimizer moments (all zero) and the
- * activations for T_loc tokens on this rank of comm's context-parallel group (P = comm->P; the
- * rank holds global positions cp_rank * T_loc ..). The layout must be valid (model_check_layout,
- * model_check_options). Under mem plan mode nothing is allocated or computed: the counters then
- * hold the run's memory plan. Not collective, except that an offload store that fails to open
- * on any rank stops all of them together; forward and backward are collective. */
+/* A new model: builds the tensor table and allocates the parameter store (params, grads,
+ * optimizer moments, all zero) and the activations for T_loc tokens on this rank of comm's
+ * context-parallel group (P = comm->P; the rank holds global positions cp_rank * T_loc ..). The
+ * layout must be valid (model_check_layout, model_check_options). Under mem plan mode nothing
+ * is allocated or computed: the counters then hold the run's memory plan. Not collective,
+ * except that an offload store that fails to open on any rank stops all of them together;
+ * forward and backward are collective. model_free frees it all (NULL: nothing). */
 model *model_init(const model_config *cfg, int T_loc, comm_ctx *comm, const model_options *opt);
 void model_free(model *m);
 
@@ -106,10 +107,10 @@ int model_attention_overlaps(const model *m);
  * documents in the window (a window that starts mid-document counts that one). */
 int model_set_documents(model *m, int32_t sep);
 
-/* Forward over m->inputs/m->targets (this rank's T_loc tokens): returns this rank's sum of token
- * losses (double) over targets >= 0. The loss's backward runs inside, per loss tile: the LM head
- * and final norm gradients are accumulated and d loss / d x_final (scaled by grad_scale, normally
- * 1 / valid targets of the global batch) is kept for model_backward. */
+/* Forward over the window's inputs and targets (this rank's T_loc tokens): returns this rank's
+ * sum of token losses (double) over targets >= 0. The loss's backward runs inside, per loss
+ * tile: the LM head and final norm gradients are accumulated and d loss / d x_final (scaled
+ * by grad_scale, normally 1 / valid targets of the global batch) is kept for model_backward. */
 double model_forward(model *m, float grad_scale);
 /* Backward: grads += d loss / d params (accumulate: model_zero_grads before the first
  * micro-batch of a step). Requires model_forward just before. */
