@@ -357,7 +357,8 @@ int eval_main(int argc, char **argv) {
     if (j->o.dry_run) {
         if (j->rank == 0) {
             report_print_plan(&plan, j->o.T, &j->cfg, j->P, j->T_loc, j->o.mopt.dtype);
-            printf("forward only: no gradients or optimizer state, one layer's activations at a time\n");
+            printf("forward only: no gradients or optimizer state, one layer's activations at a "
+                   "time\n");
         }
         if (j->o.mem_report) report_write_memory(j->o.mem_report, &j->comm, &plan, 1);
     } else {
