@@ -1,5 +1,6 @@
-/* upipe — long-sequence Llama training. `upipe train ...`, `upipe eval ...`, `upipe plot ...`,
- * `upipe data ...`, `upipe export ...`. */
+/* upipe — long-sequence Llama training on CPUs, in fp32 or bf16 (--dtype). `upipe train ...`,
+ * `upipe eval ...`, `upipe plot ...`, `upipe data ...`, `upipe export ...`: each command parses
+ * its own flags (train and eval from tables, core/flags.h). */
 #include "cmd/data_cmd.h"
 #include "cmd/eval_cmd.h"
 #include "cmd/export_cmd.h"
@@ -15,7 +16,7 @@
 #define UPIPE_VERSION "0.1.0"
 
 static void print_usage(void) {
-    printf("upipe %s — train Llama-style transformers on very long sequences (CPU, fp32, MPI)\n\n"
+    printf("upipe %s — train Llama-style transformers on very long sequences (CPU, fp32 or bf16, MPI)\n\n"
            "usage:\n"
            "  upipe train --config config.json --data tokens.bin [flags]   train a model\n"
            "  upipe eval --config C --init W|--ckpt DIR --data D [flags]   evaluate a model\n"

@@ -11,14 +11,15 @@
 #include "eval/evaluate.h"
 #include "eval/summary.h"
 #include "train/ckpt.h"
-#include "train/options.h"
+#include "train/front.h"
 #include "train/report.h"
 #include "train/setup.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,187 +27,145 @@
 #define EVAL_DEFAULT_WINDOWS 64 /* the cap of the default --windows */
 
 typedef struct {
-    const char *config, *init, *ckpt, *data, *loss_mask, *report, *svg, *recall_svg, *mem_report;
-    const char *trace; /* --trace: a Chrome / Perfetto JSON trace; NULL: none */
-    long T, windows, doc_sep;
+    FRONT_OPTIONS_MEMBER; /* config, data, loss_mask, mem_report, trace, T, doc_sep, cp, threads,
+                             dry_run, quiet, mem_limit, mopt (train/front.h) */
+    const char *init, *ckpt, *report, *svg, *recall_svg;
+    long windows;
     int recall; /* 1: --recall (score even when the shard does not look like the corpus) */
-    int cp, threads, dry_run, quiet;
-    unsigned long long mem_limit;
-    model_options mopt;
 } eval_options;
 
-static void eval_print_help(void) {
-    printf(
-        "usage: upipe eval --config FILE (--init W | --ckpt DIR) --data FILE [flags]\n\n"
-        "Evaluates a model on windows of a token shard, forward only (no gradients, no optimizer\n"
-        "state): the mean loss and perplexity, the loss by position in the window (log-spaced\n"
-        "buckets [0,8), [8,16), [16,32) ... [2^k,T)) and, on a recall corpus (`upipe data\n"
-        "recall`), for every question \"key?V;\" whose fact \"key=V;\" lies inside the window,\n"
-        "whether the top prediction is V: accuracy overall and by distance to the fact (chance\n"
-        "is 1/16). Window w is the T+1 tokens at w*T: what training step w reads on one\n"
-        "replica without --grad-accum.\n\n"
-        "model and data\n"
-        "  --config FILE          HF LlamaForCausalLM config.json (default with --ckpt: the\n"
-        "                         checkpoint's config.json)\n"
-        "  --init W               weights: a .safetensors file, an index or an HF folder\n"
-        "  --ckpt DIR             weights of a checkpoint: DIR/step-NNNNNNNN, or a --ckpt-dir\n"
-        "                         (its newest complete checkpoint)\n"
-        "  --data FILE            llm.c token shard (required)\n"
-        "  --seq-len T            tokens per window (default 1024; above the config's\n"
-        "                         max_position_embeddings: a warning)\n"
-        "  --windows N            windows 0..N-1 (default: every whole window the shard holds,\n"
-        "                         at most %d); with R/P replicas each takes every (R/P)-th\n"
-        "  --doc-sep S            packed documents, as in training: attention and RoPE positions\n"
-        "                         within a document, targets equal to S not counted\n"
-        "  --loss-mask FILE       only targets whose mask byte is 1 count, as in training; no\n"
-        "                         counted target in the windows is an error (no loss to report)\n"
-        "  --recall               score recall questions even when the first tokens of the shard\n"
-        "                         do not look like a recall corpus (detected otherwise); without\n"
-        "                         questions it says so (accuracy null in the report)\n"
-        "  --dtype f32|bf16       element type of the stored tensors (default f32); bf16 as in\n"
-        "                         training (upipe train --help): weights fp32 with a bf16 copy\n"
-        "                         for the matmuls, the residual stream and attention in bf16\n\n"
-        "outputs (the tables always go to the terminal unless --quiet)\n"
-        "  --report FILE          JSON: {\"loss\", \"perplexity\", \"tokens\", \"windows\",\n"
-        "                         \"buckets\": [{\"start\", \"end\", \"loss\"}], \"recall\":\n"
-        "                         {\"questions\", \"accuracy\", \"by_distance\": [{\"lo\", \"hi\",\n"
-        "                         \"n\", \"accuracy\"}]}} (recall on a recall corpus only;\n"
-        "                         lo <= distance < hi)\n"
-        "  --svg FILE             the loss by position as an SVG line chart\n"
-        "  --recall-svg FILE      recall accuracy by distance and position as an SVG heat-map\n"
-        "                         (a recall corpus only)\n"
-        "  --mem-report FILE      JSON memory report, as training's\n"
-        "  --trace FILE           a profiler trace, as training's (upipe train --help)\n"
-        "  --quiet                nothing on the terminal\n\n"
-        "parallelism and memory (as in training; the numbers do not change)\n"
-        "  --cp P                 context-parallel degree (Ulysses; default: all ranks)\n"
-        "  --upipe-heads U        attention in stages of U query heads (UPipe)\n"
-        "  --upipe-overlap, --no-upipe-overlap\n"
-        "                         exchange the next stage's q, k, v while this stage's attention\n"
-        "                         runs (one more set of stage buffers; default: off)\n"
-        "  --fsdp                 parameters sharded over all ranks, gathered layer by layer\n"
-        "  --tile-mlp [N]         the MLP over tiles of N tokens (default N: hidden_size)\n"
-        "  --tile-loss [N]        final norm, LM head, loss and top prediction over tiles of N\n"
-        "                         tokens: the (T, vocab) logits never exist (default N:\n"
-        "                         hidden_size)\n"
-        "  --checkpoint, --offload DIR\n"
-        "                         accepted so a training command line can be reused; nothing to\n"
-        "                         do without a backward\n"
-        "  --dry-run              print the memory plan per category and exit (with\n"
-        "                         --mem-report, write it as JSON)\n"
-        "  --mem-limit SIZE       refuse, before allocating, a plan above SIZE bytes per rank\n"
-        "  --threads N            OpenMP/OpenBLAS threads per rank (default as in training)\n"
-        "  --help                 this text\n",
-        EVAL_DEFAULT_WINDOWS);
-}
+#define AT(field) offsetof(eval_options, field)
+#define WINDOWS_CAP FLAGS_STR(EVAL_DEFAULT_WINDOWS) /* in the help text */
 
-enum {
-    OPT_CONFIG = 256, OPT_INIT, OPT_CKPT, OPT_DATA, OPT_SEQ, OPT_WINDOWS, OPT_DOC_SEP,
-    OPT_LOSS_MASK, OPT_RECALL, OPT_REPORT, OPT_SVG, OPT_RECALL_SVG, OPT_MEMREP, OPT_QUIET, OPT_CP,
-    OPT_UPIPE, OPT_OVERLAP, OPT_NO_OVERLAP, OPT_FSDP, OPT_TILE_MLP, OPT_TILE_LOSS, OPT_CKPTING,
-    OPT_OFFLOAD, OPT_DRY, OPT_MEMLIM, OPT_THREADS, OPT_TRACE, OPT_DTYPE, OPT_HELP
+static const flag_spec g_eval_flags[] = {
+    {.name = "init",
+     .arg = "W",
+     .kind = FLAG_STRING,
+     .off = AT(init),
+     .help = "weights: a .safetensors file, an index or an HF folder"},
+    {.name = "ckpt",
+     .arg = "DIR",
+     .kind = FLAG_STRING,
+     .off = AT(ckpt),
+     .help = "weights of a checkpoint: DIR/step-NNNNNNNN, or a --ckpt-dir\n"
+             "(its newest complete checkpoint)"},
+    {.name = "windows",
+     .arg = "N",
+     .kind = FLAG_LONG,
+     .off = AT(windows),
+     .lo = 1,
+     .hi = INT_MAX,
+     .help = "windows 0..N-1 (default: every whole window the shard holds,\n"
+             "at most " WINDOWS_CAP "); with R/P replicas each takes every (R/P)-th"},
+    {.name = "recall",
+     .kind = FLAG_SET,
+     .off = AT(recall),
+     .help = "score recall questions even when the first tokens of the shard\n"
+             "do not look like a recall corpus (detected otherwise); without\n"
+             "questions it says so (accuracy null in the report)"},
+    {.name = "report",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(report),
+     .help = "JSON: {\"loss\", \"perplexity\", \"tokens\", \"windows\",\n"
+             "\"buckets\": [{\"start\", \"end\", \"loss\"}], \"recall\":\n"
+             "{\"questions\", \"accuracy\", \"by_distance\": [{\"lo\", \"hi\",\n"
+             "\"n\", \"accuracy\"}]}} (recall on a recall corpus only;\n"
+             "lo <= distance < hi)"},
+    {.name = "svg",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(svg),
+     .help = "the loss by position as an SVG line chart"},
+    {.name = "recall-svg",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(recall_svg),
+     .help = "recall accuracy by distance and position as an SVG heat-map\n"
+             "(a recall corpus only)"},
+    /* training's memory flags, hiding the shared rows: nothing to recompute or offload without
+     * a backward */
+    {.name = "checkpoint",
+     .kind = FLAG_IGNORED,
+     .help = "accepted so a training command line can be reused; nothing to\n"
+             "do without a backward"},
+    {.name = "offload", .arg = "DIR", .kind = FLAG_IGNORED, .help = NULL /* on --checkpoint's */},
 };
 
-static const struct option g_longopts[] = {
-    {"config", required_argument, 0, OPT_CONFIG},
-    {"init", required_argument, 0, OPT_INIT},
-    {"ckpt", required_argument, 0, OPT_CKPT},
-    {"data", required_argument, 0, OPT_DATA},
-    {"seq-len", required_argument, 0, OPT_SEQ},
-    {"windows", required_argument, 0, OPT_WINDOWS},
-    {"doc-sep", required_argument, 0, OPT_DOC_SEP},
-    {"loss-mask", required_argument, 0, OPT_LOSS_MASK},
-    {"recall", no_argument, 0, OPT_RECALL},
-    {"report", required_argument, 0, OPT_REPORT},
-    {"svg", required_argument, 0, OPT_SVG},
-    {"recall-svg", required_argument, 0, OPT_RECALL_SVG},
-    {"mem-report", required_argument, 0, OPT_MEMREP},
-    {"quiet", no_argument, 0, OPT_QUIET},
-    {"cp", required_argument, 0, OPT_CP},
-    {"upipe-heads", required_argument, 0, OPT_UPIPE},
-    {"upipe-overlap", no_argument, 0, OPT_OVERLAP},
-    {"no-upipe-overlap", no_argument, 0, OPT_NO_OVERLAP},
-    {"fsdp", no_argument, 0, OPT_FSDP},
-    {"tile-mlp", optional_argument, 0, OPT_TILE_MLP},
-    {"tile-loss", optional_argument, 0, OPT_TILE_LOSS},
-    {"checkpoint", no_argument, 0, OPT_CKPTING},
-    {"offload", required_argument, 0, OPT_OFFLOAD},
-    {"dry-run", no_argument, 0, OPT_DRY},
-    {"mem-limit", required_argument, 0, OPT_MEMLIM},
-    {"threads", required_argument, 0, OPT_THREADS},
-    {"trace", required_argument, 0, OPT_TRACE},
-    {"dtype", required_argument, 0, OPT_DTYPE},
-    {"help", no_argument, 0, OPT_HELP},
-    {0, 0, 0, 0}};
+/* The help page: eval's flags and the shared ones, several worded for evaluation. */
+static const flag_help_line g_eval_page[] = {
+    {NULL,
+     "usage: upipe eval --config FILE (--init W | --ckpt DIR) --data FILE [flags]\n\n"
+     "Evaluates a model on windows of a token shard, forward only (no gradients, no optimizer\n"
+     "state): the mean loss and perplexity, the loss by position in the window (log-spaced\n"
+     "buckets [0,8), [8,16), [16,32) ... [2^k,T)) and, on a recall corpus (`upipe data\n"
+     "recall`), for every question \"key?V;\" whose fact \"key=V;\" lies inside the window,\n"
+     "whether the top prediction is V: accuracy overall and by distance to the fact (chance\n"
+     "is 1/16). Window w is the T+1 tokens at w*T: what training step w reads on one\n"
+     "replica without --grad-accum.\n"},
+    {NULL, "model and data"},
+    {"config", "HF LlamaForCausalLM config.json (default with --ckpt: the\n"
+               "checkpoint's config.json)"},
+    {"init", NULL},
+    {"ckpt", NULL},
+    {"data", NULL},
+    {"seq-len", "tokens per window (default 1024; above the config's\n"
+                "max_position_embeddings: a warning)"},
+    {"windows", NULL},
+    {"doc-sep", "packed documents, as in training: attention and RoPE positions\n"
+                "within a document, targets equal to S not counted"},
+    {"loss-mask", "only targets whose mask byte is 1 count, as in training; no\n"
+                  "counted target in the windows is an error (no loss to report)"},
+    {"recall", NULL},
+    {"dtype", "element type of the stored tensors (default f32); bf16 as in\n"
+              "training (upipe train --help): weights fp32 with a bf16 copy\n"
+              "for the matmuls, the residual stream and attention in bf16"},
+    {NULL, "\noutputs (the tables always go to the terminal unless --quiet)"},
+    {"report", NULL},
+    {"svg", NULL},
+    {"recall-svg", NULL},
+    {"mem-report", NULL},
+    {"trace", "a profiler trace, as training's (upipe train --help)"},
+    {"quiet", "nothing on the terminal"},
+    {NULL, "\nparallelism and memory (as in training; the numbers do not change)"},
+    {"cp", "context-parallel degree (Ulysses; default: all ranks)"},
+    {"upipe-heads", NULL},
+    {"upipe-overlap no-upipe-overlap",
+     "exchange the next stage's q, k, v while this stage's attention\n"
+     "runs (one more set of stage buffers; default: off)"},
+    {"fsdp", "parameters sharded over all ranks, gathered layer by layer"},
+    {"tile-mlp", NULL},
+    {"tile-loss", "final norm, LM head, loss and top prediction over tiles of N\n"
+                  "tokens: the (T, vocab) logits never exist (default N:\n"
+                  "hidden_size)"},
+    {"checkpoint offload", NULL},
+    {"dry-run", NULL},
+    {"mem-limit", NULL},
+    {"threads", NULL},
+    {"help", NULL},
+};
 
-/* One flag into o; 1 for --help. */
-static int eval_flag(eval_options *o, int c, int argc, char **argv) {
-    switch (c) {
-    case OPT_CONFIG: o->config = optarg; break;
-    case OPT_INIT: o->init = optarg; break;
-    case OPT_CKPT: o->ckpt = optarg; break;
-    case OPT_DATA: o->data = optarg; break;
-    case OPT_SEQ: o->T = opt_long("--seq-len", optarg, 1, 1L << 30); break;
-    case OPT_WINDOWS: o->windows = opt_long("--windows", optarg, 1, INT_MAX); break;
-    case OPT_DOC_SEP: o->doc_sep = opt_long("--doc-sep", optarg, 0, INT32_MAX); break;
-    case OPT_LOSS_MASK: o->loss_mask = optarg; break;
-    case OPT_RECALL: o->recall = 1; break;
-    case OPT_REPORT: o->report = optarg; break;
-    case OPT_SVG: o->svg = optarg; break;
-    case OPT_RECALL_SVG: o->recall_svg = optarg; break;
-    case OPT_MEMREP: o->mem_report = optarg; break;
-    case OPT_QUIET: o->quiet = 1; break;
-    case OPT_CP: o->cp = (int)opt_long("--cp", optarg, 1, 1 << 20); break;
-    case OPT_UPIPE: o->mopt.U = (int)opt_long("--upipe-heads", optarg, 1, 1 << 20); break;
-    case OPT_OVERLAP: o->mopt.upipe_overlap = 1; break;
-    case OPT_NO_OVERLAP: o->mopt.upipe_overlap = 0; break;
-    case OPT_FSDP: o->mopt.fsdp = 1; break;
-    case OPT_TILE_MLP: o->mopt.tile_mlp = opt_optional_count("--tile-mlp", argc, argv); break;
-    case OPT_TILE_LOSS: o->mopt.tile_loss = opt_optional_count("--tile-loss", argc, argv); break;
-    case OPT_CKPTING: break; /* nothing to recompute without a backward */
-    case OPT_OFFLOAD: break;
-    case OPT_DRY: o->dry_run = 1; break;
-    case OPT_MEMLIM: o->mem_limit = opt_size("--mem-limit", optarg); break;
-    case OPT_THREADS: o->threads = (int)opt_long("--threads", optarg, 1, 1024); break;
-    case OPT_TRACE: o->trace = optarg; break;
-    case OPT_DTYPE: o->mopt.dtype = opt_dtype("--dtype", optarg); break;
-    case OPT_HELP: return 1;
-    case ':': up_die_all("%s needs a value: see upipe eval --help", argv[optind - 1]);
-    default: up_die_all("unknown flag '%s': see upipe eval --help", argv[optind - 1]);
-    }
-    return 0;
+static void eval_print_help(void) {
+    eval_options o; /* the tables' base pointers; nothing is stored */
+    flag_table tables[] = {{g_eval_flags, FLAGS_COUNT(g_eval_flags), &o}, front_table(&o.front)};
+    flags_print_help(tables, FLAGS_COUNT(tables), g_eval_page, FLAGS_COUNT(g_eval_page));
 }
 
 /* Parses argv (argv[0] == "eval"); 1 for --help. Every rank (a bad flag stops them all). */
 static int eval_parse_args(eval_options *o, int argc, char **argv) {
     memset(o, 0, sizeof *o);
-    o->mopt.upipe_overlap = MODEL_UPIPE_OVERLAP_DEFAULT;
-    o->T = 1024;
-    o->doc_sep = -1;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", g_longopts, NULL)) != -1) {
-        const char *flag = opt_flag_as_value(argv);
-        if (flag)
-            up_die_all("%s needs a value but is followed by the flag %s: see upipe eval --help",
-                       flag, optarg);
-        if (eval_flag(o, c, argc, argv)) return 1;
-    }
-    if (optind < argc)
-        up_die_all("unexpected argument '%s': flags are --name value (see upipe eval --help)",
-                   argv[optind]);
+    flag_table tables[] = {{g_eval_flags, FLAGS_COUNT(g_eval_flags), o}, front_table(&o->front)};
+    flags_defaults(tables, FLAGS_COUNT(tables));
+    if (flags_parse("eval", tables, FLAGS_COUNT(tables), argc, argv) == 1) return 1;
     if (!o->init == !o->ckpt)
         up_die_all("%s: see upipe eval --help",
                    o->init ? "give --init or --ckpt, not both"
                            : "the weights are missing: give --init FILE (safetensors) or --ckpt "
                              "DIR (a checkpoint)");
-    if (!o->data)
-        up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "
-                   "--output data.bin`)");
+    front_require_data(&o->front);
     if (!o->config && !o->ckpt)
         up_die_all("--config FILE is required with --init (an HF config.json)");
-    o->mopt.docs = o->doc_sep >= 0;
+    front_finish(&o->front);
     o->mopt.forward_only = 1;
     return 0;
 }
@@ -382,13 +341,12 @@ static void eval_run_job(eval_job *j) {
 }
 
 int eval_main(int argc, char **argv) {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    int rank, world;
+    comm_mpi_init(&argc, &argv, &rank, &world);
     eval_job *j = calloc(1, sizeof *j);
     UP_CHECK(j, "out of memory");
-    MPI_Comm_rank(MPI_COMM_WORLD, &j->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &j->world);
-    up_set_rank(j->rank, j->world);
+    j->rank = rank;
+    j->world = world;
     if (eval_parse_args(&j->o, argc, argv) == 1) {
         if (j->rank == 0) eval_print_help();
         free(j);
@@ -400,7 +358,8 @@ int eval_main(int argc, char **argv) {
     if (j->o.dry_run) {
         if (j->rank == 0) {
             report_print_plan(&plan, j->o.T, &j->cfg, j->P, j->T_loc, j->o.mopt.dtype);
-            printf("forward only: no gradients or optimizer state, one layer's activations at a time\n");
+            printf("forward only: no gradients or optimizer state, one layer's activations at a "
+                   "time\n");
         }
         if (j->o.mem_report) report_write_memory(j->o.mem_report, &j->comm, &plan, 1);
     } else {

@@ -238,18 +238,11 @@ static void remove_stale(const char *real) {
     closedir(d);
 }
 
-/* Writes the export into the folder dir (new, empty): config.json, the shards and the index.
- * Every file is fsync'd as it is renamed into place (the atomic writers). Returns the bytes of
- * the weights and the number of shards in *nshards_out; a failure stops (the caller's folder is
- * registered, EXPORT_DIE removes it). */
-static size_t write_export(const export_args *a, const char *step, st_file *src, const char *dir,
-                           int *nshards_out) {
-    char p[4096], err[512];
-    if (write_config(step, dir, a->bf16, err, sizeof err) != 0) EXPORT_DIE("%s", err);
-    /* tensors in data order, cut into shards of at most max_shard bytes (a larger tensor alone) */
-    const st_tensor **order = malloc(sizeof *order * (size_t)(src->n ? src->n : 1));
-    int *shard_of = malloc(sizeof *shard_of * (size_t)(src->n ? src->n : 1));
-    UP_CHECK(order && shard_of, "out of memory");
+/* The tensors of src in data order (order, src->n entries) cut into shards of at most max_shard
+ * bytes of esize-byte elements (a larger tensor alone): shard_of[i] is order[i]'s. Returns the
+ * number of shards; *total: the bytes of all tensors. */
+static int plan_shards(const st_file *src, size_t esize, unsigned long long max_shard,
+                       const st_tensor **order, int *shard_of, size_t *total) {
     for (int i = 0; i < src->n; i++)
         order[i] = &src->tensors[i];
     for (int i = 1; i < src->n; i++) /* insertion sort by offset: the header's order is any */
@@ -258,18 +251,52 @@ static size_t write_export(const export_args *a, const char *step, st_file *src,
             order[j] = order[j - 1];
             order[j - 1] = t;
         }
-    size_t esize = a->bf16 ? 2 : 4, cur = 0, total = 0;
+    size_t cur = 0;
     int nshards = src->n ? 1 : 0;
+    *total = 0;
     for (int i = 0; i < src->n; i++) {
         size_t b = st_numel(order[i]) * esize;
-        if (cur > 0 && cur + b > a->max_shard) {
+        if (cur > 0 && cur + b > max_shard) {
             nshards++;
             cur = 0;
         }
         cur += b;
-        total += b;
+        *total += b;
         shard_of[i] = nshards - 1;
     }
+    return nshards;
+}
+
+/* model.safetensors.index.json in dir, the index transformers reads: the total bytes and where
+ * each tensor is (map, taken). A failure stops. */
+static void write_index(const char *dir, json_t *map, size_t total) {
+    char p[4096], err[512];
+    json_t *root = json_object(), *meta = json_object();
+    json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
+    json_object_set_new(root, "metadata", meta);
+    json_object_set_new(root, "weight_map", map);
+    char *text = json_dumps(root, JSON_INDENT(2));
+    json_decref(root);
+    UP_CHECK(text, "json_dumps failed");
+    up_path_join(p, sizeof p, dir, "model.safetensors.index.json");
+    int rc = up_write_line_atomic(p, text, err, sizeof err);
+    free(text);
+    if (rc != 0) EXPORT_DIE("%s", err);
+}
+
+/* Writes the export into the folder dir (new, empty): config.json, the shards and the index.
+ * Every file is fsync'd as it is renamed into place (the atomic writers). Returns the bytes of
+ * the weights and the number of shards in *nshards_out; a failure stops (the caller's folder is
+ * registered, EXPORT_DIE removes it). */
+static size_t write_export(const export_args *a, const char *step, st_file *src, const char *dir,
+                           int *nshards_out) {
+    char p[4096], err[512];
+    if (write_config(step, dir, a->bf16, err, sizeof err) != 0) EXPORT_DIE("%s", err);
+    const st_tensor **order = malloc(sizeof *order * (size_t)(src->n ? src->n : 1));
+    int *shard_of = malloc(sizeof *shard_of * (size_t)(src->n ? src->n : 1));
+    UP_CHECK(order && shard_of, "out of memory");
+    size_t total;
+    int nshards = plan_shards(src, a->bf16 ? 2 : 4, a->max_shard, order, shard_of, &total);
 
     shard_source s = {.src = src, .cap = (size_t)1 << 20};
     s.buf = malloc(s.cap * sizeof(float));
@@ -282,11 +309,14 @@ static size_t write_export(const export_args *a, const char *step, st_file *src,
         while (i < src->n && shard_of[i] == k) {
             e[n].name = order[i]->name;
             e[n].ndim = order[i]->ndim;
-            for (int d = 0; d < order[i]->ndim && d < 4; d++) e[n].shape[d] = order[i]->shape[d];
+            for (int d = 0; d < order[i]->ndim && d < 4; d++)
+                e[n].shape[d] = order[i]->shape[d];
             n++, i++;
         }
-        if (nshards == 1) snprintf(fname, sizeof fname, "model.safetensors");
-        else snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, nshards);
+        if (nshards == 1)
+            snprintf(fname, sizeof fname, "model.safetensors");
+        else
+            snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", k + 1, nshards);
         up_path_join(p, sizeof p, dir, fname);
         s.tensors = order + first;
         s.n = n;
@@ -299,21 +329,10 @@ static size_t write_export(const export_args *a, const char *step, st_file *src,
         for (int t = first; t < i; t++)
             json_object_set_new(map, order[t]->name, json_string(fname));
     }
-    if (nshards > 1) { /* the index transformers reads: total bytes and where each tensor is */
-        json_t *root = json_object(), *meta = json_object();
-        json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
-        json_object_set_new(root, "metadata", meta);
-        json_object_set_new(root, "weight_map", map);
-        char *text = json_dumps(root, JSON_INDENT(2));
-        json_decref(root);
-        UP_CHECK(text, "json_dumps failed");
-        up_path_join(p, sizeof p, dir, "model.safetensors.index.json");
-        int rc = up_write_line_atomic(p, text, err, sizeof err);
-        free(text);
-        if (rc != 0) EXPORT_DIE("%s", err);
-    } else {
+    if (nshards > 1)
+        write_index(dir, map, total);
+    else
         json_decref(map);
-    }
     free(e);
     free(s.buf);
     free(order);

@@ -31,6 +31,28 @@ const char *comm_kind_name(comm_kind k) { return g_kind_names[k]; }
         }                                                                                          \
     } while (0)
 
+static const char *thread_level_name(int level) {
+    return level == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+           : level == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+           : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+           : level == MPI_THREAD_MULTIPLE   ? "MPI_THREAD_MULTIPLE"
+                                            : "an unknown level";
+}
+
+void comm_mpi_init(int *argc, char ***argv, int *rank, int *world) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_CALL(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    MPI_CALL(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+    MPI_CALL(MPI_Comm_size(MPI_COMM_WORLD, world));
+    up_set_rank(*rank, *world);
+    /* every rank runs the same library: the same verdict everywhere, rank 0 says it */
+    if (provided < MPI_THREAD_FUNNELED)
+        up_die_all("the MPI library provides %s (%d) but upipe needs MPI_THREAD_FUNNELED (the "
+                   "main thread calls MPI while the offload I/O and OpenMP threads run): use an "
+                   "MPI built with thread support",
+                   thread_level_name(provided), provided);
+}
+
 void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
     memset(c, 0, sizeof *c);
     MPI_CALL(MPI_Comm_dup(parent, &c->world));
@@ -347,4 +369,17 @@ void comm_max_u64(comm_ctx *c, unsigned long long *v, int n) {
 void comm_xor_u32(comm_ctx *c, uint32_t *v, int n) {
     if (c->R == 1) return;
     MPI_CALL(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_UINT32_T, MPI_BXOR, c->world));
+}
+
+static int byte_count(size_t n) {
+    UP_CHECK(n <= INT_MAX, "a message of %zu bytes exceeds MPI's int count", n);
+    return (int)n;
+}
+
+void comm_send_bytes(comm_ctx *c, const void *buf, size_t n, int dest, int tag) {
+    MPI_CALL(MPI_Send(buf, byte_count(n), MPI_BYTE, dest, tag, c->world));
+}
+
+void comm_recv_bytes(comm_ctx *c, void *buf, size_t n, int src, int tag) {
+    MPI_CALL(MPI_Recv(buf, byte_count(n), MPI_BYTE, src, tag, c->world, MPI_STATUS_IGNORE));
 }

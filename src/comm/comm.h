@@ -43,6 +43,13 @@ typedef struct {
     comm_stat stats[COMM_KIND_COUNT];
 } comm_ctx;
 
+/* MPI_Init_thread for a command (not collective before it returns; MPI_Finalize is the
+ * caller's): MPI_THREAD_FUNNELED, which upipe relies on (only the main thread calls MPI; the
+ * offload I/O thread and the OpenMP threads never do). An MPI library that provides less stops
+ * every rank with one line saying so (exit status 1). Sets the rank of messages (up_set_rank)
+ * and returns the rank and size of MPI_COMM_WORLD. */
+void comm_mpi_init(int *argc, char ***argv, int *rank, int *world);
+
 /* P must divide R (validated by the caller with a user message first; checked here again). */
 void comm_init(comm_ctx *c, MPI_Comm parent, int P);
 void comm_free(comm_ctx *c);
@@ -123,6 +130,12 @@ int comm_min_int(comm_ctx *c, int v);
 
 /* Max over the world of n unsigned 64-bit values, in place (memory reports). */
 void comm_max_u64(comm_ctx *c, unsigned long long *v, int n);
+
+/* Point to point over the world (not collective), for a stream that rank 0 gathers piece by
+ * piece (the trace, core/trace.h): n bytes to rank dest, or from rank src, with tag. Blocking;
+ * n must fit MPI's int count. Not counted in the statistics. */
+void comm_send_bytes(comm_ctx *c, const void *buf, size_t n, int dest, int tag);
+void comm_recv_bytes(comm_ctx *c, void *buf, size_t n, int src, int tag);
 
 /* Bitwise XOR over the world of n unsigned 32-bit values, in place (the placed CRCs of the
  * ranges each rank wrote or read of a checkpoint file, core/crc32c.h). */

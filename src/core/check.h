@@ -1,10 +1,10 @@
 /* check.h — always-on checks and fatal errors.
  *
- * Two kinds of failure:
- *  - UP_CHECK(cond, fmt, ...): an internal invariant or a library call failed. Prints
- *    "[rank r] file:line: message" and stops every rank (MPI_Abort once MPI is up).
- *  - up_die(fmt, ...): a user mistake or bad input found by one rank (a flag, a file, a shape).
- *    Prints "upipe: error: message" and stops every rank.
+ * Four ways to stop, for two kinds of failure. An internal invariant or a library call failed:
+ *  - UP_CHECK(cond, fmt, ...): prints "[rank r] file:line: message" and stops every rank
+ *    (MPI_Abort once MPI is up).
+ * A user mistake or bad input (a flag, a file, a shape), told in a sentence that says what to do:
+ *  - up_die(fmt, ...): found by one rank. Prints "upipe: error: message" and stops every rank.
  *  - up_die_all(fmt, ...): the same mistake found by every rank at once (collective validation):
  *    rank 0 prints the message once, every rank exits non-zero without MPI_Abort noise.
  *  - up_die_agreed(msg): a failure some ranks found, after they agreed on it (comm_any).

@@ -5,6 +5,7 @@
  * the complete trace object, atomically. */
 #include "core/trace.h"
 
+#include "comm/comm.h"
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
@@ -57,7 +58,7 @@ static _Thread_local trace_track *tl_track;
 static struct {
     trace_track tracks[TRACE_TRACKS];
     int ntracks;
-    MPI_Comm comm;
+    comm_ctx comm; /* the trace's own duplicate of the run's communicator */
     int rank, R;
     uint64_t origin, last_flush;
     int fd;               /* rank 0: the output, "[" and the events so far */
@@ -73,12 +74,6 @@ static struct {
  * boundary (a kill between two writes leaves a loadable array). */
 static char g_text[1 << 16];
 static size_t g_text_n;
-
-#define TRACE_MPI(call)                                                                            \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        UP_CHECK(rc_ == MPI_SUCCESS, "%s failed (MPI error %d)", #call, rc_);                      \
-    } while (0)
 
 uint64_t trace_now_ns(void) {
     struct timespec ts;
@@ -275,10 +270,9 @@ static void flush_all(void) {
             g.events += n;
             g.dropped += h.dropped;
         } else {
-            TRACE_MPI(MPI_Send(&h, sizeof h, MPI_BYTE, 0, TRACE_TAG, g.comm));
-            TRACE_MPI(MPI_Send(st.blob, (int)st.blob_len, MPI_BYTE, 0, TRACE_TAG, g.comm));
-            TRACE_MPI(MPI_Send(t->ev, (int)(n * (long long)sizeof(trace_event)), MPI_BYTE, 0,
-                               TRACE_TAG, g.comm));
+            comm_send_bytes(&g.comm, &h, sizeof h, 0, TRACE_TAG);
+            comm_send_bytes(&g.comm, st.blob, st.blob_len, 0, TRACE_TAG);
+            comm_send_bytes(&g.comm, t->ev, (size_t)n * sizeof(trace_event), 0, TRACE_TAG);
         }
         atomic_store_explicit(&t->n, 0, memory_order_relaxed);
     }
@@ -290,15 +284,13 @@ static void flush_all(void) {
     for (int r = 1; r < g.R; r++)
         for (int k = 0; k < g.ntracks; k++) {
             trace_header h;
-            TRACE_MPI(MPI_Recv(&h, sizeof h, MPI_BYTE, r, TRACE_TAG, g.comm, MPI_STATUS_IGNORE));
+            comm_recv_bytes(&g.comm, &h, sizeof h, r, TRACE_TAG);
             UP_CHECK(h.n >= 0 && (size_t)h.n <= buf->cap && h.nstr >= 0 &&
                          h.nstr <= TRACE_MAX_STRINGS && h.blob >= 0 &&
                          (size_t)h.blob <= sizeof st.blob,
                      "trace: rank %d sent a bad header (%lld events)", r, h.n);
-            TRACE_MPI(MPI_Recv(st.blob, (int)h.blob, MPI_BYTE, r, TRACE_TAG, g.comm,
-                               MPI_STATUS_IGNORE));
-            TRACE_MPI(MPI_Recv(buf->ev, (int)(h.n * (long long)sizeof(trace_event)), MPI_BYTE, r,
-                               TRACE_TAG, g.comm, MPI_STATUS_IGNORE));
+            comm_recv_bytes(&g.comm, st.blob, (size_t)h.blob, r, TRACE_TAG);
+            comm_recv_bytes(&g.comm, buf->ev, (size_t)h.n * sizeof(trace_event), r, TRACE_TAG);
             const char *strs[TRACE_MAX_STRINGS];
             split_strings(st.blob, h.blob, h.nstr, strs);
             write_thread_name(r, h.tid, k);
@@ -384,10 +376,9 @@ static void close_on_stop(void) {
 
 int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t errlen) {
     memset(&g, 0, sizeof g);
-    TRACE_MPI(MPI_Comm_dup(comm, &g.comm));
-    TRACE_MPI(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN));
-    TRACE_MPI(MPI_Comm_rank(g.comm, &g.rank));
-    TRACE_MPI(MPI_Comm_size(g.comm, &g.R));
+    comm_init(&g.comm, comm, 1); /* its messages never mix with the run's */
+    g.rank = g.comm.rank;
+    g.R = g.comm.R;
     g.ntracks = io_track ? 2 : 1;
     for (int k = 0; k < g.ntracks; k++) {
         g.tracks[k].cap = track_cap(k);
@@ -399,12 +390,12 @@ int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t
     if (g.rank == 0) bad = open_output(path, err, errlen) != 0;
     /* the verdict, and the clocks' alignment: every rank has entered this all-reduce before
      * any leaves it */
-    TRACE_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, g.comm));
+    bad = comm_any(&g.comm, bad);
     g.origin = trace_now_ns();
     g.last_flush = g.origin;
     if (bad) {
         for (int k = 0; k < g.ntracks; k++) mem_free(g.tracks[k].ev);
-        MPI_Comm_free(&g.comm);
+        comm_free(&g.comm);
         if (g.fd >= 0) close(g.fd);
         free(g.named);
         memset(&g, 0, sizeof g);
@@ -430,8 +421,7 @@ void trace_step(void) {
     for (int k = 0; k < g.ntracks; k++)
         full |= atomic_load_explicit(&g.tracks[k].n, memory_order_acquire) > g.tracks[k].cap / 2;
     if (g.rank == 0 && t0 - g.last_flush >= TRACE_FLUSH_NS) full = 1; /* now and then */
-    TRACE_MPI(MPI_Allreduce(MPI_IN_PLACE, &full, 1, MPI_INT, MPI_LOR, g.comm));
-    if (!full) return;
+    if (!comm_any(&g.comm, full)) return;
     flush_all();
     trace_record(t0, "trace", "trace_flush", NULL, 0, NULL, 0); /* in the next batch */
 }
@@ -455,9 +445,9 @@ int trace_finish(char *err, size_t errlen) {
             fflush(stderr);
         }
     }
-    TRACE_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_LOR, g.comm));
+    bad = comm_any(&g.comm, bad);
     for (int k = 0; k < g.ntracks; k++) mem_free(g.tracks[k].ev);
-    MPI_Comm_free(&g.comm);
+    comm_free(&g.comm);
     memset(&g, 0, sizeof g);
     return bad ? -1 : 0;
 }

@@ -15,7 +15,7 @@
  * say how many). Spans are recorded when they end, so the spans of one thread nest (or follow
  * each other) exactly as the calls do. Strings must be string literals of letters, digits and
  * '_' (they are written into the JSON unescaped). A thread records only on a track it was given
- * (trace_start: the caller; trace_attach: the offload I/O thread); elsewhere the calls do
+ * (trace_start: the caller; trace_attach_io: the offload I/O thread); elsewhere the calls do
  * nothing. */
 #ifndef UP_TRACE_H
 #define UP_TRACE_H
@@ -59,15 +59,16 @@ static inline void trace_end2(uint64_t t0, const char *cat, const char *name, co
 size_t trace_buffer_bytes(int io_track);
 void trace_plan(int io_track);
 
-/* Collective over comm. Allocates the buffers, gives the calling thread the main track, creates
- * rank 0's output at path (during the run a JSON array of the events written out so far, whole
- * events only, which the viewers load without its closing bracket: a killed run leaves the trace
- * up to its last write-out) and aligns the ranks' clocks: every rank takes its time origin right
- * after one collective that all of them entered (skew: the collective's exit latency,
- * microseconds on one node). Registers the close for a stop that ends the process (up_on_stop:
- * up_die*, UP_CHECK, the watchdog), which writes rank 0's own events not yet out and the
- * closing "]"; the other ranks' events since the last write-out are lost there. 0, or -1 on
- * every rank when rank 0 could not create the file (err filled on rank 0 only, "" elsewhere). */
+/* Collective over comm (the trace talks on a duplicate of it, through comm/comm.h). Allocates
+ * the buffers, gives the calling thread the main track, creates rank 0's output at path (during
+ * the run a JSON array of the events written out so far, whole events only, which the viewers
+ * load without its closing bracket: a killed run leaves the trace up to its last write-out) and
+ * aligns the ranks' clocks: every rank takes its time origin right after one collective that all
+ * of them entered (skew: the collective's exit latency, microseconds on one node). Registers the
+ * close for a stop that ends the process (up_on_stop: up_die*, UP_CHECK, the watchdog), which
+ * writes rank 0's own events not yet out and the closing "]"; the other ranks' events since the
+ * last write-out are lost there. 0, or -1 on every rank when rank 0 could not create the file
+ * (err filled on rank 0 only, "" elsewhere). */
 int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t errlen);
 /* Gives the calling thread the I/O track (the offload store's I/O thread, at its start); nothing
  * when tracing is off or started without io_track. */
@@ -78,8 +79,8 @@ void trace_attach_io(void);
 void trace_step(void);
 /* Collective, after the offload store closed: writes path atomically (rank 0: the events written
  * so far, the remaining ones, the drop count and the metadata as the trace object into
- * path.tmp.<pid>, renamed over the array),
- * prints a warning when spans were dropped, frees the buffers; tracing is off afterwards. 0, or -1 on every rank when rank 0's write failed (err
+ * path.tmp.<pid>, renamed over the array), prints a warning when spans were dropped, frees the
+ * buffers; tracing is off afterwards. 0, or -1 on every rank when rank 0's write failed (err
  * filled on rank 0 only; the temporary file is removed). */
 int trace_finish(char *err, size_t errlen);
 

@@ -413,66 +413,56 @@ static int choose_mode(offload_store *s) {
     return 0;
 }
 
-offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int nbuf, char *err,
-                            size_t errlen) {
-    UP_CHECK(slot_bytes > 0 && nslots >= 1 && nbuf >= 1,
-             "offload_open: slot_bytes %zu, nslots %d, nbuf %d (need > 0, >= 1, >= 1)", slot_bytes,
-             nslots, nbuf);
-    if (dir == NULL || dir[0] == '\0') {
-        up_errf(err, errlen, "--offload", "no directory given: pass a writable directory");
-        return NULL;
-    }
+/* The directory exists, is one, and has room for the store's file (disk space, ulimit -f).
+ * 0, or -1 with a message that says what to do. */
+static int check_dir(const char *dir, size_t total, char *err, size_t errlen) {
+    if (dir == NULL || dir[0] == '\0')
+        return up_errf(err, errlen, "--offload", "no directory given: pass a writable directory");
     struct stat st;
     if (stat(dir, &st) != 0) {
         if (errno == ENOENT)
-            up_errf(err, errlen, NULL,
-                    "--offload %s: no such directory: create it or pass an "
-                    "existing writable directory",
-                    dir);
-        else
-            up_errf(err, errlen, NULL,
-                    "--offload %s: cannot access it (%s): pass a writable "
-                    "directory",
-                    dir, strerror(errno));
-        return NULL;
+            return up_errf(err, errlen, NULL,
+                           "--offload %s: no such directory: create it or pass an "
+                           "existing writable directory",
+                           dir);
+        return up_errf(err, errlen, NULL,
+                       "--offload %s: cannot access it (%s): pass a writable "
+                       "directory",
+                       dir, strerror(errno));
     }
-    if (!S_ISDIR(st.st_mode)) {
-        up_errf(err, errlen, NULL,
-                "--offload %s: not a directory: pass a directory (the store "
-                "creates its own file in it)",
-                dir);
-        return NULL;
-    }
-    size_t rounded = round_slot(slot_bytes), total = offload_store_bytes(slot_bytes, nslots);
+    if (!S_ISDIR(st.st_mode))
+        return up_errf(err, errlen, NULL,
+                       "--offload %s: not a directory: pass a directory (the store "
+                       "creates its own file in it)",
+                       dir);
     char b1[32], b2[32];
     struct statvfs vfs;
     if (statvfs(dir, &vfs) == 0 && vfs.f_blocks > 0) { /* 0 blocks: fs that does not say */
         double avail = (double)vfs.f_bavail * (double)vfs.f_frsize;
-        if (avail < (double)total) {
-            up_errf(err, errlen, NULL,
-                    "--offload %s: the store needs %s but only %s are free there: "
-                    "free disk space or pass a directory on a larger disk",
-                    dir, up_fmt_bytes(b1, sizeof b1, (double)total),
-                    up_fmt_bytes(b2, sizeof b2, avail));
-            return NULL;
-        }
+        if (avail < (double)total)
+            return up_errf(err, errlen, NULL,
+                           "--offload %s: the store needs %s but only %s are free there: "
+                           "free disk space or pass a directory on a larger disk",
+                           dir, up_fmt_bytes(b1, sizeof b1, (double)total),
+                           up_fmt_bytes(b2, sizeof b2, avail));
     }
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        (double)rl.rlim_cur < (double)total) {
-        up_errf(err, errlen, NULL,
-                "--offload %s: the store needs a file of %s but the file-size limit "
-                "(ulimit -f) is %s: raise it (ulimit -f unlimited)",
-                dir, up_fmt_bytes(b1, sizeof b1, (double)total),
-                up_fmt_bytes(b2, sizeof b2, (double)rl.rlim_cur));
-        return NULL;
-    }
-    signal(SIGXFSZ, SIG_IGN); /* exceeding the limit later: EFBIG, not a killed process */
+        (double)rl.rlim_cur < (double)total)
+        return up_errf(err, errlen, NULL,
+                       "--offload %s: the store needs a file of %s but the file-size limit "
+                       "(ulimit -f) is %s: raise it (ulimit -f unlimited)",
+                       dir, up_fmt_bytes(b1, sizeof b1, (double)total),
+                       up_fmt_bytes(b2, sizeof b2, (double)rl.rlim_cur));
+    return 0;
+}
 
+/* The store's bookkeeping: every buffer free, no slot written. */
+static offload_store *alloc_meta(const char *dir, size_t slot_bytes, int nslots, int nbuf) {
     offload_store *s = calloc(1, sizeof *s);
     UP_CHECK(s != NULL, "offload_open: out of memory");
     s->fd = -1;
-    s->slot_bytes = rounded;
+    s->slot_bytes = round_slot(slot_bytes);
     s->nslots = nslots;
     s->nbuf = nbuf;
     s->dir = strdup(dir);
@@ -485,24 +475,57 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
              "offload_open: out of memory");
     for (int i = 0; i < nslots; i++)
         s->slot_buf[i] = -1;
+    return s;
+}
 
-    size_t dlen = strlen(dir);
+/* The store's file in s->dir, unlinked at once. 0, or -1 with a message. */
+static int create_file(offload_store *s, char *err, size_t errlen) {
+    size_t dlen = strlen(s->dir);
     char *path = malloc(dlen + 32);
     UP_CHECK(path != NULL, "offload_open: out of memory");
-    snprintf(path, dlen + 32, "%s/upipe-offload-XXXXXX", dir);
+    snprintf(path, dlen + 32, "%s/upipe-offload-XXXXXX", s->dir);
     s->fd = mkostemp(path, O_CLOEXEC);
     if (s->fd < 0) {
-        up_errf(err, errlen, NULL,
-                "--offload %s: cannot create a file there (%s): pass a writable "
-                "directory",
-                dir, strerror(errno));
+        int e = errno;
         free(path);
-        free_meta(s);
-        return NULL;
+        return up_errf(err, errlen, NULL,
+                       "--offload %s: cannot create a file there (%s): pass a writable "
+                       "directory",
+                       s->dir, strerror(e));
     }
     unlink(path); /* the open descriptor keeps the data; nothing is left behind, even on a crash */
     free(path);
+    return 0;
+}
 
+/* The lock, the conditions and the I/O thread. 0, or -1 with a message (nothing left to
+ * destroy). */
+static int start_thread(offload_store *s, char *err, size_t errlen) {
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv_work, NULL);
+    pthread_cond_init(&s->cv_done, NULL);
+    int e = pthread_create(&s->thread, NULL, io_main, s);
+    if (e == 0) return 0;
+    pthread_cond_destroy(&s->cv_done);
+    pthread_cond_destroy(&s->cv_work);
+    pthread_mutex_destroy(&s->mu);
+    return up_errf(err, errlen, NULL, "--offload %s: cannot start the I/O thread (%s)", s->dir,
+                   strerror(e));
+}
+
+offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int nbuf, char *err,
+                            size_t errlen) {
+    UP_CHECK(slot_bytes > 0 && nslots >= 1 && nbuf >= 1,
+             "offload_open: slot_bytes %zu, nslots %d, nbuf %d (need > 0, >= 1, >= 1)", slot_bytes,
+             nslots, nbuf);
+    if (check_dir(dir, offload_store_bytes(slot_bytes, nslots), err, errlen) != 0) return NULL;
+    signal(SIGXFSZ, SIG_IGN); /* exceeding the limit later: EFBIG, not a killed process */
+
+    offload_store *s = alloc_meta(dir, slot_bytes, nslots, nbuf);
+    if (create_file(s, err, errlen) != 0) {
+        free_meta(s);
+        return NULL;
+    }
     s->slab = mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot_bytes, nbuf));
     UP_CHECK(s->slab != NULL, "offload_open: no buffers (memory plan mode? plan with "
                               "offload_buffer_bytes instead)");
@@ -516,18 +539,7 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
                 dir, strerror(e));
         goto fail;
     }
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv_work, NULL);
-    pthread_cond_init(&s->cv_done, NULL);
-    e = pthread_create(&s->thread, NULL, io_main, s);
-    if (e != 0) {
-        up_errf(err, errlen, NULL, "--offload %s: cannot start the I/O thread (%s)", dir,
-                strerror(e));
-        pthread_cond_destroy(&s->cv_done);
-        pthread_cond_destroy(&s->cv_work);
-        pthread_mutex_destroy(&s->mu);
-        goto fail;
-    }
+    if (start_thread(s, err, errlen) != 0) goto fail;
     return s;
 fail:
     close(s->fd);

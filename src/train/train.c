@@ -404,13 +404,9 @@ static void run_train(train_run *r) {
 }
 
 int train_main(int argc, char **argv) {
-    int provided;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     train_run r;
     memset(&r, 0, sizeof r);
-    MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &r.world);
-    up_set_rank(r.rank, r.world);
+    comm_mpi_init(&argc, &argv, &r.rank, &r.world);
     if (train_parse_args(&r.o, argc, argv) == 1) {
         if (r.rank == 0) train_print_help();
         MPI_Finalize();

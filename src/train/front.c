@@ -1,0 +1,176 @@
+/* front.c — the flags train and eval share: their table (front.h). The help texts are
+ * training's; eval words some of them its own way on its help page (cmd/eval_cmd.c). */
+#include "train/front.h"
+
+#include "core/check.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define AT(field) offsetof(front_options, field)
+
+static const flag_spec g_front_flags[] = {
+    /* model and data */
+    {.name = "config",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(config),
+     .help = "HF LlamaForCausalLM config.json (required)"},
+    {.name = "data",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(data),
+     .help = "llm.c token shard (required; make one with `upipe data`)"},
+    {.name = "seq-len",
+     .arg = "T",
+     .kind = FLAG_LONG,
+     .off = AT(T),
+     .lo = 1,
+     .hi = 1L << 30,
+     .def = 1024,
+     .help = "tokens per sequence (default 1024); step k reads the T+1\n"
+             "tokens at k*T, wrapping around at the end of the shard\n"
+             "(above the config's max_position_embeddings: a warning)"},
+    {.name = "doc-sep",
+     .arg = "S",
+     .kind = FLAG_LONG,
+     .off = AT(doc_sep),
+     .lo = 0,
+     .hi = INT32_MAX,
+     .def = -1,
+     .help = "packed documents: every token S opens a document (like a BOS\n"
+             "token); a token attends only within its document, RoPE\n"
+             "positions restart at its start, targets equal to S are not\n"
+             "counted. S must be below vocab_size (absent from --data: a\n"
+             "warning)"},
+    {.name = "loss-mask",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(loss_mask),
+     .help = "a loss-mask shard aligned with --data (`upipe data jsonl\n"
+             "--mask-output`): target t counts only where its byte is 1 (a\n"
+             "step that counts no target: a warning, once)"},
+    {.name = "dtype",
+     .arg = "f32|bf16",
+     .kind = FLAG_DTYPE,
+     .off = AT(mopt.dtype),
+     .def = MEM_DTYPE_F32,
+     .help = "element type of the stored tensors (default f32). bf16: master\n"
+             "weights, gradients and AdamW moments fp32, a bf16 copy of the\n"
+             "weights for the matmuls (gathered in bf16 under --fsdp),\n"
+             "activations, checkpoints, the offload store and the attention's\n"
+             "q/k/v/o and exchanges bf16; statistics and loss tiles fp32"},
+    /* outputs */
+    {.name = "mem-report",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(mem_report),
+     .help = "JSON memory report: peak_bytes, rss_peak_bytes,\n"
+             "offloaded_peak_bytes, categories (max over ranks)"},
+    {.name = "trace",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(trace),
+     .help = "a profiler trace (Chrome / Perfetto JSON: open it in\n"
+             "ui.perfetto.dev): spans per rank and thread for the layers,\n"
+             "UPipe stages, all-to-alls, FSDP, offload I/O, loss tiles and\n"
+             "the optimizer, with bytes (cost: well under 1% of a step);\n"
+             "written as the run goes: a killed or failed run leaves the\n"
+             "trace so far (a JSON array the viewers open as it is)"},
+    {.name = "quiet",
+     .kind = FLAG_SET,
+     .off = AT(quiet),
+     .help = "no summary and no per-step lines on the terminal"},
+    /* memory */
+    {.name = "checkpoint",
+     .kind = FLAG_SET,
+     .off = AT(mopt.checkpoint),
+     .help = "keep only each layer's input, recompute the layer in backward"},
+    {.name = "offload",
+     .arg = "DIR",
+     .kind = FLAG_STRING,
+     .off = AT(mopt.offload_dir),
+     .help = "move the layer inputs to a file in DIR (unlinked at once), back\n"
+             "one layer ahead of backward; implies --checkpoint"},
+    {.name = "tile-mlp",
+     .arg = "[N]",
+     .kind = FLAG_COUNT_OPT,
+     .off = AT(mopt.tile_mlp),
+     .help = "run the MLP over tiles of N tokens (default N: hidden_size)"},
+    {.name = "tile-loss",
+     .arg = "[N]",
+     .kind = FLAG_COUNT_OPT,
+     .off = AT(mopt.tile_loss),
+     .help = "final norm, LM head and loss over tiles of N tokens, the\n"
+             "(T, vocab) logits never exist (default N: hidden_size)"},
+    {.name = "upipe-heads",
+     .arg = "U",
+     .kind = FLAG_INT,
+     .off = AT(mopt.U),
+     .lo = 1,
+     .hi = 1 << 20,
+     .help = "attention in stages of U query heads (UPipe; U/P per rank);\n"
+             "attention memory shrinks by U/num_attention_heads"},
+    {.name = "upipe-overlap",
+     .kind = FLAG_SET,
+     .off = AT(mopt.upipe_overlap),
+     .def = MODEL_UPIPE_OVERLAP_DEFAULT,
+     .help = "with --upipe-heads and --cp > 1: exchange the next stage's\n"
+             "inputs (q, k, v; o, do in backward) while this stage's\n"
+             "attention runs, on one more set of stage buffers (category\n"
+             "attention); same results to the bit (default: off)"},
+    {.name = "no-upipe-overlap",
+     .kind = FLAG_CLEAR,
+     .off = AT(mopt.upipe_overlap),
+     .help = NULL /* on --upipe-overlap's line */},
+    {.name = "dry-run",
+     .kind = FLAG_SET,
+     .off = AT(dry_run),
+     .help = "print the memory plan per category and exit (with\n"
+             "--mem-report, write it in the report's JSON schema)"},
+    {.name = "mem-limit",
+     .arg = "SIZE",
+     .kind = FLAG_SIZE,
+     .off = AT(mem_limit),
+     .help = "refuse, before allocating, a run whose plan exceeds SIZE bytes\n"
+             "per rank (suffixes KiB MiB GiB, KB MB GB: e.g. 6GiB)"},
+    /* parallelism and the machine */
+    {.name = "cp",
+     .arg = "P",
+     .kind = FLAG_INT,
+     .off = AT(cp),
+     .lo = 1,
+     .hi = 1 << 20,
+     .help = "context-parallel degree: each sequence is split over P\n"
+             "consecutive ranks (Ulysses); R/P replicas train on different\n"
+             "sequences (default: P = R, one sequence over all ranks)"},
+    {.name = "fsdp",
+     .kind = FLAG_SET,
+     .off = AT(mopt.fsdp),
+     .help = "shard parameters, gradients and AdamW state over all ranks\n"
+             "(ZeRO-3): each layer is gathered before its forward and\n"
+             "backward and its gradients reduce-scattered after"},
+    {.name = "threads",
+     .arg = "N",
+     .kind = FLAG_INT,
+     .off = AT(threads),
+     .lo = 1,
+     .hi = 1024,
+     .help = "OpenMP/OpenBLAS threads per rank (default: OMP_NUM_THREADS,\n"
+             "else the cores divided by the ranks on this node); more\n"
+             "threads on a node than cores gives a warning"},
+};
+
+flag_table front_table(front_options *o) {
+    return (flag_table){g_front_flags, FLAGS_COUNT(g_front_flags), o};
+}
+
+void front_finish(front_options *o) {
+    o->mopt.docs = o->doc_sep >= 0;
+}
+
+void front_require_data(const front_options *o) {
+    if (!o->data)
+        up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "
+                   "--output data.bin`)");
+}

@@ -1,0 +1,51 @@
+/* front.h — the flags `upipe train` and `upipe eval` share: the model and data, the element
+ * type, context parallelism, the memory techniques, the memory plan, the threads and the outputs
+ * every run has (DESIGN.md §6). One table, front_table, which each command parses and prints
+ * with its own table of the rest (core/flags.h): a flag shared here has one name, one meaning,
+ * one default and one validation in both. */
+#ifndef UP_TRAIN_FRONT_H
+#define UP_TRAIN_FRONT_H
+
+#include "core/flags.h"
+#include "model/model.h"
+
+/* The fields of front_options, also spliced into each command's options (FRONT_OPTIONS_MEMBER). */
+#define FRONT_OPTIONS_FIELDS                                                                       \
+    const char *config;     /* --config: HF config.json */                                         \
+    const char *data;       /* --data: the token shard */                                          \
+    const char *loss_mask;  /* --loss-mask: a mask shard aligned with --data; NULL: none */        \
+    const char *mem_report; /* --mem-report: the JSON memory report; NULL: none */                 \
+    const char *trace;      /* --trace: a Chrome / Perfetto JSON trace of the run; NULL: none */   \
+    long T;                 /* --seq-len */                                                        \
+    long doc_sep;           /* --doc-sep: the token id that opens a document; -1: none */          \
+    int cp;                 /* --cp: context-parallel degree; 0: all ranks */                      \
+    int threads;            /* --threads: 0: default */                                            \
+    int dry_run;            /* --dry-run */                                                        \
+    int quiet;              /* --quiet */                                                          \
+    unsigned long long mem_limit; /* --mem-limit: bytes, 0: none */                                \
+    model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,        \
+                           --[no-]upipe-overlap, --fsdp, --dtype; docs from --doc-sep */
+
+typedef struct {
+    FRONT_OPTIONS_FIELDS
+} front_options;
+
+/* A command's options hold the shared ones as this member: o->front for the table, and the same
+ * fields directly (o->T, o->mopt ...) for the code that uses them. */
+#define FRONT_OPTIONS_MEMBER                                                                       \
+    union {                                                                                        \
+        front_options front;                                                                       \
+        struct {                                                                                   \
+            FRONT_OPTIONS_FIELDS                                                                   \
+        };                                                                                         \
+    }
+
+/* The shared table, storing into o. Its help texts are training's; a command words a flag its own
+ * way on its help page (flag_help_line.text). */
+flag_table front_table(front_options *o);
+/* After parsing: the fields derived from the flags (mopt.docs from --doc-sep). */
+void front_finish(front_options *o);
+/* Stops every rank when --data is missing, with the command that makes a shard. */
+void front_require_data(const front_options *o);
+
+#endif
