@@ -13,10 +13,10 @@
  *
  * Paths, best first: "avx512bf16" (AVX-512 F, BW, VL and BF16: VCVTNE2PS2BF16), "avx512"
  * (AVX-512 F, BW, DQ, VL: the rounding in integer ops), "avx2", "portable" (plain C, any CPU:
- * the reference twin and the oracle in tests). The first call chooses the best path this CPU
- * runs, no wider than UPIPE_KERNEL's path when that names one of these (so UPIPE_KERNEL=avx2
- * measures an AVX2 host's conversions too). Any length n >= 0; src and dst need no alignment and
- * must not overlap. Single-threaded: callers own the threads. */
+ * the reference twin and the oracle in tests). The kernel path chooses (kernel_path.h): the
+ * conversions of the row UPIPE_KERNEL names, or unset the best path this CPU runs (so
+ * UPIPE_KERNEL=avx2 measures an AVX2 host's conversions too). Any length n >= 0; src and dst need
+ * no alignment and must not overlap. Single-threaded: callers own the threads. */
 #ifndef UP_KERNELS_BF16_H
 #define UP_KERNELS_BF16_H
 
@@ -42,7 +42,11 @@ typedef struct {
 } bf16_ops;
 
 /* The paths this binary has, best first (tests and benchmarks walk them), and the chosen one
- * (chooses at the first call). */
+ * (the kernel path's choice, made at the first call). */
+extern const bf16_ops bf16_portable;
+#if defined(__x86_64__) && defined(__GNUC__)
+extern const bf16_ops bf16_avx512bf16, bf16_avx512, bf16_avx2;
+#endif
 int bf16_path_count(void);
 const bf16_ops *bf16_path(int i);
 const bf16_ops *bf16_path_current(void);
