@@ -6,46 +6,20 @@
 #include "kernels/dispatch.h"
 #include "kernels/kernel_path.h"
 
-#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define BF16_X86 1
 #endif
 
-/* ---- portable: the reference twin ----------------------------------------------------------- */
-
-/* The SDM's convert_fp32_to_bfloat16 (VCVTNEPS2BF16), step for step. Adding 0x7fff plus the
- * kept part's lowest bit rounds to nearest with ties to even; a carry out of the mantissa moves
- * the exponent up, and out of the largest finite value gives Inf (0x7f80). */
-static inline uint16_t round_bits(uint32_t u) {
-    uint32_t a = u & 0x7fffffffu;
-    if (a < 0x00800000u) return (uint16_t)((u >> 16) & 0x8000u); // zero or denormal: signed zero
-    if (a > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); // NaN: truncated, made quiet
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);   // normal or Inf (no carry)
-}
-
-uint16_t bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return round_bits(u);
-}
-
-float bf16_widen(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
+/* ---- portable: the reference twin (core/dtype.h's element functions) ------------------------ */
 
 static void from_f32_portable(const float *src, uint16_t *dst, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_round(src[i]);
+    bf16_round_n(dst, src, n);
 }
 
 static void to_f32_portable(const uint16_t *src, float *dst, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_widen(src[i]);
+    bf16_widen_n(dst, src, n);
 }
 
 static int cpu_any(void) {
