@@ -22,10 +22,6 @@ static void to_f32_portable(const uint16_t *src, float *dst, size_t n) {
     bf16_widen_n(dst, src, n);
 }
 
-static int cpu_any(void) {
-    return 1;
-}
-
 #ifdef BF16_X86
 
 /* ---- avx2: 8 lanes, the same integer steps; tails element by element ------------------------- */
@@ -132,7 +128,7 @@ const bf16_ops bf16_avx512 = {"avx512", "AVX-512 F, BW, DQ and VL", cpu_has_avx5
                               from_f32_avx512, to_f32_avx512};
 const bf16_ops bf16_avx2 = {"avx2", "AVX2", cpu_has_avx2, from_f32_avx2, to_f32_avx2};
 #endif
-const bf16_ops bf16_portable = {"portable", "nothing", cpu_any, from_f32_portable,
+const bf16_ops bf16_portable = {"portable", "nothing", kernel_cpu_any, from_f32_portable,
                                 to_f32_portable};
 
 static const bf16_ops *const paths[] = {

@@ -41,21 +41,22 @@ const kernel_cpu *kernel_cpu_get(void) {
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
+int kernel_cpu_any(void) {
+    return 1;
+}
+
 #if defined(__x86_64__)
 /* The instruction sets the row's files are compiled with (CMakeLists.txt). */
-static int runs_avx512(const kernel_cpu *c) {
+static int runs_avx512(void) {
+    const kernel_cpu *c = kernel_cpu_get();
     return kernel_cpu_avx512(c) && c->avx2 && c->fma;
 }
 
-static int runs_avx2(const kernel_cpu *c) {
+static int runs_avx2(void) {
+    const kernel_cpu *c = kernel_cpu_get();
     return c->avx2 && c->fma;
 }
 #endif
-
-static int runs_any(const kernel_cpu *c) {
-    (void)c;
-    return 1;
-}
 
 /* Best first: UPIPE_KERNEL unset takes the first one the CPU runs. */
 static const kernel_row rows[] = {
@@ -64,7 +65,7 @@ static const kernel_row rows[] = {
      &gemm_packed_avx512, &bf16_avx512},
     {"avx2", "avx2+fma", "AVX2 and FMA", runs_avx2, &attn_ops_avx2, &gemm_packed_avx2, &bf16_avx2},
 #endif
-    {"portable", "portable", "nothing", runs_any, &attn_ops_portable, &gemm_packed_portable,
+    {"portable", "portable", "nothing", kernel_cpu_any, &attn_ops_portable, &gemm_packed_portable,
      &bf16_portable},
 };
 enum { NROWS = sizeof rows / sizeof rows[0] };
@@ -80,7 +81,7 @@ static void row_names(char *buf, size_t len, int runnable) {
     const char *names[NROWS];
     int n = 0;
     for (int i = 0; i < NROWS; i++)
-        if (!runnable || rows[i].runs(kernel_cpu_get())) names[n++] = rows[i].name;
+        if (!runnable || rows[i].runs()) names[n++] = rows[i].name;
     size_t off = 0;
     buf[0] = '\0';
     for (int i = 0; i < n && off < len; i++) {
@@ -127,7 +128,7 @@ int kernel_path_set(const char *name, char *err, size_t len) {
         row_names(names, sizeof names, 0);
         return up_errf(err, len, "UPIPE_KERNEL", "unknown kernel path '%s': use %s", name, names);
     }
-    if (!r->runs(kernel_cpu_get())) {
+    if (!r->runs()) {
         row_names(names, sizeof names, 1);
         return up_errf(err, len, "UPIPE_KERNEL",
                        "this CPU cannot run the '%s' kernels (they need %s): use %s, or unset "
@@ -146,7 +147,7 @@ static void choose_default(void) {
         return;
     }
     for (int i = 0; i < NROWS; i++)
-        if (rows[i].runs(kernel_cpu_get())) {
+        if (rows[i].runs()) {
             choose(&rows[i], 0);
             return;
         }
@@ -172,7 +173,7 @@ void kernel_choice_set_route(const gemm_bf16_ops *route) {
 
 int kernel_path_supported(const char *name) {
     const kernel_row *r = row_find(name);
-    return r && r->runs(kernel_cpu_get());
+    return r && r->runs();
 }
 
 const attn_ops *attn_ops_current(void) {

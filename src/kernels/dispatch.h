@@ -31,6 +31,9 @@ typedef struct {
 /* The probe (made at the first call; any thread). */
 const kernel_cpu *kernel_cpu_get(void);
 
+/* 1: the CPU test of the entries that run anywhere (the portable row, conversions, routes). */
+int kernel_cpu_any(void);
+
 /* AVX-512 F, BW, DQ and VL: what the avx512 conversions and the OpenBLAS SkylakeX core need. */
 static inline int kernel_cpu_avx512(const kernel_cpu *c) {
     return c->avx512f && c->avx512bw && c->avx512dq && c->avx512vl;

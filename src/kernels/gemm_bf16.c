@@ -16,6 +16,7 @@
 #include "kernels/kernels.h"
 
 #include "kernels/bf16.h"
+#include "kernels/dispatch.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/kernel_path.h"
 
@@ -222,17 +223,13 @@ static void gemm_widen_round_io(int transa, int transb, int M, int N, int K, flo
                                 float beta, float *C, int ldc, const uint16_t *cin,
                                 uint16_t *cout, int ldco, float *ws);
 
-static int cpu_any(void) {
-    return 1;
-}
-
 /* Best first (the choice takes the first this CPU runs, kernel_path.h). oneDNN has no fused
  * bf16 C and no fp32 A: its gemm_bf16_io widens, multiplies and rounds one after another, and its
  * gemm_f32_bf16 is the converted panels'. */
 static const gemm_bf16_ops paths[] = {
-    {"packed", "nothing", cpu_any, gemm_packed, gemm_packed_io, gemm_f32_bf16_packed,
+    {"packed", "nothing", kernel_cpu_any, gemm_packed, gemm_packed_io, gemm_f32_bf16_packed,
      describe_packed},
-    {"converted", "nothing", cpu_any, gemm_converted, gemm_converted_io, gemm_converted_f32,
+    {"converted", "nothing", kernel_cpu_any, gemm_converted, gemm_converted_io, gemm_converted_f32,
      describe_converted},
     {"onednn", "AVX-512 F, BW, DQ and VL", onednn_runs, gemm_onednn, gemm_widen_round_io,
      gemm_converted_f32, describe_onednn},
