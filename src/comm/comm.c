@@ -1,7 +1,5 @@
 #include "comm/comm.h"
 
-#include "kernels/bf16.h"
-
 #include "core/check.h"
 #include "core/trace.h"
 #include "core/watchdog.h"
@@ -97,12 +95,15 @@ static void count(comm_ctx *c, comm_kind k, double t0, double bytes) {
 static int heads_out(int nh, int P) { return nh >= P ? nh / P : 1; }
 static int src_head(int nh, int P, int j, int i) { return nh >= P ? j * (nh / P) + i : j * nh / P; }
 
-/* Element i of a buffer of dt, and the MPI type that moves dt (bf16 as its 16 bits). */
+/* Element i of a buffer of dt, and the MPI type that moves an element of dt: its bytes as one
+ * unit of their size (a bf16 as its 16 bits). */
 static void *elem(const void *p, mem_dtype dt, size_t i) {
     return (char *)p + mem_dtype_bytes(dt, i);
 }
 static MPI_Datatype mpi_type(mem_dtype dt) {
-    return dt == MEM_DTYPE_BF16 ? MPI_UINT16_T : MPI_FLOAT;
+    size_t size = mem_dtype_size(dt);
+    UP_CHECK(size == 2 || size == 4, "comm: no MPI type moves elements of %zu bytes", size);
+    return size == 2 ? MPI_UINT16_T : MPI_FLOAT;
 }
 
 size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS) {
@@ -245,9 +246,9 @@ void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int 
                        elem(pack, dt, (size_t)j * n + (size_t)t * blk), mem_dtype_bytes(dt, blk));
     } else {
         // replicated heads: rank j held a copy of head j*nh/P; the gradient is the sum of the
-        // copies, added in rank order (the same order on every run); bf16 copies are added in
-        // fp32 and rounded once
-        int rep = P / nh, bf = dt == MEM_DTYPE_BF16;
+        // copies, added in rank order (the same order on every run); in fp32, stored once in dt
+        // (core/dtype.h: bf16 copies widened, the sum rounded once)
+        int rep = P / nh;
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T_loc; t++)
             for (int h = 0; h < nh; h++) {
@@ -256,13 +257,10 @@ void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int 
                     float acc = 0;
                     for (int r = 0; r < rep; r++) {
                         size_t i = (size_t)(h * rep + r) * n + (size_t)t * HS + (size_t)x;
-                        float v = bf ? bf16_widen(((const uint16_t *)pack)[i]) : ((float *)pack)[i];
+                        float v = dtype_load(dt, pack, i);
                         acc = r ? acc + v : v;
                     }
-                    if (bf)
-                        ((uint16_t *)recv)[d0 + x] = bf16_round(acc);
-                    else
-                        ((float *)recv)[d0 + x] = acc;
+                    dtype_store(dt, recv, d0 + x, acc);
                 }
             }
     }

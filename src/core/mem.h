@@ -7,6 +7,8 @@
 #ifndef UP_MEM_H
 #define UP_MEM_H
 
+#include "core/dtype.h" /* mem_dtype: the element types (DESIGN.md §5.1) */
+
 #include <stddef.h>
 
 typedef enum {
@@ -23,20 +25,6 @@ typedef enum {
 } mem_category;
 
 const char *mem_category_name(mem_category cat);
-
-/* Element types of the buffers (DESIGN.md §5.1). A buffer's bytes are its element count times
- * mem_dtype_size, computed here and nowhere else, so the plan and the allocation it plans cannot
- * disagree. */
-typedef enum {
-    MEM_DTYPE_F32,
-    MEM_DTYPE_BF16, /* bfloat16: the top 16 bits of an fp32 (uint16_t in memory) */
-    MEM_DTYPE_COUNT
-} mem_dtype;
-
-size_t mem_dtype_size(mem_dtype dt);      /* bytes per element: 4, 2 */
-const char *mem_dtype_name(mem_dtype dt); /* "f32", "bf16" */
-/* Bytes of n elements of dt (overflow checked). */
-size_t mem_dtype_bytes(mem_dtype dt, size_t n);
 
 /* Panic variant: out of memory stops every rank with a message naming the category and size. */
 void *mem_alloc(mem_category cat, size_t bytes);

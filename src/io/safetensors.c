@@ -5,6 +5,7 @@
 #include "io/safetensors.h"
 
 #include "core/check.h"
+#include "core/dtype.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -345,13 +346,6 @@ size_t st_numel(const st_tensor *t) {
     return n;
 }
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
 /* IEEE binary16 -> binary32, exact for every input (subnormals, infinities, NaN payloads). */
 static inline float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h >> 15) << 31;
@@ -406,7 +400,7 @@ int st_read_f32(const st_file *f, const st_tensor *t, size_t first, size_t count
         float *out = dst + i;
         if (t->dtype == ST_BF16)
             for (size_t j = 0; j < m; j++)
-                out[j] = bf16_to_f32(buf[j]);
+                out[j] = bf16_widen(buf[j]);
         else
             for (size_t j = 0; j < m; j++)
                 out[j] = f16_to_f32(buf[j]);

@@ -105,12 +105,9 @@ static inline void attn_pack_t(float *dst, int width, const float *src, size_t l
  * widened inputs, term for term and in the same order: the bf16 results are bf16_round of the
  * fp32 kernel's results on those inputs, bit for bit (test_attention checks it). */
 
-/* bf16 -> fp32, exact (the 16 bits shifted up), inline for the packing loops. */
+/* bf16 -> fp32, exact (core/dtype.h), inline for the packing loops. */
 static inline float attn_widen(uint16_t b) {
-    const uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return bf16_widen(b);
 }
 
 /* attn_pack_t on bf16 rows: the same values as attn_pack_t on the widened rows. */

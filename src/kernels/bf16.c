@@ -3,52 +3,23 @@
  * for baseline x86-64 and the CPU test picks the path at run time. */
 #include "kernels/bf16.h"
 #include "kernels/bf16_simd.h"
+#include "kernels/dispatch.h"
+#include "kernels/kernel_path.h"
 
-#include <stdlib.h>
-#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define BF16_X86 1
 #endif
 
-/* ---- portable: the reference twin ----------------------------------------------------------- */
-
-/* The SDM's convert_fp32_to_bfloat16 (VCVTNEPS2BF16), step for step. Adding 0x7fff plus the
- * kept part's lowest bit rounds to nearest with ties to even; a carry out of the mantissa moves
- * the exponent up, and out of the largest finite value gives Inf (0x7f80). */
-static inline uint16_t round_bits(uint32_t u) {
-    uint32_t a = u & 0x7fffffffu;
-    if (a < 0x00800000u) return (uint16_t)((u >> 16) & 0x8000u); // zero or denormal: signed zero
-    if (a > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); // NaN: truncated, made quiet
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);   // normal or Inf (no carry)
-}
-
-uint16_t bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return round_bits(u);
-}
-
-float bf16_widen(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
+/* ---- portable: the reference twin (core/dtype.h's element functions) ------------------------ */
 
 static void from_f32_portable(const float *src, uint16_t *dst, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_round(src[i]);
+    bf16_round_n(dst, src, n);
 }
 
 static void to_f32_portable(const uint16_t *src, float *dst, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        dst[i] = bf16_widen(src[i]);
-}
-
-static int cpu_any(void) {
-    return 1;
+    bf16_widen_n(dst, src, n);
 }
 
 #ifdef BF16_X86
@@ -86,8 +57,7 @@ TARGET_AVX2 static void to_f32_avx2(const uint16_t *src, float *dst, size_t n) {
 }
 
 static int cpu_has_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
+    return kernel_cpu_get()->avx2;
 }
 
 /* ---- avx512: 16 lanes in integer ops; tails under a lane mask -------------------------------- */
@@ -121,9 +91,7 @@ TARGET_AVX512 static void to_f32_avx512(const uint16_t *src, float *dst, size_t 
 }
 
 static int cpu_has_avx512(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    return kernel_cpu_avx512(kernel_cpu_get());
 }
 
 /* ---- avx512bf16: the instructions themselves; bf16 -> fp32 is the avx512 shift --------------- */
@@ -146,21 +114,28 @@ TARGET_AVX512BF16 static void from_f32_avx512bf16(const float *src, uint16_t *ds
 }
 
 static int cpu_has_avx512bf16(void) {
-    return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16");
+    return cpu_has_avx512() && kernel_cpu_get()->avx512bf16;
 }
 
 #endif /* BF16_X86 */
 
-/* ---- choice ---------------------------------------------------------------------------------- */
+/* ---- the paths ------------------------------------------------------------------------------ */
 
-static const bf16_ops paths[] = {
 #ifdef BF16_X86
-    {"avx512bf16", "AVX-512 F, BW, DQ, VL and BF16", cpu_has_avx512bf16, from_f32_avx512bf16,
-     to_f32_avx512},
-    {"avx512", "AVX-512 F, BW, DQ and VL", cpu_has_avx512, from_f32_avx512, to_f32_avx512},
-    {"avx2", "AVX2", cpu_has_avx2, from_f32_avx2, to_f32_avx2},
+const bf16_ops bf16_avx512bf16 = {"avx512bf16", "AVX-512 F, BW, DQ, VL and BF16",
+                                  cpu_has_avx512bf16, from_f32_avx512bf16, to_f32_avx512};
+const bf16_ops bf16_avx512 = {"avx512", "AVX-512 F, BW, DQ and VL", cpu_has_avx512,
+                              from_f32_avx512, to_f32_avx512};
+const bf16_ops bf16_avx2 = {"avx2", "AVX2", cpu_has_avx2, from_f32_avx2, to_f32_avx2};
 #endif
-    {"portable", "nothing", cpu_any, from_f32_portable, to_f32_portable},
+const bf16_ops bf16_portable = {"portable", "nothing", kernel_cpu_any, from_f32_portable,
+                                to_f32_portable};
+
+static const bf16_ops *const paths[] = {
+#ifdef BF16_X86
+    &bf16_avx512bf16, &bf16_avx512, &bf16_avx2,
+#endif
+    &bf16_portable,
 };
 enum { NPATHS = sizeof paths / sizeof paths[0] };
 
@@ -169,28 +144,11 @@ int bf16_path_count(void) {
 }
 
 const bf16_ops *bf16_path(int i) {
-    return i >= 0 && i < NPATHS ? &paths[i] : NULL;
+    return i >= 0 && i < NPATHS ? paths[i] : NULL;
 }
 
-static const bf16_ops *chosen; // NULL until the first call; atomics: any thread may call first
-
 const bf16_ops *bf16_path_current(void) {
-    const bf16_ops *p = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-    if (p) return p;
-    // UPIPE_KERNEL caps the choice where it names one of these paths (the attention paths'
-    // names are among them); other names are the attention dispatch's to refuse
-    int first = 0;
-    const char *env = getenv("UPIPE_KERNEL");
-    for (int i = 0; env && i < NPATHS; i++)
-        if (!strcmp(paths[i].name, env)) first = i;
-    p = &paths[NPATHS - 1];
-    for (int i = first; i < NPATHS; i++)
-        if (paths[i].runs()) {
-            p = &paths[i];
-            break;
-        }
-    __atomic_store_n(&chosen, p, __ATOMIC_RELEASE);
-    return p;
+    return kernel_choice_get()->bf16;
 }
 
 void bf16_from_f32(const float *src, uint16_t *dst, size_t n) {

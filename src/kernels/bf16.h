@@ -1,36 +1,26 @@
 /* bf16.h — fp32 <-> bf16 conversion of arrays (DESIGN.md §5.1), chosen at run time (§8.1).
  *
- * A bf16 value is the top 16 bits of an fp32 one, stored as uint16_t. Every path gives the same
- * bits, which are what the AVX512_BF16 instruction VCVTNEPS2BF16 gives (Intel SDM):
- *   - finite nonzero normal x: round to nearest, ties to even (a value past the largest finite
- *     bf16 becomes +-Inf);
- *   - zero and fp32 denormals: a zero of x's sign (the instruction treats denormal inputs as zero;
- *     no bf16 result is ever denormal, since no normal fp32 rounds below the smallest normal);
- *   - +-Inf: itself;
- *   - NaN: the top 16 bits of x with the quiet bit (0x0040) set: sign and the top 6 payload bits
- *     kept, so every NaN stays a NaN and comes out quiet.
- * bf16 -> fp32 is exact on every path (the 16 bits shifted up; bf16 denormals stay denormal).
+ * Every path gives the bits of core/dtype.h's bf16_round and bf16_widen (its rules are those of
+ * the AVX512_BF16 instruction VCVTNEPS2BF16, Intel SDM), which are the portable path's body.
  *
  * Paths, best first: "avx512bf16" (AVX-512 F, BW, VL and BF16: VCVTNE2PS2BF16), "avx512"
  * (AVX-512 F, BW, DQ, VL: the rounding in integer ops), "avx2", "portable" (plain C, any CPU:
- * the reference twin and the oracle in tests). The first call chooses the best path this CPU
- * runs, no wider than UPIPE_KERNEL's path when that names one of these (so UPIPE_KERNEL=avx2
- * measures an AVX2 host's conversions too). Any length n >= 0; src and dst need no alignment and
- * must not overlap. Single-threaded: callers own the threads. */
+ * the reference twin and the oracle in tests). The kernel path chooses (kernel_path.h): the
+ * conversions of the row UPIPE_KERNEL names, or unset the best path this CPU runs (so
+ * UPIPE_KERNEL=avx2 measures an AVX2 host's conversions too). Any length n >= 0; src and dst need
+ * no alignment and must not overlap. Single-threaded: callers own the threads. */
 #ifndef UP_KERNELS_BF16_H
 #define UP_KERNELS_BF16_H
+
+#include "core/dtype.h" /* bf16_round, bf16_widen: one element */
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* dst[i] = the bf16 of src[i] (rules above), i < n. overwrite. */
+/* dst[i] = bf16_round(src[i]), i < n. overwrite. */
 void bf16_from_f32(const float *src, uint16_t *dst, size_t n);
-/* dst[i] = the fp32 value of src[i], i < n: exact. overwrite. */
+/* dst[i] = bf16_widen(src[i]), i < n: exact. overwrite. */
 void f32_from_bf16(const uint16_t *src, float *dst, size_t n);
-
-/* One element by the rules above (the portable path's body). */
-uint16_t bf16_round(float x);
-float bf16_widen(uint16_t b);
 
 /* A conversion path: its name, what the CPU needs for it, and its two functions. */
 typedef struct {
@@ -42,7 +32,11 @@ typedef struct {
 } bf16_ops;
 
 /* The paths this binary has, best first (tests and benchmarks walk them), and the chosen one
- * (chooses at the first call). */
+ * (the kernel path's choice, made at the first call). */
+extern const bf16_ops bf16_portable;
+#if defined(__x86_64__) && defined(__GNUC__)
+extern const bf16_ops bf16_avx512bf16, bf16_avx512, bf16_avx2;
+#endif
 int bf16_path_count(void);
 const bf16_ops *bf16_path(int i);
 const bf16_ops *bf16_path_current(void);

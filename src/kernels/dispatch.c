@@ -1,65 +1,87 @@
-/* dispatch.c — which attention tile path runs (contract: kernel_path_* in kernels.h). */
+/* dispatch.c — the CPU probe (dispatch.h), the table of kernel paths and the choice made from it
+ * (kernel_path.h; contract of the public part: kernel_path_* in kernels.h). */
+#include "kernels/kernel_path.h"
 #include "kernels/kernels.h"
-
-#include "attention_tiles.h"
 
 #include "core/check.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A path and what the CPU needs to run it: the instruction sets its file is compiled with
- * (CMakeLists.txt), which __builtin_cpu_supports reports only where the OS saves their
- * registers too. */
-typedef struct {
-    const attn_ops *ops;
-    const char *needs; // for the message when the CPU lacks it
-    int (*runs)(void);
-} path_entry;
+/* ---- the probe ------------------------------------------------------------------------------ */
 
-#if defined(__x86_64__)
-static int cpu_has_avx512(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
+static kernel_cpu cpu;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
-static int cpu_has_avx2(void) {
+static void cpu_probe(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
+    cpu.avx2 = __builtin_cpu_supports("avx2") != 0;
+    cpu.fma = __builtin_cpu_supports("fma") != 0;
+    cpu.avx512f = __builtin_cpu_supports("avx512f") != 0;
+    cpu.avx512bw = __builtin_cpu_supports("avx512bw") != 0;
+    cpu.avx512dq = __builtin_cpu_supports("avx512dq") != 0;
+    cpu.avx512vl = __builtin_cpu_supports("avx512vl") != 0;
+    cpu.avx512bf16 = __builtin_cpu_supports("avx512bf16") != 0;
 #endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+    /* the test the loader's resolver of KERNEL_CLONES makes (dispatch.h) */
+    cpu.level = __builtin_cpu_supports("x86-64-v4")   ? 4
+                : __builtin_cpu_supports("x86-64-v3") ? 3
+                                                      : 1;
+#endif
+}
 
-static int cpu_any(void) {
+const kernel_cpu *kernel_cpu_get(void) {
+    pthread_once(&cpu_once, cpu_probe);
+    return &cpu;
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+int kernel_cpu_any(void) {
     return 1;
 }
 
-/* Best first: the default is the first one the CPU runs. */
-static const path_entry paths[] = {
 #if defined(__x86_64__)
-    {&attn_ops_avx512, "AVX-512 F, BW, DQ and VL", cpu_has_avx512},
-    {&attn_ops_avx2, "AVX2 and FMA", cpu_has_avx2},
+/* The instruction sets the row's files are compiled with (CMakeLists.txt). */
+static int runs_avx512(void) {
+    const kernel_cpu *c = kernel_cpu_get();
+    return kernel_cpu_avx512(c) && c->avx2 && c->fma;
+}
+
+static int runs_avx2(void) {
+    const kernel_cpu *c = kernel_cpu_get();
+    return c->avx2 && c->fma;
+}
 #endif
-    {&attn_ops_portable, "nothing", cpu_any},
+
+/* Best first: UPIPE_KERNEL unset takes the first one the CPU runs. */
+static const kernel_row rows[] = {
+#if defined(__x86_64__)
+    {"avx512", "avx512", "AVX-512 F, BW, DQ and VL", runs_avx512, &attn_ops_avx512,
+     &gemm_packed_avx512, &bf16_avx512},
+    {"avx2", "avx2+fma", "AVX2 and FMA", runs_avx2, &attn_ops_avx2, &gemm_packed_avx2, &bf16_avx2},
+#endif
+    {"portable", "portable", "nothing", kernel_cpu_any, &attn_ops_portable, &gemm_packed_portable,
+     &bf16_portable},
 };
-enum { NPATHS = sizeof paths / sizeof paths[0] };
+enum { NROWS = sizeof rows / sizeof rows[0] };
 
-static const attn_ops *chosen; // NULL until the first choice
-
-static const path_entry *path_find(const char *name) {
-    for (int i = 0; i < NPATHS; i++)
-        if (!strcmp(paths[i].ops->name, name)) return &paths[i];
+static const kernel_row *row_find(const char *name) {
+    for (int i = 0; i < NROWS; i++)
+        if (!strcmp(rows[i].name, name)) return &rows[i];
     return NULL;
 }
 
-/* "a, b or c": the names of the paths this binary has (runnable only: on this CPU). */
-static void path_names(char *buf, size_t len, int runnable) {
-    const char *names[NPATHS];
+/* "a, b or c": the names of the rows this binary has (runnable only: on this CPU). */
+static void row_names(char *buf, size_t len, int runnable) {
+    const char *names[NROWS];
     int n = 0;
-    for (int i = 0; i < NPATHS; i++)
-        if (!runnable || paths[i].runs()) names[n++] = paths[i].ops->name;
+    for (int i = 0; i < NROWS; i++)
+        if (!runnable || rows[i].runs()) names[n++] = rows[i].name;
     size_t off = 0;
     buf[0] = '\0';
     for (int i = 0; i < n && off < len; i++) {
@@ -70,49 +92,118 @@ static void path_names(char *buf, size_t len, int runnable) {
     }
 }
 
-int kernel_path_supported(const char *name) {
-    const path_entry *p = path_find(name);
-    return p && p->runs();
+/* ---- the choice ----------------------------------------------------------------------------- */
+
+static kernel_choice current;
+static const kernel_choice *chosen; /* NULL until a choice succeeded */
+static char refusal[256];           /* the default choice's refusal, if it failed */
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+/* The first entry of a path list this CPU runs (the lists end with one that runs anywhere). */
+static const bf16_ops *bf16_best(void) {
+    for (int i = 0; i < bf16_path_count(); i++)
+        if (bf16_path(i)->runs()) return bf16_path(i);
+    return &bf16_portable;
+}
+
+static const gemm_bf16_ops *route_best(void) {
+    for (int i = 0; i < gemm_bf16_path_count(); i++)
+        if (gemm_bf16_path_at(i)->runs()) return gemm_bf16_path_at(i);
+    up_die("gemm_bf16: no route runs on this CPU");
+}
+
+/* Makes row (named: forced) the choice, with the rules of kernel_path.h. */
+static void choose(const kernel_row *row, int forced) {
+    current.row = row;
+    current.forced = forced;
+    current.bf16 = forced ? row->bf16 : bf16_best();
+    if (!current.route) current.route = route_best();
+    chosen = &current;
 }
 
 int kernel_path_set(const char *name, char *err, size_t len) {
     char names[96];
-    const path_entry *p = path_find(name);
-    if (!p) {
-        path_names(names, sizeof names, 0);
+    const kernel_row *r = row_find(name);
+    if (!r) {
+        row_names(names, sizeof names, 0);
         return up_errf(err, len, "UPIPE_KERNEL", "unknown kernel path '%s': use %s", name, names);
     }
-    if (!p->runs()) {
-        path_names(names, sizeof names, 1);
+    if (!r->runs()) {
+        row_names(names, sizeof names, 1);
         return up_errf(err, len, "UPIPE_KERNEL",
                        "this CPU cannot run the '%s' kernels (they need %s): use %s, or unset "
                        "UPIPE_KERNEL for the best path of this CPU",
-                       name, p->needs, names);
+                       name, r->needs, names);
     }
-    chosen = p->ops;
+    choose(r, 1);
     return 0;
+}
+
+static void choose_default(void) {
+    if (chosen) return; /* kernel_path_set came first */
+    const char *env = getenv("UPIPE_KERNEL");
+    if (env && env[0]) {
+        kernel_path_set(env, refusal, sizeof refusal);
+        return;
+    }
+    for (int i = 0; i < NROWS; i++)
+        if (rows[i].runs()) {
+            choose(&rows[i], 0);
+            return;
+        }
 }
 
 int kernel_path_init(char *err, size_t len) {
+    pthread_once(&default_once, choose_default);
     if (chosen) return 0;
-    const char *env = getenv("UPIPE_KERNEL");
-    if (env && env[0]) return kernel_path_set(env, err, len);
-    for (int i = 0; i < NPATHS; i++)
-        if (paths[i].runs()) {
-            chosen = paths[i].ops;
-            break;
-        }
-    return 0;
+    snprintf(err, len, "%s", refusal);
+    return -1;
 }
 
-const attn_ops *attn_ops_current(void) {
-    if (!chosen) {
-        char err[256];
-        if (kernel_path_init(err, sizeof err) != 0) up_die("%s", err);
-    }
+const kernel_choice *kernel_choice_get(void) {
+    pthread_once(&default_once, choose_default);
+    if (!chosen) up_die("%s", refusal);
     return chosen;
 }
 
+void kernel_choice_set_route(const gemm_bf16_ops *route) {
+    kernel_choice_get();
+    current.route = route;
+}
+
+int kernel_path_supported(const char *name) {
+    const kernel_row *r = row_find(name);
+    return r && r->runs();
+}
+
+const attn_ops *attn_ops_current(void) {
+    return kernel_choice_get()->row->attn;
+}
+
+/* ---- the header line ------------------------------------------------------------------------ */
+
+static const char *clones_name(int level) {
+    switch (level) {
+    case 4:
+        return "x86-64-v4";
+    case 3:
+        return "x86-64-v3";
+    case 1:
+        return "x86-64";
+    default:
+        return "target";
+    }
+}
+
 const char *kernel_path_name(void) {
-    return attn_ops_current()->label;
+    static char line[256];
+    const kernel_choice *k = kernel_choice_get();
+    const char *core = blas_core();
+    snprintf(line, sizeof line,
+             "%s; attention %s, gemm %s, bf16 %s%s, bf16 gemm %s, element-wise %s (CPU), "
+             "openblas %s (CPU)",
+             k->row->label, k->row->attn->label, k->row->gemm->name, k->bf16->name,
+             k->forced ? "" : " (CPU best)", k->route->name, clones_name(kernel_cpu_get()->level),
+             core ? core : "unknown");
+    return line;
 }

@@ -16,7 +16,9 @@
 #include "kernels/kernels.h"
 
 #include "kernels/bf16.h"
+#include "kernels/dispatch.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/kernel_path.h"
 
 #include <cblas.h>
 #include <dnnl.h>
@@ -154,6 +156,17 @@ static void gemm_converted(int transa, int transb, int M, int N, int K, float al
                       ws);
 }
 
+static void gemm_converted_f32(int transa, int transb, int M, int N, int K, float alpha,
+                               const float *A, int lda, const uint16_t *B, int ldb, float beta,
+                               float *C, int ldc, float *ws) {
+    converted(transa, transb, M, N, K, alpha, A, 1, lda, B, ldb, beta, C, ldc, NULL, NULL, 0, ws,
+              rows_per_thread(K, N), GEMM_BF16_NB, GEMM_BF16_KB);
+}
+
+static void describe_converted(char *buf, size_t len) {
+    snprintf(buf, len, "openblas sgemm on converted panels (bf16 %s)", bf16_path_current()->name);
+}
+
 /* ---- packed (gemm_packed.c) ---------------------------------------------------------------- */
 
 static void gemm_packed(int transa, int transb, int M, int N, int K, float alpha,
@@ -163,7 +176,20 @@ static void gemm_packed(int transa, int transb, int M, int N, int K, float alpha
                             NULL, 0, ws, 0, 0, 0);
 }
 
-/* ---- choice --------------------------------------------------------------------------------- */
+static void gemm_packed_io(int transa, int transb, int M, int N, int K, float alpha,
+                           const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                           float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                           float *ws) {
+    gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin,
+                            cout, ldco, ws, 0, 0, 0);
+}
+
+static void describe_packed(char *buf, size_t len) {
+    const kernel_choice *k = kernel_choice_get();
+    snprintf(buf, len, "packed, %s micro-kernel (bf16 %s)", k->row->label, k->bf16->name);
+}
+
+/* ---- the routes ----------------------------------------------------------------------------- */
 
 /* oneDNN 2.6's bf16 gemm exists from avx512_core (AVX-512 F, BW, DQ, VL) up; below it returns
  * dnnl_unimplemented (measured: there is no reference fallback). The effective ISA is the CPU's
@@ -172,46 +198,6 @@ static void gemm_packed(int transa, int transb, int M, int N, int K, float alpha
 static int onednn_runs(void) {
     return ((unsigned)dnnl_get_effective_cpu_isa() & (unsigned)dnnl_cpu_isa_avx512_core) ==
            (unsigned)dnnl_cpu_isa_avx512_core;
-}
-
-static int cpu_any(void) {
-    return 1;
-}
-
-static const gemm_bf16_ops paths[] = {
-    {"packed", "nothing", cpu_any, gemm_packed},
-    {"converted", "nothing", cpu_any, gemm_converted},
-    {"onednn", "AVX-512 F, BW, DQ and VL", onednn_runs, gemm_onednn},
-};
-enum { NPATHS = sizeof paths / sizeof paths[0] };
-
-static const gemm_bf16_ops *chosen; // NULL until the first call
-
-int gemm_bf16_path_count(void) {
-    return NPATHS;
-}
-
-const gemm_bf16_ops *gemm_bf16_path_at(int i) {
-    return i >= 0 && i < NPATHS ? &paths[i] : NULL;
-}
-
-int gemm_bf16_path_set(const char *name) {
-    for (int i = 0; i < NPATHS; i++)
-        if (!strcmp(paths[i].name, name) && paths[i].runs()) {
-            __atomic_store_n(&chosen, &paths[i], __ATOMIC_RELEASE);
-            return 0;
-        }
-    return -1;
-}
-
-/* The first path this CPU runs (the list is best first). */
-static const gemm_bf16_ops *path_current(void) {
-    const gemm_bf16_ops *p = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
-    if (p) return p;
-    for (int i = NPATHS - 1; i >= 0; i--)
-        if (paths[i].runs()) p = &paths[i];
-    __atomic_store_n(&chosen, p, __ATOMIC_RELEASE);
-    return p;
 }
 
 /* oneDNN's name for the instruction set its JIT kernels use (dnnl_get_effective_cpu_isa). */
@@ -227,19 +213,53 @@ static const char *onednn_isa(void) {
     }
 }
 
+static void describe_onednn(char *buf, size_t len) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, len, "onednn %d.%d %s", v->major, v->minor, onednn_isa());
+}
+
+static void gemm_widen_round_io(int transa, int transb, int M, int N, int K, float alpha,
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                                float beta, float *C, int ldc, const uint16_t *cin,
+                                uint16_t *cout, int ldco, float *ws);
+
+/* Best first (the choice takes the first this CPU runs, kernel_path.h). oneDNN has no fused
+ * bf16 C and no fp32 A: its gemm_bf16_io widens, multiplies and rounds one after another, and its
+ * gemm_f32_bf16 is the converted panels'. */
+static const gemm_bf16_ops paths[] = {
+    {"packed", "nothing", kernel_cpu_any, gemm_packed, gemm_packed_io, gemm_f32_bf16_packed,
+     describe_packed},
+    {"converted", "nothing", kernel_cpu_any, gemm_converted, gemm_converted_io, gemm_converted_f32,
+     describe_converted},
+    {"onednn", "AVX-512 F, BW, DQ and VL", onednn_runs, gemm_onednn, gemm_widen_round_io,
+     gemm_converted_f32, describe_onednn},
+};
+enum { NPATHS = sizeof paths / sizeof paths[0] };
+
+int gemm_bf16_path_count(void) {
+    return NPATHS;
+}
+
+const gemm_bf16_ops *gemm_bf16_path_at(int i) {
+    return i >= 0 && i < NPATHS ? &paths[i] : NULL;
+}
+
+int gemm_bf16_path_set(const char *name) {
+    for (int i = 0; i < NPATHS; i++)
+        if (!strcmp(paths[i].name, name) && paths[i].runs()) {
+            kernel_choice_set_route(&paths[i]);
+            return 0;
+        }
+    return -1;
+}
+
+static const gemm_bf16_ops *route(void) {
+    return kernel_choice_get()->route;
+}
+
 const char *gemm_bf16_path(void) {
     static char label[96];
-    const gemm_bf16_ops *p = path_current();
-    if (p->fn == gemm_onednn) {
-        const dnnl_version_t *v = dnnl_version();
-        snprintf(label, sizeof label, "onednn %d.%d %s", v->major, v->minor, onednn_isa());
-    } else if (p->fn == gemm_packed) {
-        snprintf(label, sizeof label, "packed, %s micro-kernel (bf16 %s)", kernel_path_name(),
-                 bf16_path_current()->name);
-    } else {
-        snprintf(label, sizeof label, "openblas sgemm on converted panels (bf16 %s)",
-                 bf16_path_current()->name);
-    }
+    route()->describe(label, sizeof label);
     return label;
 }
 
@@ -278,28 +298,15 @@ static int no_product(int transa, int transb, int M, int N, int K, float alpha, 
 void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
                const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws) {
     if (no_product(transa, transb, M, N, K, alpha, lda, ldb, beta, C, ldc)) return;
-    path_current()->fn(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
+    route()->fn(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
 }
 
-void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
-                  int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
-                  const uint16_t *cin, uint16_t *cout, int ldco, float *ws) {
-    UP_CHECK(!(cin || cout) || ldco >= (N > 1 ? N : 1),
-             "gemm_bf16_io: leading dimension %d of the bf16 C below its %d columns", ldco, N);
-    const gemm_bf16_ops *p = path_current();
-    if (p->fn == gemm_converted && M > 0 && N > 0 && K > 0 && alpha != 0.0f) {
-        check_args(transa, transb, M, N, K, lda, ldb, ldc);
-        gemm_converted_io(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout,
-                          ldco, ws);
-        return;
-    }
-    if (p->fn == gemm_packed && M > 0 && N > 0 && K > 0 && alpha != 0.0f) {
-        check_args(transa, transb, M, N, K, lda, ldb, ldc);
-        gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin,
-                                cout, ldco, ws, 0, 0, 0);
-        return;
-    }
-    /* any other path, or an empty product: widen, multiply, round, one after another */
+/* gemm_bf16_io as three steps: widen cin into C, multiply, round C into cout (oneDNN's route,
+ * and every route's empty product). */
+static void gemm_widen_round_io(int transa, int transb, int M, int N, int K, float alpha,
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                                float beta, float *C, int ldc, const uint16_t *cin,
+                                uint16_t *cout, int ldco, float *ws) {
     for (int i = 0; cin && i < M; i++)
         f32_from_bf16(cin + (size_t)i * (size_t)ldco, C + (size_t)i * (size_t)ldc, (size_t)N);
     gemm_bf16(transa, transb, M, N, K, alpha, A, lda, B, ldb, cin ? 1.0f : beta, C, ldc, ws);
@@ -307,12 +314,23 @@ void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, cons
         bf16_from_f32(C + (size_t)i * (size_t)ldc, cout + (size_t)i * (size_t)ldco, (size_t)N);
 }
 
+void gemm_bf16_io(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
+                  int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                  const uint16_t *cin, uint16_t *cout, int ldco, float *ws) {
+    UP_CHECK(!(cin || cout) || ldco >= (N > 1 ? N : 1),
+             "gemm_bf16_io: leading dimension %d of the bf16 C below its %d columns", ldco, N);
+    if (M > 0 && N > 0 && K > 0 && alpha != 0.0f) {
+        check_args(transa, transb, M, N, K, lda, ldb, ldc);
+        route()->io(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout, ldco,
+                    ws);
+        return;
+    }
+    gemm_widen_round_io(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout,
+                        ldco, ws);
+}
+
 void gemm_f32_bf16(int transa, int transb, int M, int N, int K, float alpha, const float *A,
                    int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws) {
     if (no_product(transa, transb, M, N, K, alpha, lda, ldb, beta, C, ldc)) return;
-    if (path_current()->fn == gemm_packed)
-        gemm_f32_bf16_packed(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
-    else
-        converted(transa, transb, M, N, K, alpha, A, 1, lda, B, ldb, beta, C, ldc, NULL, NULL, 0,
-                  ws, rows_per_thread(K, N), GEMM_BF16_NB, GEMM_BF16_KB);
+    route()->f32(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
 }

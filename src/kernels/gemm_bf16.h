@@ -4,19 +4,32 @@
 #ifndef UP_KERNELS_GEMM_BF16_H
 #define UP_KERNELS_GEMM_BF16_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef void (*gemm_bf16_fn)(int transa, int transb, int M, int N, int K, float alpha,
                              const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                              float *C, int ldc, float *ws);
 
-/* A path: its name ("packed", "converted", "onednn"), what the CPU needs, whether
- * this CPU runs it and its product (arguments already checked by gemm_bf16). */
+typedef void (*gemm_bf16_io_fn)(int transa, int transb, int M, int N, int K, float alpha,
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb,
+                                float beta, float *C, int ldc, const uint16_t *cin,
+                                uint16_t *cout, int ldco, float *ws);
+typedef void (*gemm_f32_bf16_fn)(int transa, int transb, int M, int N, int K, float alpha,
+                                 const float *A, int lda, const uint16_t *B, int ldb, float beta,
+                                 float *C, int ldc, float *ws);
+
+/* A path (a route of the bf16 products): its name ("packed", "converted", "onednn"), what the
+ * CPU needs, whether this CPU runs it, and its three products (kernels.h: gemm_bf16,
+ * gemm_bf16_io, gemm_f32_bf16; arguments already checked, the product not empty). */
 typedef struct {
     const char *name;
     const char *needs;
     int (*runs)(void);
     gemm_bf16_fn fn;
+    gemm_bf16_io_fn io;
+    gemm_f32_bf16_fn f32;
+    void (*describe)(char *buf, size_t len); /* gemm_bf16_path's text */
 } gemm_bf16_ops;
 
 int gemm_bf16_path_count(void);

@@ -14,10 +14,10 @@
  * fma(beta, C, t) element by element: the kernel's own formula, so they give its bits. */
 #include "kernels/gemm_packed.h"
 
-#include "kernels/attention_tiles.h"
 #include "kernels/bf16.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/kernel_path.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -78,14 +78,9 @@ const gemm_packed_ops gemm_packed_portable = {
 
 /* ---- driver --------------------------------------------------------------------------------- */
 
-/* The micro-kernel of the chosen kernel path (kernel_path_name's choice, UPIPE_KERNEL). */
+/* The micro-kernel of the chosen kernel path (kernel_path.h, UPIPE_KERNEL). */
 static const gemm_packed_ops *ops_current(void) {
-    const char *name = attn_ops_current()->name;
-#if defined(__x86_64__)
-    if (!strcmp(name, gemm_packed_avx512.name)) return &gemm_packed_avx512;
-    if (!strcmp(name, gemm_packed_avx2.name)) return &gemm_packed_avx2;
-#endif
-    return &gemm_packed_portable;
+    return kernel_choice_get()->row->gemm;
 }
 
 static int imin(int a, int b) {

@@ -18,6 +18,8 @@
 #ifndef UP_KERNELS_GEMM_PACKED_H
 #define UP_KERNELS_GEMM_PACKED_H
 
+#include "core/dtype.h"
+
 #include <stddef.h>
 #include <stdint.h>
 #if defined(__AVX2__)
@@ -48,13 +50,9 @@ extern const gemm_packed_ops gemm_packed_portable;
 extern const gemm_packed_ops gemm_packed_avx512, gemm_packed_avx2;
 #endif
 
-/* Widening by the bit pattern: a bf16 is the top half of its fp32 (bf16.h), so this is exact. */
+/* Widening by the bit pattern: a bf16 is the top half of its fp32, so this is exact. */
 static inline float gemm_packed_widen(uint16_t x) {
-    union {
-        uint32_t u;
-        float f;
-    } v = {.u = (uint32_t)x << 16};
-    return v.f;
+    return bf16_widen(x);
 }
 
 /* The generic packing loops, inlined into each kernel file with its constant mr / nr (so that

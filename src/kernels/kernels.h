@@ -76,6 +76,8 @@ const char *gemm_bf16_path(void);
  * and a one-line description of the BLAS build, for the run summary. */
 void blas_set_threads(int n);
 const char *blas_describe(void);
+/* The OpenBLAS core its kernels are for ("Haswell", "SkylakeX", ...: openblas_get_corename). */
+const char *blas_core(void);
 /* OpenBLAS (DYNAMIC_ARCH) picks its kernels by CPU model when it loads, and a release older than
  * the CPU falls back to SSE3 kernels: Debian 12's 0.3.21 chooses "Prescott" on Sapphire and
  * Emerald Rapids, 4.5x slower than its AVX-512 kernels there (65 against 298 GFLOP/s measured).
@@ -139,23 +141,29 @@ void swiglu_backward_serial(float *dgate, float *dup, const float *dout, const f
                             const float *up, size_t n);
 
 /* ---- kernel path (run-time dispatch) -------------------------------------------------------- */
-/* The attention tile kernels come in paths, one binary holding all: "avx512" (AVX-512 F, BW, DQ,
- * VL), "avx2" (AVX2 and FMA) and "portable" (cblas_sgemm on tiles; any CPU, the only path off
- * x86-64). The first attention call (or kernel_path_init) chooses: the environment variable
- * UPIPE_KERNEL if set, else the best path this CPU runs; a failed choice at first use stops the
- * process with the message (front ends call kernel_path_init first to say it properly). The
- * other kernels need no choice: their loops are compiled per CPU (src/kernels/dispatch.h).
+/* One binary holds every path; one table (src/kernels/kernel_path.h, DESIGN.md §8.1) says what
+ * each kernel family runs on each: "avx512" (AVX-512 F, BW, DQ, VL), "avx2" (AVX2 and FMA) and
+ * "portable" (plain C and cblas_sgemm; any CPU, the only path off x86-64) set the attention tiles,
+ * the packed GEMM's micro-kernel and the bf16 conversions together. The first use (or
+ * kernel_path_init) chooses: the row the environment variable UPIPE_KERNEL names, else the best
+ * row this CPU runs (and then the CPU's best bf16 conversions); a refused UPIPE_KERNEL at first
+ * use stops the process with the message (front ends call kernel_path_init first to say it
+ * properly). The element-wise loops (src/kernels/dispatch.h) and OpenBLAS follow the CPU.
  * The path fixes the attention workspace size: never change it between
  * attention_workspace_floats and the calls that use that workspace. Main thread only. */
 
 /* Chooses the path if none is chosen yet. 0, or -1 with "UPIPE_KERNEL: ..." in err (a name this
  * binary lacks, or a path this CPU cannot run). */
 int kernel_path_init(char *err, size_t len);
-/* Chooses the named path now (tests, benchmarks); 0, or -1 with the message in err. */
+/* Chooses the named path now, as UPIPE_KERNEL would (tests, benchmarks); 0, or -1 with the
+ * message in err. */
 int kernel_path_set(const char *name, char *err, size_t len);
 /* 1 if this binary has the named path and this CPU runs it. */
 int kernel_path_supported(const char *name);
-/* The chosen path for messages ("avx512", "avx2+fma", "portable"); chooses first if needed. */
+/* The choice, one line for --version and the run header: the path ("avx512", "avx2+fma",
+ * "portable"), ";", then what each family runs ("avx512; attention avx512, gemm avx512, bf16
+ * avx512bf16 (CPU best), bf16 gemm packed, element-wise x86-64-v4 (CPU), openblas Cooperlake
+ * (CPU)"). Chooses first if needed. */
 const char *kernel_path_name(void);
 
 /* ---- causal GQA attention, FlashAttention-2 style -------------------------------------------- */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "kernels/dispatch.h"
 
 void matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const float *w, int ldw,
                        int N, int IC, int OC, int acc) {
@@ -82,6 +83,8 @@ void blas_set_threads(int n) { openblas_set_num_threads(n); }
 
 const char *blas_describe(void) { return openblas_get_config(); }
 
+const char *blas_core(void) { return openblas_get_corename(); }
+
 /* True for the OpenBLAS cores whose sgemm uses AVX2 or AVX-512 (the names openblas_get_corename
  * gives). */
 static int blas_core_is_wide(const char *core) {
@@ -96,12 +99,11 @@ void blas_check_core(char **argv) {
 #if defined(__x86_64__) && defined(__GNUC__)
     const char *core = openblas_get_corename();
     if (getenv("OPENBLAS_CORETYPE") != NULL || core == NULL || blas_core_is_wide(core)) return;
-    __builtin_cpu_init();
+    const kernel_cpu *c = kernel_cpu_get();
     const char *want = NULL;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    if (kernel_cpu_avx512(c))
         want = "SkylakeX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    else if (c->avx2 && c->fma)
         want = "Haswell";
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

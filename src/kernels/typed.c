@@ -414,3 +414,30 @@ void typed_swiglu_backward(const typed_ctx *t, void *dgate, void *dup, const voi
     fused_pass f = {n, 1, 3, swiglu_bwd_chunk, &c};
     fused_run(t, &f);
 }
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+size_t typed_attention_workspace_floats(mem_dtype dt, int T, int NH, int NKV, int HS) {
+    return dt == MEM_DTYPE_F32 ? attention_workspace_floats(T, NH, NKV, HS)
+                               : attention_workspace_floats_bf16(T, NH, NKV, HS);
+}
+
+void typed_attention_forward(const typed_ctx *t, void *out, float *lse, const void *q,
+                             const void *k, const void *v, const int32_t *doc_start, int T,
+                             int NH, int NKV, int HS, float *ws) {
+    if (is_f32(t))
+        attention_forward(out, lse, q, k, v, doc_start, T, NH, NKV, HS, ws);
+    else
+        attention_forward_bf16(out, lse, q, k, v, doc_start, T, NH, NKV, HS, ws);
+}
+
+void typed_attention_backward(const typed_ctx *t, void *dq, void *dk, void *dv, const void *dout,
+                              const void *q, const void *k, const void *v, const void *out,
+                              const float *lse, const int32_t *doc_start, int T, int NH, int NKV,
+                              int HS, float *ws) {
+    if (is_f32(t))
+        attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS, ws);
+    else
+        attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS,
+                                ws);
+}

@@ -102,4 +102,19 @@ void typed_swiglu_forward(const typed_ctx *t, void *out, const void *gate, const
 void typed_swiglu_backward(const typed_ctx *t, void *dgate, void *dup, const void *dout,
                            const void *gate, const void *up, size_t n);
 
+/* ---- attention (kernels.h) ------------------------------------------------------------------ */
+/* attention_forward / attention_backward on q, k, v, out, dout, dq, dk, dv stored in t->dt (under
+ * bf16 the _bf16 kernels: fp32 arithmetic, each output rounded once); lse fp32; same layouts,
+ * documents, contracts and progress hook. ws: fp32 workspace of
+ * typed_attention_workspace_floats(t->dt, ...) floats, separate from t->ws (the kernels' own
+ * scratch, sized by the kernel path: never change the path in between). */
+size_t typed_attention_workspace_floats(mem_dtype dt, int T, int NH, int NKV, int HS);
+void typed_attention_forward(const typed_ctx *t, void *out, float *lse, const void *q,
+                             const void *k, const void *v, const int32_t *doc_start, int T,
+                             int NH, int NKV, int HS, float *ws);
+void typed_attention_backward(const typed_ctx *t, void *dq, void *dk, void *dv, const void *dout,
+                              const void *q, const void *k, const void *v, const void *out,
+                              const float *lse, const int32_t *doc_start, int T, int NH, int NKV,
+                              int HS, float *ws);
+
 #endif

@@ -85,12 +85,6 @@ void cp_attention_saved_floats(const cp_attention_shape *s, size_t *att, size_t 
     *kv = s->keep_qkv ? up_mul3(Tg, (size_t)cp_attention_kv_heads_per_rank(s->NKV, s->P), HS) : 0;
 }
 
-/* The fp32 workspace of the attention kernels of the run's type. */
-static size_t workspace_floats(const cp_attention_shape *s, int T, int nh, int nkv) {
-    return s->dtype == MEM_DTYPE_BF16 ? attention_workspace_floats_bf16(T, nh, nkv, s->HS)
-                                      : attention_workspace_floats(T, nh, nkv, s->HS);
-}
-
 /* n elements of the stage tensors' type (DESIGN.md §5.1). */
 static void *stage_buffer(const cp_attention_shape *s, size_t n) {
     return mem_alloc_n(MEM_ATTENTION, s->dtype, n);
@@ -163,7 +157,8 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         }
     }
     /* scores, probabilities, running statistics and accumulators: fp32 whatever the dtype */
-    a->ws = mem_alloc_f32(MEM_ATTENTION, workspace_floats(s, a->Tg, a->U_loc, a->Kc_loc));
+    a->ws = mem_alloc_f32(MEM_ATTENTION, typed_attention_workspace_floats(s->dtype, a->Tg, a->U_loc,
+                                                                          a->Kc_loc, s->HS));
     for (int i = 0; a->overlap && i < (int)(sizeof a->inflight / sizeof a->inflight[0]); i++)
         comm_exchange_init(s->comm, &a->inflight[i]);
     return a;
@@ -355,27 +350,19 @@ static void backward_inputs(cp_attention *a, const void *h, const cp_attention_w
     }
 }
 
-/* ---- the attention kernels in the run's type ------------------------------------------------ */
+/* ---- the attention kernels in the run's type (typed.h) ------------------------------------- */
 
 static void kernel_forward(cp_attention *a, void *o, float *lse, const void *q, const void *k,
                            const void *v) {
-    if (a->s.dtype == MEM_DTYPE_BF16)
-        attention_forward_bf16(o, lse, q, k, v, a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc,
-                               a->s.HS, a->ws);
-    else
-        attention_forward(o, lse, q, k, v, a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc, a->s.HS,
-                          a->ws);
+    typed_attention_forward(a->s.tk, o, lse, q, k, v, a->s.doc_start, a->Tg, a->U_loc, a->Kc_loc,
+                            a->s.HS, a->ws);
 }
 
 static void kernel_backward(cp_attention *a, void *dq, void *dk, void *dv, const void *dout,
                             const void *q, const void *k, const void *v, const void *o,
                             const float *lse) {
-    if (a->s.dtype == MEM_DTYPE_BF16)
-        attention_backward_bf16(dq, dk, dv, dout, q, k, v, o, lse, a->s.doc_start, a->Tg,
-                                a->U_loc, a->Kc_loc, a->s.HS, a->ws);
-    else
-        attention_backward(dq, dk, dv, dout, q, k, v, o, lse, a->s.doc_start, a->Tg, a->U_loc,
-                           a->Kc_loc, a->s.HS, a->ws);
+    typed_attention_backward(a->s.tk, dq, dk, dv, dout, q, k, v, o, lse, a->s.doc_start, a->Tg,
+                             a->U_loc, a->Kc_loc, a->s.HS, a->ws);
 }
 
 /* ---- forward / backward --------------------------------------------------------------------- */

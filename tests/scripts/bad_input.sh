@@ -46,6 +46,12 @@ expect_error kernel_unknown "UPIPE_KERNEL: unknown kernel path 'avx9000': use " 
   env UPIPE_KERNEL=avx9000 $TRAIN --config "$CFG" --data "$TMP/d.bin" --seq-len 64 --steps 1
 expect_error kernel_unknown_version "UPIPE_KERNEL: unknown kernel path 'avx9000'" -- \
   env UPIPE_KERNEL=avx9000 "$UPIPE" --version
+# ... before --version prints anything: the refusal is a line of its own, nothing on stdout.
+if out=$(UPIPE_KERNEL=avx9000 "$UPIPE" --version 2>/dev/null) || [ -n "$out" ]; then
+  bad "kernel_unknown_version: printed '$out' before the refusal"
+else
+  ok "kernel_unknown_version: nothing on stdout before the refusal"
+fi
 
 sed 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' "$CFG" >"$TMP/heads.json"
 expect_error heads_do_not_divide "num_key_value_heads" -- $TRAIN --config "$TMP/heads.json" --data "$TMP/d.bin"
