@@ -172,19 +172,6 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
     if (bf) attn_round_rows((uint16_t *)out + qoff, sh->ldq, of, bq, HS);
 }
 
-KERNEL_CLONES
-static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                           const attn_shape *sh, int h, int ib, float *tws) {
-    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 0);
-}
-
-KERNEL_CLONES
-static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
-                                const uint16_t *v, const attn_shape *sh, int h, int ib,
-                                float *tws) {
-    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 1);
-}
-
 /* Backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by the task), dQ
  * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS); an attn_dq in bf16).
  * Documents: query blocks stop at the end of the document of the block's last key; in a tile that a
@@ -297,28 +284,6 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
     }
 }
 
-KERNEL_CLONES
-static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                           const float *k, const float *v, const float *lse, const float *D,
-                           const attn_shape *sh, int kvh, int jb, float *tws) {
-    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);
-}
+ATTN_DEFINE_BLOCKS(KERNEL_CLONES)
 
-KERNEL_CLONES
-static void attn_bwd_block_bf16(const attn_dq *dqacc, uint16_t *dk, uint16_t *dv,
-                                const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-                                const uint16_t *v, const float *lse, const float *D,
-                                const attn_shape *sh, int kvh, int jb, float *tws) {
-    attn_bwd_impl((void *)dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
-}
-
-const attn_ops attn_ops_portable = {.name = "portable",
-                                    .label = "portable",
-                                    .fq = ATTN_B,
-                                    .bkb = ATTN_B,
-                                    .thread_floats = attn_thread_floats,
-                                    .fwd_block = attn_fwd_block,
-                                    .bwd_block = attn_bwd_block,
-                                    .thread_floats_bf16 = attn_thread_floats_bf16,
-                                    .fwd_block_bf16 = attn_fwd_block_bf16,
-                                    .bwd_block_bf16 = attn_bwd_block_bf16};
+const attn_ops attn_ops_portable = ATTN_OPS_INIT("portable", "portable", ATTN_B, ATTN_B);
