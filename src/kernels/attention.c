@@ -49,7 +49,8 @@
  *     V_j^T), the streamed ones are read in place. On Zen 4 these kernels run at ~105-110
  *     GFLOP/s per core on L2-resident tiles, against ~95 for cblas_sgemm on the same tiles plus
  *     its packing copies (~15% of the time).
- *   - avx2: the same on 8-wide vectors, with the same sums in the same order.
+ *   - avx2: the same on 8-wide vectors, with the same sums in the same order. Both are one body,
+ *     attention_body.h, over the primitives of vec.h (vec_avx512.h, vec_avx2.h).
  *   - portable: cblas_sgemm on (B, B) tiles (single-threaded inside our OpenMP region with
  *     Debian's OpenMP OpenBLAS) and plain loops that gcc vectorises; any CPU.
  * The schedule below reads a path's block sizes (fq queries per forward task, bkb keys per

@@ -134,8 +134,8 @@ static void attn_kq(float *C, const float *A, size_t sam, size_t sak, const floa
  * rows by ldc. Causal limits per register tile of rows [m, m+R): k runs over
  * [max(0, m + klo), min(K, m + R + khi)) (the entries outside are zero by the mask). */
 ATTN_INLINE void attn_kh_tile(float *C, size_t ldc, const float *A, size_t sam, size_t sak,
-                              const float *B, size_t ldb, int k0, int k1, vm m0, vm m1,
-                              const int R, const int NV, const int TAIL) {
+                              const float *B, size_t ldb, int k0, int k1, vm m0, vm m1, const int R,
+                              const int NV, const int TAIL) {
     vf c0[ATTN_RH], c1[ATTN_RH];
     for (int i = 0; i < R; i++) {
         const float *ci = C + (size_t)i * ldc;
@@ -169,8 +169,8 @@ ATTN_INLINE void attn_kh_tile(float *C, size_t ldc, const float *A, size_t sam, 
 
 /* attn_kh_tile's four instances for R rows. */
 ATTN_INLINE void attn_kh_rows(float *C, size_t ldc, const float *A, size_t sam, size_t sak,
-                              const float *B, size_t ldb, int k0, int k1, vm m0, vm m1,
-                              const int R, int nv, int tail) {
+                              const float *B, size_t ldb, int k0, int k1, vm m0, vm m1, const int R,
+                              int nv, int tail) {
     if (nv == 2 && tail)
         attn_kh_tile(C, ldc, A, sam, sak, B, ldb, k0, k1, m0, m1, R, 2, 1);
     else if (nv == 2)
@@ -237,7 +237,8 @@ ATTN_INLINE void attn_fwd_softmax_v(float *st, float *ot, float *mrow, float *lr
     const int LD = ATTN_LDF, dk = j0 - i0;
     // doc starts of the vector's queries where a boundary cuts it (lanes past bq: 0)
     const int cut = qv < bq && attn_doc_cuts(sh, i0 + attn_min(qv + VEC_W, bq), j0 + ml);
-    const vi dsv = cut ? vi_load_m(sh->doc + i0 + qv, vm_below(attn_min(VEC_W, bq - qv))) : vi_zero();
+    const vi dsv =
+        cut ? vi_load_m(sh->doc + i0 + qv, vm_below(attn_min(VEC_W, bq - qv))) : vi_zero();
     const int any = masked || cut;
     const vf m_old = vf_load(mrow + qv);
     vf mx = m_old;
@@ -332,8 +333,8 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
         const int dk = j0 - i0;
         const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
         const float *kj, *vj;
-        const size_t kld = attn_fwd_kv(&kj, &vj, kb, vb, k, v, (size_t)j0 * sh->ldk + kvoff, sh,
-                                       j0, bk, j0 + B < i0 + bq, bf);
+        const size_t kld = attn_fwd_kv(&kj, &vj, kb, vb, k, v, (size_t)j0 * sh->ldk + kvoff, sh, j0,
+                                       bk, j0 + B < i0 + bq, bf);
         for (int q0 = 0; q0 < bq; q0 += ATTN_QC) {
             // keys of this block seen by some query of the chunk: j0 + m <= i0 + q0 + QC - 1
             const int mc = attn_min(bk, q0 + ATTN_QC - dk);
@@ -365,8 +366,8 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
 /* P and scale * dS of query row r over the VEC_W keys j0+cv .., in place of S and dP. Masked
  * keys: after the query (key > query: lane > dq + r - cv) and, where a document boundary cuts
  * the tile, before its doc start (lanes below doc_rel = doc - j0 - cv). */
-ATTN_INLINE void attn_bwd_row_v(float *pp, float *dp, float lse_r, float D_r, vf vscale,
-                                int masked, int cut, int dq, int r, int cv, int doc_rel) {
+ATTN_INLINE void attn_bwd_row_v(float *pp, float *dp, float lse_r, float D_r, vf vscale, int masked,
+                                int cut, int dq, int r, int cv, int doc_rel) {
     vf p = vf_exp(vf_sub(vf_load(pp), vf_set1(lse_r)));
     if (masked || cut) {
         vm mk = masked ? vm_upto(dq + r - cv) : vm_all();
@@ -426,10 +427,9 @@ ATTN_INLINE size_t attn_bwd_q(const float **qi, const float **doi, float *qp, fl
  * kj (rows strided by kld): K_j; ws: the tiles and the Q_i, dO_i, dQ_i blocks (attn_bwd_impl). */
 ATTN_INLINE void attn_bwd_qblock(void *dqacc, float *dkj, float *dvj, size_t dld, const void *dout,
                                  const void *q, const float *kt, const float *vt, const float *kj,
-                                 size_t kld, const float *lse, const float *D,
-                                 const attn_shape *sh, int h, int i0, int j0, int bk, int qend,
-                                 float *pt, float *dst, float *qp, float *dop, float *dqt,
-                                 const int bf) {
+                                 size_t kld, const float *lse, const float *D, const attn_shape *sh,
+                                 int h, int i0, int j0, int bk, int qend, float *pt, float *dst,
+                                 float *qp, float *dop, float *dqt, const int bf) {
     const int B = ATTN_B, LD = ATTN_LDB, HS = sh->HS, T = sh->T;
     const int bq = attn_min(B, T - i0);
     const int dq = i0 - j0;              // >= 0, a multiple of B
@@ -492,12 +492,12 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
     const int j0 = jb * BK;
     const int bk = attn_min(BK, T - j0);
     const size_t koff = (size_t)j0 * sh->ldk + (size_t)kvh * HS;
-    float *kt = tws;                   // (HS, BK) scale * K_j^T, zero past bk; rows strided by LD
-    float *vt = kt + (size_t)HS * LD;  // (HS, BK) V_j^T, zero past bk
-    float *pt = vt + (size_t)HS * LD;  // (B, BK) S, then P: (queries, keys)
-    float *dst = pt + (size_t)B * LD;  // (B, BK) dP, then scale * dS
-    float *kp = dst + (size_t)B * LD;  // (BK, HS) K_j widened (bf16) or packed
-    float *qp = kp + (size_t)BK * HS;  // (B, HS) Q_i and dO_i widened or packed
+    float *kt = tws;                  // (HS, BK) scale * K_j^T, zero past bk; rows strided by LD
+    float *vt = kt + (size_t)HS * LD; // (HS, BK) V_j^T, zero past bk
+    float *pt = vt + (size_t)HS * LD; // (B, BK) S, then P: (queries, keys)
+    float *dst = pt + (size_t)B * LD; // (B, BK) dP, then scale * dS
+    float *kp = dst + (size_t)B * LD; // (BK, HS) K_j widened (bf16) or packed
+    float *qp = kp + (size_t)BK * HS; // (B, HS) Q_i and dO_i widened or packed
     float *dop = qp + (size_t)B * HS;
     float *dka = dop + (size_t)B * HS; // bf16 operands: (BK, HS) dK_j and dV_j in fp32
     float *dva = dka + (size_t)BK * HS;

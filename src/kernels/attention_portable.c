@@ -1,6 +1,14 @@
 /* attention_portable.c — the attention blocks on any CPU: cblas_sgemm on (B, B) tiles and plain
  * loops that gcc vectorises (see attention.c for the algorithm, attention_tiles.h for the
- * contract of a block). */
+ * contract of a block).
+ *
+ * Why this is not attention_body.h on vec_portable.h: its sums are cblas_sgemm's (OpenBLAS's own
+ * blocking and accumulation order for S = Q K^T, O += P V, dV, dP, dK, dQ), its scores are
+ * row-major (queries, keys) with horizontal max and sum reductions that `omp simd` orders by the
+ * clone's vector width, and its softmax rescale is libm's expf, not the Cephes exp. The vector
+ * body sums k ascending with one fma per term on transposed tiles, so expressing this path as
+ * that body would change its bits (the guard records them). It shares the entry points and table
+ * (ATTN_DEFINE_BLOCKS, ATTN_OPS_INIT) and the exp (vec_exp1, vec_portable.h). */
 #include "attention_tiles.h"
 #include "dispatch.h"
 #include "kernels/vec_portable.h"

@@ -1,8 +1,9 @@
 /* attention_tiles.h — private to the attention kernel: the shape of a call, the fp32 exp
  * constants, helpers shared by the tile paths, and the table through which attention.c's drivers
- * run one path's per-block work. Three paths implement the blocks, each in its own file compiled
+ * run one path's per-block work. Three paths implement the blocks, each in its own unit compiled
  * with its own instruction-set flags (CMakeLists.txt): attention_avx512.c, attention_avx2.c
- * (x86-64 only) and attention_portable.c (any CPU). dispatch.c chooses one at run time. */
+ * (x86-64 only; one body, attention_body.h, over their primitives header) and
+ * attention_portable.c (any CPU; sgemm on square tiles). dispatch.c chooses one at run time. */
 #ifndef UP_ATTENTION_TILES_H
 #define UP_ATTENTION_TILES_H
 

@@ -27,9 +27,8 @@ enum { GEMM_NR = 2 * VEC_W };
         vf_storea(out + (i)*GEMM_NR, c##i##_0);                                                    \
         vf_storea(out + (i)*GEMM_NR + VEC_W, c##i##_1);                                            \
     }
-static inline __attribute__((always_inline)) void gemm_mk_sums(int kc, const float *a,
-                                                               ptrdiff_t rsa, ptrdiff_t csa,
-                                                               const float *b, float *out) {
+static inline __attribute__((always_inline)) void
+gemm_mk_sums(int kc, const float *a, ptrdiff_t rsa, ptrdiff_t csa, const float *b, float *out) {
     vf z = vf_zero();
     vf c0_0 = z, c0_1 = z, c1_0 = z, c1_1 = z, c2_0 = z, c2_1 = z, c3_0 = z, c3_1 = z, c4_0 = z,
        c4_1 = z, c5_0 = z, c5_1 = z, c6_0 = z, c6_1 = z, c7_0 = z, c7_1 = z, c8_0 = z, c8_1 = z,
@@ -115,14 +114,9 @@ static void gemm_mk_pack_a(float *dst, const uint16_t *A, int lda, int transa, i
 
 /* The path's table: `const gemm_packed_ops gemm_packed_<isa> = GEMM_PACKED_INIT(...)`. */
 #define GEMM_PACKED_INIT(NAME, MC, KC, NC)                                                         \
-    {.name = NAME,                                                                                 \
-     .mr = GEMM_MR,                                                                                \
-     .nr = GEMM_NR,                                                                                \
-     .mc = MC,                                                                                     \
-     .kc = KC,                                                                                     \
-     .nc = NC,                                                                                     \
-     .kernel = gemm_mk_kernel,                                                                     \
-     .pack_b = gemm_mk_pack_b,                                                                     \
-     .pack_a = gemm_mk_pack_a}
+    {                                                                                              \
+        .name = NAME, .mr = GEMM_MR, .nr = GEMM_NR, .mc = MC, .kc = KC, .nc = NC,                  \
+        .kernel = gemm_mk_kernel, .pack_b = gemm_mk_pack_b, .pack_a = gemm_mk_pack_a               \
+    }
 
 #endif

@@ -24,7 +24,7 @@
  *   vf_maskz(m, x)              x on m, +0 elsewhere
  *   vf_max_m(mx, m, s)          max(mx, s) on m, mx elsewhere
  *   vf_neginf_to_zero(x)        0 where x is -inf, x elsewhere
- *   vi_load_m(p, m) vm_le(v, j) int32 lanes of m (0 elsewhere); lanes with v <= j
+ *   vi_load_m(p, m) vm_le(v, j) int32 lanes of m (0 elsewhere); lanes with v <= j; vi_zero()
  *   vf_load_bf16(p)             VEC_W bf16 widened (exact); vf_store_bf16_n(d, s, n) widens the
  *                               first n < VEC_W of s into d (a row's tail)
  *   vbf_store_round(p, x)       VEC_W bf16 of x by bf16.h's rounding
