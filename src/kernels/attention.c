@@ -49,7 +49,8 @@
  *     V_j^T), the streamed ones are read in place. On Zen 4 these kernels run at ~105-110
  *     GFLOP/s per core on L2-resident tiles, against ~95 for cblas_sgemm on the same tiles plus
  *     its packing copies (~15% of the time).
- *   - avx2: the same on 8-wide vectors, with the same sums in the same order.
+ *   - avx2: the same on 8-wide vectors, with the same sums in the same order. Both are one body,
+ *     attention_body.h, over the primitives of vec.h (vec_avx512.h, vec_avx2.h).
  *   - portable: cblas_sgemm on (B, B) tiles (single-threaded inside our OpenMP region with
  *     Debian's OpenMP OpenBLAS) and plain loops that gcc vectorises; any CPU.
  * The schedule below reads a path's block sizes (fq queries per forward task, bkb keys per
@@ -93,15 +94,74 @@ static int attn_uses_dq_buffers(int NKV, int nt) {
     return nt > 1 && NKV % nt != 0;
 }
 
-size_t attention_workspace_floats(int T, int NH, int NKV, int HS) {
+
+/* ---- element types ----------------------------------------------------------------------------
+ * One driver of each kind (workspace, forward, backward, greedy schedule) serves both element
+ * types of q, k, v, out, dout, dq, dk, dv: bf = 0 fp32 (attention_forward, attention_backward),
+ * bf = 1 bf16 (the _bf16 functions). A path's table has a block function per type; these hooks
+ * pick it. The bf16 blocks widen their operands per tile and round their outputs once
+ * (attention_tiles.h); what is summed stays fp32 here too: D is attn_row_dots on the widened
+ * rows of out and dout (the fp32 kernel's D on those values, bit for bit), and dQ accumulates in
+ * fp32 (every key block adds to it), rounded into dq once, after the last addition. The fp32 dQ
+ * of the owner scheme (and of thread 0 in the second) is stored split (attn_dq,
+ * attention_tiles.h): its top 16 bits in dq itself, which is free until the end, its low 16 in
+ * the workspace, so it costs 2 bytes per element beyond dq rather than 4; the private buffers of
+ * threads 1.. stay fp32 as in the fp32 kernel. Schedule, schemes and sums are the same for both
+ * types: the bf16 results are bf16_round of the fp32 kernel's on the widened inputs, and as
+ * reproducible across thread counts as those.
+ *
+ * Workspace (floats): per thread the path's scratch (bf16: its bf16 scratch and two widened
+ * token rows, 2 NH*HS, for D); D (NH, T); bf16: the low halves of dQ (T*NH*HS uint16,
+ * T*NH*HS/2 floats); in the second backward scheme (nt-1) fp32 dQ buffers. */
+
+static size_t attn_rows_floats(int NH, int HS) {
+    return attn_round16(up_mul(2, up_mul((size_t)NH, (size_t)HS)));
+}
+
+/* Floats of one thread's part of the workspace. */
+static size_t attn_thread_part(const attn_ops *ops, int bf, int NH, int HS) {
+    if (!bf) return ops->thread_floats(HS);
+    return up_add(ops->thread_floats_bf16(HS), attn_rows_floats(NH, HS));
+}
+
+static void attn_fwd_call(const attn_ops *ops, int bf, void *out, float *lse, const void *q,
+                          const void *k, const void *v, const attn_shape *sh, int h, int ib,
+                          float *tws) {
+    if (bf)
+        ops->fwd_block_bf16(out, lse, q, k, v, sh, h, ib, tws);
+    else
+        ops->fwd_block(out, lse, q, k, v, sh, h, ib, tws);
+}
+
+/* dQ accumulates into acc: fp32 in acc->f, bf16 in acc (split or fp32). */
+static void attn_bwd_call(const attn_ops *ops, int bf, const attn_dq *acc, void *dk, void *dv,
+                          const void *dout, const void *q, const void *k, const void *v,
+                          const float *lse, const float *D, const attn_shape *sh, int kvh, int jb,
+                          float *tws) {
+    if (bf)
+        ops->bwd_block_bf16(acc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
+    else
+        ops->bwd_block(acc->f, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
+}
+
+static size_t attn_workspace(int T, int NH, int NKV, int HS, int bf) {
     UP_CHECK(T >= 1 && NH >= 1 && NKV >= 1 && HS >= 1,
              "attention: bad sizes T=%d NH=%d NKV=%d HS=%d", T, NH, NKV, HS);
     const int nt = omp_get_max_threads();
-    size_t n = up_mul((size_t)nt, attn_ops_current()->thread_floats(HS));
+    const size_t nq = up_mul3((size_t)T, (size_t)NH, (size_t)HS);
+    size_t n = up_mul((size_t)nt, attn_thread_part(attn_ops_current(), bf, NH, HS));
     n = up_add(n, attn_round16(up_mul((size_t)NH, (size_t)T))); // D (NH, T)
-    if (attn_uses_dq_buffers(NKV, nt))
-        n = up_add(n, up_mul3((size_t)(nt - 1), (size_t)T, up_mul((size_t)NH, (size_t)HS)));
+    if (bf) n = up_add(n, attn_round16((nq + 1) / 2));          // dQ's low halves (uint16)
+    if (attn_uses_dq_buffers(NKV, nt)) n = up_add(n, up_mul((size_t)(nt - 1), nq));
     return n;
+}
+
+size_t attention_workspace_floats(int T, int NH, int NKV, int HS) {
+    return attn_workspace(T, NH, NKV, HS, 0);
+}
+
+size_t attention_workspace_floats_bf16(int T, int NH, int NKV, int HS) {
+    return attn_workspace(T, NH, NKV, HS, 1);
 }
 
 static attn_shape attn_shape_of(int T, int NH, int NKV, int HS, const int32_t *doc_start) {
@@ -156,16 +216,18 @@ static void attn_check_docs(const int32_t *doc, int T) {
                  i, (int)doc[i], i, i - 1, i - 1);
 }
 
-void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                       const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws) {
+static void attn_forward_run(int bf, void *out, float *lse, const void *q, const void *k,
+                             const void *v, const int32_t *doc_start, int T, int NH, int NKV,
+                             int HS, float *ws) {
     attn_check_args(out, lse, q, k, v, T, NH, NKV, HS, ws);
     attn_check_docs(doc_start, T);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
     const attn_ops *ops = attn_ops_current();
+    if (bf) (void)bf16_path_current(); // the conversions' path, chosen before the threads use it
     const int nb = (T + ops->fq - 1) / ops->fq; // query blocks
     const long ntasks = (long)NH * nb;
     const int nt = omp_get_max_threads();
-    const size_t per_thread = ops->thread_floats(HS);
+    const size_t per_thread = attn_thread_part(ops, bf, NH, HS);
 #pragma omp parallel num_threads(nt)
     {
         float *tws = ws + (size_t)omp_get_thread_num() * per_thread;
@@ -173,10 +235,22 @@ void attention_forward(float *out, float *lse, const float *q, const float *k, c
         // task writes its own rows of out and lse, so the schedule does not affect results.
 #pragma omp for schedule(dynamic, 1)
         for (long t = 0; t < ntasks; t++) {
-            ops->fwd_block(out, lse, q, k, v, &sh, (int)(t % NH), nb - 1 - (int)(t / NH), tws);
+            attn_fwd_call(ops, bf, out, lse, q, k, v, &sh, (int)(t % NH), nb - 1 - (int)(t / NH),
+                          tws);
             attn_progress(omp_get_thread_num());
         }
     }
+}
+
+void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
+                       const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws) {
+    attn_forward_run(0, out, lse, q, k, v, doc_start, T, NH, NKV, HS, ws);
+}
+
+void attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                            const uint16_t *v, const int32_t *doc_start, int T, int NH, int NKV,
+                            int HS, float *ws) {
+    attn_forward_run(1, out, lse, q, k, v, doc_start, T, NH, NKV, HS, ws);
 }
 
 /* The greedy assignment both backward drivers replay on every thread: tasks in order, each to the
@@ -208,8 +282,8 @@ static int attn_greedy_take(attn_greedy *g, long work) {
  * the queries from its first key to the end of the document of its last key (T - jb*BKB without
  * documents). Every thread replays the same rule and runs its own tasks: a fixed,
  * timing-independent assignment, so the dQ sums are reproducible. */
-static void attn_bwd_greedy(const attn_ops *ops, float *dqacc, float *dk, float *dv,
-                            const float *dout, const float *q, const float *k, const float *v,
+static void attn_bwd_greedy(const attn_ops *ops, int bf, const attn_dq *dqacc, void *dk, void *dv,
+                            const void *dout, const void *q, const void *k, const void *v,
                             const float *lse, const float *D, const attn_shape *sh, float *tws,
                             int tid, int nth) {
     attn_greedy g;
@@ -220,9 +294,122 @@ static void attn_bwd_greedy(const attn_ops *ops, float *dqacc, float *dk, float 
         const long work = attn_doc_query_end(sh, j1) - j0;
         for (int kvh = 0; kvh < sh->NKV; kvh++) {
             if (attn_greedy_take(&g, work) == tid) {
-                ops->bwd_block(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
+                attn_bwd_call(ops, bf, dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
                 attn_progress(tid);
             }
+        }
+    }
+}
+
+/* Where the backward's dQ accumulates, from the workspace after D (attn_workspace's layout). */
+typedef struct {
+    attn_dq split;  // fp32: {.f = dq}; bf16: dq's top halves and the low halves
+    float *buf;     // (nt - 1) x (T, NH, HS) private fp32 buffers, second scheme only
+    uint16_t *dqlo; // bf16: the low halves (T, NH, HS)
+} attn_dq_store;
+
+static attn_dq_store attn_dq_store_of(int bf, void *dq, float *after_D, size_t nq) {
+    attn_dq_store s = {.split = {.f = bf ? NULL : (float *)dq}, .buf = after_D, .dqlo = NULL};
+    if (bf) {
+        s.dqlo = (uint16_t *)after_D;
+        s.split.hi = dq;
+        s.split.lo = s.dqlo;
+        s.buf = after_D + attn_round16((nq + 1) / 2);
+    }
+    return s;
+}
+
+/* Token ti before the tasks: D[:, ti] (bf16: on out and dout widened into orow, drow) and dQ's
+ * accumulators zeroed (dq and its low halves, the private buffers of threads 1..nth-1). */
+static void attn_bwd_row_init(int bf, float *D, const void *out, const void *dout, void *dq,
+                              const attn_dq_store *s, float *orow, float *drow, long ti, int T,
+                              int NH, int HS, int nbuf, size_t nq) {
+    const size_t row = (size_t)NH * HS, o = (size_t)ti * row;
+    if (bf) {
+        f32_from_bf16((const uint16_t *)out + o, orow, row);
+        f32_from_bf16((const uint16_t *)dout + o, drow, row);
+        attn_row_dots(D, orow, drow, ti, T, NH, HS);
+        memset((uint16_t *)dq + o, 0, row * sizeof(uint16_t));
+        memset(s->dqlo + o, 0, row * sizeof(uint16_t));
+    } else {
+        attn_row_dots(D, (const float *)out + o, (const float *)dout + o, ti, T, NH, HS);
+        memset((float *)dq + o, 0, row * sizeof(float));
+    }
+    for (int t = 0; t < nbuf; t++)
+        memset(s->buf + (size_t)t * nq + o, 0, row * sizeof(float));
+}
+
+/* Token ti after the tasks: dQ += the buffers of threads 1..nth-1 in thread order (nbuf of them),
+ * bf16: from its halves into acc (a free fp32 row), then rounded into dq once per element. */
+static void attn_bwd_row_finish(int bf, void *dq, const attn_dq_store *s, float *acc, long ti,
+                                size_t row, int nbuf, size_t nq) {
+    const size_t o = (size_t)ti * row;
+    if (bf)
+        attn_dq_get(acc, &s->split, o, row, 1, (int)row);
+    else
+        acc = (float *)dq + o;
+    for (int t = 0; t < nbuf; t++) {
+        const float *src = s->buf + (size_t)t * nq + o;
+#pragma omp simd
+        for (size_t e = 0; e < row; e++)
+            acc[e] += src[e];
+    }
+    if (bf) bf16_from_f32(acc, (uint16_t *)dq + o, row);
+}
+
+static void attn_backward_run(int bf, void *dq, void *dk, void *dv, const void *dout,
+                              const void *q, const void *k, const void *v, const void *out,
+                              const float *lse, const int32_t *doc_start, int T, int NH, int NKV,
+                              int HS, float *ws) {
+    attn_check_args(dq, dk, dv, dout, q, T, NH, NKV, HS, ws);
+    UP_CHECK(k && v && out && lse, "attention: NULL buffer");
+    attn_check_docs(doc_start, T);
+    const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
+    const attn_ops *ops = attn_ops_current();
+    if (bf) (void)bf16_path_current(); // the conversions' path, chosen before the threads use it
+    const int nt = omp_get_max_threads();
+    const int buffered = attn_uses_dq_buffers(NKV, nt);
+    const size_t tile_floats = bf ? ops->thread_floats_bf16(HS) : ops->thread_floats(HS);
+    const size_t per_thread = attn_thread_part(ops, bf, NH, HS);
+    const size_t row = (size_t)NH * HS; // elements per token of q, dq, dout, out
+    const size_t nq = (size_t)T * row;
+    float *D = ws + (size_t)nt * per_thread; // (NH, T)
+    const attn_dq_store st = attn_dq_store_of(bf, dq, D + attn_round16((size_t)NH * T), nq);
+    const int nb = (T + ops->bkb - 1) / ops->bkb; // key blocks
+#pragma omp parallel num_threads(nt)
+    {
+        const int tid = omp_get_thread_num();
+        const int nth = omp_get_num_threads(); // <= nt; fewer if the runtime decides so
+        const int nbuf = buffered ? nth - 1 : 0;
+        float *tws = ws + (size_t)tid * per_thread;
+        float *orow = bf ? tws + tile_floats : NULL; // bf16: widened token rows for D (then
+        float *drow = bf ? orow + row : NULL;        // the row dQ sums in)
+        // D (FlashAttention-2's rowsum(dO * O)); the accumulators start at 0 (the tasks
+        // accumulate into them).
+#pragma omp for schedule(static)
+        for (long ti = 0; ti < (long)T; ti++)
+            attn_bwd_row_init(bf, D, out, dout, dq, &st, orow, drow, ti, T, NH, HS, nbuf, nq);
+        // (implicit barrier: D and the zeroed accumulators are visible to every thread)
+        if (!buffered) {
+            // Owner scheme: thread tid takes KV heads tid, tid + nth, ...; the dQ rows of their
+            // query heads are written by this thread only.
+            for (int kvh = tid; kvh < NKV; kvh += nth)
+                for (int jb = 0; jb < nb; jb++) {
+                    attn_bwd_call(ops, bf, &st.split, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb,
+                                  tws);
+                    attn_progress(tid);
+                }
+        } else {
+            const attn_dq own = {.f = tid > 0 ? st.buf + (size_t)(tid - 1) * nq : NULL};
+            attn_bwd_greedy(ops, bf, tid == 0 ? &st.split : &own, dk, dv, dout, q, k, v, lse, D,
+                            &sh, tws, tid, nth);
+        }
+        if (bf || buffered) { // (uniform across the threads)
+#pragma omp barrier
+            // dq (+)= buffers of threads 1..nth-1, in thread order (reproducible sums)
+#pragma omp for schedule(static)
+            for (long ti = 0; ti < (long)T; ti++)
+                attn_bwd_row_finish(bf, dq, &st, orow, ti, row, nbuf, nq);
         }
     }
 }
@@ -230,204 +417,12 @@ static void attn_bwd_greedy(const attn_ops *ops, float *dqacc, float *dk, float 
 void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                         const float *k, const float *v, const float *out, const float *lse,
                         const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws) {
-    attn_check_args(dq, dk, dv, dout, q, T, NH, NKV, HS, ws);
-    UP_CHECK(k && v && out && lse, "attention: NULL buffer");
-    attn_check_docs(doc_start, T);
-    const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
-    const attn_ops *ops = attn_ops_current();
-    const int nt = omp_get_max_threads();
-    const int buffered = attn_uses_dq_buffers(NKV, nt);
-    const size_t per_thread = ops->thread_floats(HS);
-    const size_t row = (size_t)NH * HS; // floats per token of q, dq, dout, out
-    const size_t nq = (size_t)T * row;
-    float *D = ws + (size_t)nt * per_thread;         // (NH, T)
-    float *dqbuf = D + attn_round16((size_t)NH * T); // (nt - 1) x (T, NH, HS), scheme 2 only
-    const int nb = (T + ops->bkb - 1) / ops->bkb;    // key blocks
-#pragma omp parallel num_threads(nt)
-    {
-        const int tid = omp_get_thread_num();
-        const int nth = omp_get_num_threads(); // <= nt; fewer if the runtime decides so
-        float *tws = ws + (size_t)tid * per_thread;
-        // D (FlashAttention-2's rowsum(dO * O)); dq and the private buffers start at 0 (the
-        // tasks accumulate into them).
-#pragma omp for schedule(static)
-        for (long ti = 0; ti < (long)T; ti++) {
-            attn_row_dots(D, out + (size_t)ti * row, dout + (size_t)ti * row, ti, T, NH, HS);
-            memset(dq + (size_t)ti * row, 0, row * sizeof(float));
-            if (buffered)
-                for (int t = 1; t < nth; t++)
-                    memset(dqbuf + (size_t)(t - 1) * nq + (size_t)ti * row, 0, row * sizeof(float));
-        }
-        // (implicit barrier: D and the zeroed accumulators are visible to every thread)
-        if (!buffered) {
-            // Owner scheme: thread tid takes KV heads tid, tid + nth, ...; the dQ rows of their
-            // query heads are written by this thread only.
-            for (int kvh = tid; kvh < NKV; kvh += nth)
-                for (int jb = 0; jb < nb; jb++) {
-                    ops->bwd_block(dq, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb, tws);
-                    attn_progress(tid);
-                }
-        } else {
-            float *dqacc = tid == 0 ? dq : dqbuf + (size_t)(tid - 1) * nq;
-            attn_bwd_greedy(ops, dqacc, dk, dv, dout, q, k, v, lse, D, &sh, tws, tid, nth);
-#pragma omp barrier
-            // dq += buffers of threads 1..nth-1, in thread order (reproducible sums)
-#pragma omp for schedule(static)
-            for (long ti = 0; ti < (long)T; ti++) {
-                float *dst = dq + (size_t)ti * row;
-                for (int t = 1; t < nth; t++) {
-                    const float *src = dqbuf + (size_t)(t - 1) * nq + (size_t)ti * row;
-#pragma omp simd
-                    for (size_t e = 0; e < row; e++)
-                        dst[e] += src[e];
-                }
-            }
-        }
-    }
-}
-
-/* ---- bf16 operands ----------------------------------------------------------------------------
- * The same drivers on bf16 q, k, v, out, dout, dq, dk, dv (kernels.h). The blocks widen their
- * operands per tile and round their outputs once (attention_tiles.h); what is summed stays fp32
- * here too: D is attn_row_dots on the widened rows of out and dout (the fp32 kernel's D on
- * those values, bit for bit), and dQ accumulates in fp32 (every key block adds to it), rounded
- * into dq once, after the last addition. The fp32 dQ of the owner scheme (and of thread 0 in the
- * second) is stored split (attn_dq, attention_tiles.h): its top 16 bits in dq itself, which is
- * free until the end, its low 16 in the workspace, so it costs 2 bytes per element beyond dq
- * rather than 4; the private buffers of threads 1.. stay fp32 as in the fp32 kernel. Schedule,
- * schemes and sums are those of the fp32 drivers: the results are bf16_round of the fp32
- * kernel's on the widened inputs, and as reproducible across thread counts as those.
- *
- * Workspace (floats): per thread the path's bf16 scratch and two widened token rows (2 NH*HS,
- * for D); D (NH, T); the low halves of dQ (T*NH*HS uint16, T*NH*HS/2 floats); in the second
- * backward scheme (nt-1) fp32 dQ buffers. */
-
-static size_t attn_rows_floats(int NH, int HS) {
-    return attn_round16(up_mul(2, up_mul((size_t)NH, (size_t)HS)));
-}
-
-size_t attention_workspace_floats_bf16(int T, int NH, int NKV, int HS) {
-    UP_CHECK(T >= 1 && NH >= 1 && NKV >= 1 && HS >= 1,
-             "attention: bad sizes T=%d NH=%d NKV=%d HS=%d", T, NH, NKV, HS);
-    const int nt = omp_get_max_threads();
-    const size_t nq = up_mul3((size_t)T, (size_t)NH, (size_t)HS);
-    size_t n = up_mul((size_t)nt,
-                      up_add(attn_ops_current()->thread_floats_bf16(HS), attn_rows_floats(NH, HS)));
-    n = up_add(n, attn_round16(up_mul((size_t)NH, (size_t)T))); // D (NH, T)
-    n = up_add(n, attn_round16((nq + 1) / 2));                  // dQ's low halves (uint16)
-    if (attn_uses_dq_buffers(NKV, nt)) n = up_add(n, up_mul((size_t)(nt - 1), nq));
-    return n;
-}
-
-void attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
-                            const uint16_t *v, const int32_t *doc_start, int T, int NH, int NKV,
-                            int HS, float *ws) {
-    attn_check_args(out, lse, q, k, v, T, NH, NKV, HS, ws);
-    attn_check_docs(doc_start, T);
-    const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
-    const attn_ops *ops = attn_ops_current();
-    (void)bf16_path_current(); // the conversions' path, chosen before the threads use it
-    const int nb = (T + ops->fq - 1) / ops->fq;
-    const long ntasks = (long)NH * nb;
-    const int nt = omp_get_max_threads();
-    const size_t per_thread = up_add(ops->thread_floats_bf16(HS), attn_rows_floats(NH, HS));
-#pragma omp parallel num_threads(nt)
-    {
-        float *tws = ws + (size_t)omp_get_thread_num() * per_thread;
-#pragma omp for schedule(dynamic, 1)
-        for (long t = 0; t < ntasks; t++) {
-            ops->fwd_block_bf16(out, lse, q, k, v, &sh, (int)(t % NH), nb - 1 - (int)(t / NH), tws);
-            attn_progress(omp_get_thread_num());
-        }
-    }
-}
-
-/* attn_bwd_greedy's rule (the same assignment) on the bf16 blocks. */
-static void attn_bwd_greedy_bf16(const attn_ops *ops, const attn_dq *dqacc, uint16_t *dk,
-                                 uint16_t *dv, const uint16_t *dout, const uint16_t *q,
-                                 const uint16_t *k, const uint16_t *v, const float *lse,
-                                 const float *D, const attn_shape *sh, float *tws, int tid,
-                                 int nth) {
-    attn_greedy g;
-    attn_greedy_init(&g, nth);
-    const int nb = (sh->T + ops->bkb - 1) / ops->bkb;
-    for (int jb = 0; jb < nb; jb++) {
-        const int j0 = jb * ops->bkb, j1 = attn_min(sh->T, j0 + ops->bkb);
-        const long work = attn_doc_query_end(sh, j1) - j0;
-        for (int kvh = 0; kvh < sh->NKV; kvh++) {
-            if (attn_greedy_take(&g, work) == tid) {
-                ops->bwd_block_bf16(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws);
-                attn_progress(tid);
-            }
-        }
-    }
+    attn_backward_run(0, dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS, ws);
 }
 
 void attention_backward_bf16(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
                              const uint16_t *q, const uint16_t *k, const uint16_t *v,
                              const uint16_t *out, const float *lse, const int32_t *doc_start, int T,
                              int NH, int NKV, int HS, float *ws) {
-    attn_check_args(dq, dk, dv, dout, q, T, NH, NKV, HS, ws);
-    UP_CHECK(k && v && out && lse, "attention: NULL buffer");
-    attn_check_docs(doc_start, T);
-    const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
-    const attn_ops *ops = attn_ops_current();
-    (void)bf16_path_current(); // the conversions' path, chosen before the threads use it
-    const int nt = omp_get_max_threads();
-    const int buffered = attn_uses_dq_buffers(NKV, nt);
-    const size_t tile_floats = ops->thread_floats_bf16(HS);
-    const size_t per_thread = up_add(tile_floats, attn_rows_floats(NH, HS));
-    const size_t row = (size_t)NH * HS;
-    const size_t nq = (size_t)T * row;
-    float *D = ws + (size_t)nt * per_thread;       // (NH, T)
-    float *lof = D + attn_round16((size_t)NH * T); // dQ's low halves (T, NH, HS) uint16
-    uint16_t *dqlo = (uint16_t *)lof;
-    float *dqbuf = lof + attn_round16((nq + 1) / 2); // (nt - 1) x (T, NH, HS), scheme 2 only
-    const attn_dq split = {.f = NULL, .hi = dq, .lo = dqlo};
-    const int nb = (T + ops->bkb - 1) / ops->bkb;
-#pragma omp parallel num_threads(nt)
-    {
-        const int tid = omp_get_thread_num();
-        const int nth = omp_get_num_threads();
-        float *tws = ws + (size_t)tid * per_thread;
-        float *orow = tws + tile_floats, *drow = orow + row; // widened token rows for D
-#pragma omp for schedule(static)
-        for (long ti = 0; ti < (long)T; ti++) {
-            f32_from_bf16(out + (size_t)ti * row, orow, row);
-            f32_from_bf16(dout + (size_t)ti * row, drow, row);
-            attn_row_dots(D, orow, drow, ti, T, NH, HS);
-            memset(dq + (size_t)ti * row, 0, row * sizeof(uint16_t));
-            memset(dqlo + (size_t)ti * row, 0, row * sizeof(uint16_t));
-            if (buffered)
-                for (int t = 1; t < nth; t++)
-                    memset(dqbuf + (size_t)(t - 1) * nq + (size_t)ti * row, 0, row * sizeof(float));
-        }
-        if (!buffered) {
-            for (int kvh = tid; kvh < NKV; kvh += nth)
-                for (int jb = 0; jb < nb; jb++) {
-                    ops->bwd_block_bf16(&split, dk, dv, dout, q, k, v, lse, D, &sh, kvh, jb, tws);
-                    attn_progress(tid);
-                }
-#pragma omp barrier
-        } else {
-            const attn_dq own = {.f = tid > 0 ? dqbuf + (size_t)(tid - 1) * nq : NULL};
-            attn_bwd_greedy_bf16(ops, tid == 0 ? &split : &own, dk, dv, dout, q, k, v, lse, D, &sh,
-                                 tws, tid, nth);
-#pragma omp barrier
-        }
-        // dq = bf16 of (dQ + buffers of threads 1..nth-1, in thread order), once per element
-#pragma omp for schedule(static)
-        for (long ti = 0; ti < (long)T; ti++) {
-            float *acc = orow; // the row's fp32 dQ, from its halves
-            attn_dq_get(acc, &split, (size_t)ti * row, row, 1, (int)row);
-            if (buffered)
-                for (int t = 1; t < nth; t++) {
-                    const float *src = dqbuf + (size_t)(t - 1) * nq + (size_t)ti * row;
-#pragma omp simd
-                    for (size_t e = 0; e < row; e++)
-                        acc[e] += src[e];
-                }
-            bf16_from_f32(acc, dq + (size_t)ti * row, row);
-        }
-    }
+    attn_backward_run(1, dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS, ws);
 }

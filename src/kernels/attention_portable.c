@@ -1,8 +1,17 @@
 /* attention_portable.c — the attention blocks on any CPU: cblas_sgemm on (B, B) tiles and plain
  * loops that gcc vectorises (see attention.c for the algorithm, attention_tiles.h for the
- * contract of a block). */
+ * contract of a block).
+ *
+ * Why this is not attention_body.h on vec_portable.h: its sums are cblas_sgemm's (OpenBLAS's own
+ * blocking and accumulation order for S = Q K^T, O += P V, dV, dP, dK, dQ), its scores are
+ * row-major (queries, keys) with horizontal max and sum reductions that `omp simd` orders by the
+ * clone's vector width, and its softmax rescale is libm's expf, not the Cephes exp. The vector
+ * body sums k ascending with one fma per term on transposed tiles, so expressing this path as
+ * that body would change its bits (the guard records them). It shares the entry points and table
+ * (ATTN_DEFINE_BLOCKS, ATTN_OPS_INIT) and the exp (vec_exp1, vec_portable.h). */
 #include "attention_tiles.h"
 #include "dispatch.h"
+#include "kernels/vec_portable.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -32,33 +41,6 @@ static size_t attn_thread_floats_bf16(int HS) {
 
 #define ATTN_INLINE static inline __attribute__((always_inline))
 
-/* Scalar twin in plain C (fmaf, round-to-nearest by the 1.5*2^23 trick) so that gcc vectorises
- * it under omp simd. */
-#pragma omp declare simd notinbranch
-static inline float attn_exp(float x) {
-    float xc = x < ATTN_EXP_LO ? ATTN_EXP_LO : x;
-    xc = xc > 88.0f ? 88.0f : xc;
-    float fn = xc * 1.44269504088896341f + 12582912.0f; // round(x / ln2) + 1.5*2^23
-    fn -= 12582912.0f;
-    float r = fmaf(fn, -ATTN_EXP_C1, xc);
-    r = fmaf(fn, -ATTN_EXP_C2, r);
-    float p = ATTN_EXP_P0;
-    p = fmaf(p, r, ATTN_EXP_P1);
-    p = fmaf(p, r, ATTN_EXP_P2);
-    p = fmaf(p, r, ATTN_EXP_P3);
-    p = fmaf(p, r, ATTN_EXP_P4);
-    p = fmaf(p, r, ATTN_EXP_P5);
-    p = fmaf(p, r * r, r) + 1.0f;
-    // 2^n, n in [-126, 127]; a NaN x gives a NaN fn: any n does then (p is NaN), so the cast
-    // and the shift see -127 instead of a NaN (undefined to convert)
-    const float fc = fn >= -127.0f ? fn : -127.0f;
-    uint32_t bits = (uint32_t)((int32_t)fc + 127) << 23;
-    float two_n;
-    memcpy(&two_n, &bits, sizeof two_n);
-    float y = p * two_n;
-    return x < ATTN_EXP_LO ? 0.0f : y;
-}
-
 /* ---- portable path: cblas_sgemm on tiles ----------------------------------------------------- */
 
 /* Forward of one (query head h, query block ib). tws: this thread's scratch. Documents: key
@@ -78,8 +60,8 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
     float *alpha = l + B;           // (bq) rescale factor of this step
     float *qf = alpha + B;          // bf16 operands: (B, HS) Q_i, K_j, V_j widened, O_i in fp32
     float *kf = qf + (size_t)B * HS;
-    float *vf = kf + (size_t)B * HS;
-    float *of = vf + (size_t)B * HS;
+    float *vfl = kf + (size_t)B * HS;
+    float *of = vfl + (size_t)B * HS;
     // Q_i and O_i (bq, HS) rows strided by ldq (ldo); K, V of the KV head rows strided by ldk
     const float *qi;
     float *oi;
@@ -108,10 +90,10 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
         if (bf) {
             attn_widen_rows(kf, (const uint16_t *)k + (size_t)j0 * sh->ldk + kvoff, sh->ldk, bk,
                             HS);
-            attn_widen_rows(vf, (const uint16_t *)v + (size_t)j0 * sh->ldk + kvoff, sh->ldk, bk,
+            attn_widen_rows(vfl, (const uint16_t *)v + (size_t)j0 * sh->ldk + kvoff, sh->ldk, bk,
                             HS);
             kj = kf;
-            vj = vf;
+            vj = vfl;
         } else {
             kj = (const float *)k + (size_t)j0 * sh->ldk + kvoff;
             vj = (const float *)v + (size_t)j0 * sh->ldk + kvoff;
@@ -138,7 +120,7 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
             for (int c = 0; c < n; c++) {
-                const float e = attn_exp(row[c] - mx);
+                const float e = vec_exp1(row[c] - mx);
                 row[c] = e;
                 sum += e;
             }
@@ -172,19 +154,6 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
     if (bf) attn_round_rows((uint16_t *)out + qoff, sh->ldq, of, bq, HS);
 }
 
-KERNEL_CLONES
-static void attn_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
-                           const attn_shape *sh, int h, int ib, float *tws) {
-    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 0);
-}
-
-KERNEL_CLONES
-static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
-                                const uint16_t *v, const attn_shape *sh, int h, int ib,
-                                float *tws) {
-    attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 1);
-}
-
 /* Backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by the task), dQ
  * accumulated into dqacc (dq itself or a private buffer, (T, NH, HS); an attn_dq in bf16).
  * Documents: query blocks stop at the end of the document of the block's last key; in a tile that a
@@ -200,8 +169,8 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
     float *p = tws;                  // (bq, bk) probabilities, then dS
     float *dp = tws + (size_t)B * B; // (bq, bk) dP
     float *kf = dp + (size_t)B * B;  // bf16 operands: (B, HS) K_j, V_j, Q_i, dO_i widened,
-    float *vf = kf + (size_t)B * HS;
-    float *qf = vf + (size_t)B * HS;
+    float *vfl = kf + (size_t)B * HS;
+    float *qf = vfl + (size_t)B * HS;
     float *dof = qf + (size_t)B * HS;
     float *dka = dof + (size_t)B * HS; // dK_j and dV_j in fp32
     float *dva = dka + (size_t)B * HS;
@@ -212,9 +181,9 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
     const int ldk = bf ? HS : (int)sh->ldk, ldq = bf ? HS : (int)sh->ldq;
     if (bf) {
         attn_widen_rows(kf, (const uint16_t *)k + koff, sh->ldk, bk, HS);
-        attn_widen_rows(vf, (const uint16_t *)v + koff, sh->ldk, bk, HS);
+        attn_widen_rows(vfl, (const uint16_t *)v + koff, sh->ldk, bk, HS);
         kj = kf;
-        vj = vf;
+        vj = vfl;
         dkj = dka;
         dvj = dva;
     } else {
@@ -253,7 +222,7 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
                 const float ls = lse_i[r];
 #pragma omp simd
                 for (int c = 0; c < n; c++)
-                    row[c] = attn_exp(row[c] - ls);
+                    row[c] = vec_exp1(row[c] - ls);
                 for (int c = n; c < bk; c++)
                     row[c] = 0.0f;
                 if (cut) // keys before the query's doc start
@@ -297,28 +266,6 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
     }
 }
 
-KERNEL_CLONES
-static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
-                           const float *k, const float *v, const float *lse, const float *D,
-                           const attn_shape *sh, int kvh, int jb, float *tws) {
-    attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);
-}
+ATTN_DEFINE_BLOCKS(KERNEL_CLONES)
 
-KERNEL_CLONES
-static void attn_bwd_block_bf16(const attn_dq *dqacc, uint16_t *dk, uint16_t *dv,
-                                const uint16_t *dout, const uint16_t *q, const uint16_t *k,
-                                const uint16_t *v, const float *lse, const float *D,
-                                const attn_shape *sh, int kvh, int jb, float *tws) {
-    attn_bwd_impl((void *)dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);
-}
-
-const attn_ops attn_ops_portable = {.name = "portable",
-                                    .label = "portable",
-                                    .fq = ATTN_B,
-                                    .bkb = ATTN_B,
-                                    .thread_floats = attn_thread_floats,
-                                    .fwd_block = attn_fwd_block,
-                                    .bwd_block = attn_bwd_block,
-                                    .thread_floats_bf16 = attn_thread_floats_bf16,
-                                    .fwd_block_bf16 = attn_fwd_block_bf16,
-                                    .bwd_block_bf16 = attn_bwd_block_bf16};
+const attn_ops attn_ops_portable = ATTN_OPS_INIT("portable", "portable", ATTN_B, ATTN_B);

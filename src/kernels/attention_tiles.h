@@ -1,13 +1,15 @@
 /* attention_tiles.h — private to the attention kernel: the shape of a call, the fp32 exp
  * constants, helpers shared by the tile paths, and the table through which attention.c's drivers
- * run one path's per-block work. Three paths implement the blocks, each in its own file compiled
+ * run one path's per-block work. Three paths implement the blocks, each in its own unit compiled
  * with its own instruction-set flags (CMakeLists.txt): attention_avx512.c, attention_avx2.c
- * (x86-64 only) and attention_portable.c (any CPU). dispatch.c chooses one at run time. */
+ * (x86-64 only; one body, attention_body.h, over their primitives header) and
+ * attention_portable.c (any CPU; sgemm on square tiles). dispatch.c chooses one at run time. */
 #ifndef UP_ATTENTION_TILES_H
 #define UP_ATTENTION_TILES_H
 
 #include "core/check.h"
 #include "kernels/bf16.h"
+#include "kernels/vec.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -66,21 +68,7 @@ static inline int attn_doc_query_end(const attn_shape *sh, int j) {
     return lo;
 }
 
-/* ---- exp ------------------------------------------------------------------------------------- */
-/* exp(x) in fp32, Cephes expf scheme: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two parts so
- * r is exact), exp(r) by a degree-7 polynomial, times 2^n. Relative error ~2 ulp. Inputs below
- * ln(FLT_MIN) give 0 (no denormals: a softmax weight 1e-38 below the row maximum is irrelevant),
- * inputs above 88 are clamped (arguments here are scores minus their running maximum or their
- * log-sum-exp, so <= ~0). NaN stays NaN. */
-#define ATTN_EXP_LO (-87.3365447f) /* ln(FLT_MIN) */
-#define ATTN_EXP_C1 0.693359375f
-#define ATTN_EXP_C2 (-2.12194440e-4f)
-#define ATTN_EXP_P0 1.9875691500e-4f
-#define ATTN_EXP_P1 1.3981999507e-3f
-#define ATTN_EXP_P2 8.3334519073e-3f
-#define ATTN_EXP_P3 4.1665795894e-2f
-#define ATTN_EXP_P4 1.6666665459e-1f
-#define ATTN_EXP_P5 5.0000001201e-1f
+/* exp: the constants (ATTN_EXP_*) are in vec.h, with the vector primitives. */
 
 /* Transposed panel dst (HS, width) = mul * src rows 0 .. n-1 (each HS floats, strided by ld),
  * zero in columns n .. width-1. Reads run down the columns of src (lines reused for 16 d's from
@@ -226,6 +214,47 @@ typedef struct {
                            const float *lse, const float *D, const attn_shape *sh, int kvh, int jb,
                            float *tws);
 } attn_ops;
+
+/* A path's entry points from its static attn_fwd_impl and attn_bwd_impl (the per-block bodies
+ * with an fp32 / bf16 switch bf, always inlined, so each entry is compiled for its element type),
+ * each entry with the function attributes ATTR (the portable path's KERNEL_CLONES), and its
+ * table: `const attn_ops attn_ops_<isa> = ATTN_OPS_INIT("<name>", "<label>", fq, bkb);`. */
+#define ATTN_DEFINE_BLOCKS(ATTR)                                                                   \
+    ATTR static void attn_fwd_block(float *out, float *lse, const float *q, const float *k,       \
+                                    const float *v, const attn_shape *sh, int h, int ib,          \
+                                    float *tws) {                                                  \
+        attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 0);                                       \
+    }                                                                                              \
+    ATTR static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q,            \
+                                         const uint16_t *k, const uint16_t *v,                    \
+                                         const attn_shape *sh, int h, int ib, float *tws) {       \
+        attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 1);                                       \
+    }                                                                                              \
+    ATTR static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout,        \
+                                    const float *q, const float *k, const float *v,               \
+                                    const float *lse, const float *D, const attn_shape *sh,       \
+                                    int kvh, int jb, float *tws) {                                 \
+        attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);                  \
+    }                                                                                              \
+    ATTR static void attn_bwd_block_bf16(const attn_dq *dqacc, uint16_t *dk, uint16_t *dv,        \
+                                         const uint16_t *dout, const uint16_t *q,                 \
+                                         const uint16_t *k, const uint16_t *v, const float *lse,  \
+                                         const float *D, const attn_shape *sh, int kvh, int jb,   \
+                                         float *tws) {                                             \
+        attn_bwd_impl((void *)dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);          \
+    }
+
+#define ATTN_OPS_INIT(NAME, LABEL, FQ, BKB)                                                        \
+    {.name = NAME,                                                                                 \
+     .label = LABEL,                                                                               \
+     .fq = FQ,                                                                                     \
+     .bkb = BKB,                                                                                   \
+     .thread_floats = attn_thread_floats,                                                          \
+     .fwd_block = attn_fwd_block,                                                                  \
+     .bwd_block = attn_bwd_block,                                                                  \
+     .thread_floats_bf16 = attn_thread_floats_bf16,                                                \
+     .fwd_block_bf16 = attn_fwd_block_bf16,                                                        \
+     .bwd_block_bf16 = attn_bwd_block_bf16}
 
 extern const attn_ops attn_ops_portable;
 #if defined(__x86_64__)

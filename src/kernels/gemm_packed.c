@@ -19,6 +19,7 @@
 #include "kernels/gemm_bf16.h"
 #include "kernels/kernel_path.h"
 #include "kernels/kernels.h"
+#include "kernels/vec_portable.h"
 
 #include <math.h>
 #include <omp.h>
@@ -28,53 +29,16 @@
 
 /* ---- portable micro-kernel ------------------------------------------------------------------ */
 
-enum { P_MR = 4, P_NR = 16 };
-
-/* Plain C; cloned per CPU (dispatch.h) so that fmaf is an instruction where the CPU has one (on
- * the baseline it is libm's, correctly rounded too, hence the same bits). */
-KERNEL_CLONES
-static void portable_kernel(int kc, const float *a, int kmajor, const float *b, float *c,
-                            ptrdiff_t ldc, float alpha, float beta, uint16_t *cout,
-                            ptrdiff_t ldco) {
-    float acc[P_MR][P_NR] = {{0}};
-    ptrdiff_t rsa = kmajor ? 1 : kc, csa = kmajor ? P_MR : 1;
-    for (int k = 0; k < kc; k++, b += P_NR)
-        for (int i = 0; i < P_MR; i++) {
-            float x = a[i * rsa + k * csa];
-            for (int j = 0; j < P_NR; j++)
-                acc[i][j] = fmaf(x, b[j], acc[i][j]);
-        }
-    for (int i = 0; i < P_MR; i++)
-        for (int j = 0; j < P_NR; j++) {
-            float t = alpha * acc[i][j], *p = c + i * ldc + j;
-            *p = beta == 0.0f ? t : fmaf(beta, *p, t);
-            if (cout) cout[i * ldco + j] = bf16_round(*p);
-        }
-}
-
-static void portable_pack_b(float *dst, const uint16_t *B, int ldb, int transb, int k0, int j0,
-                            int kc, int n) {
-    gemm_packed_pack_b_generic(dst, B, ldb, transb, k0, j0, kc, n, P_NR);
-}
-
-static void portable_pack_a(float *dst, const uint16_t *A, int lda, int transa, int i0, int k0,
-                            int kc, int m) {
-    gemm_packed_pack_a_generic(dst, A, lda, transa, i0, k0, kc, m, P_MR);
-}
+/* The body of the vector paths on vec_portable.h's 8-float arrays: a 4 x 16 tile, cloned per CPU
+ * (dispatch.h) so that fmaf is an instruction where the CPU has one (on the baseline it is
+ * libm's, correctly rounded too, hence the same bits). */
+enum { GEMM_MR = 4 };
+#define GEMM_ATTR KERNEL_CLONES
+#include "kernels/gemm_packed_body.h"
 
 /* kc as on the other paths, so that the bits are theirs; mc and nc not measured (no CPU here runs
  * this path for speed). */
-const gemm_packed_ops gemm_packed_portable = {
-    .name = "portable",
-    .mr = P_MR,
-    .nr = P_NR,
-    .mc = 128,
-    .kc = 512,
-    .nc = 4096,
-    .kernel = portable_kernel,
-    .pack_b = portable_pack_b,
-    .pack_a = portable_pack_a,
-};
+const gemm_packed_ops gemm_packed_portable = GEMM_PACKED_INIT("portable", 128, 512, 4096);
 
 /* ---- driver --------------------------------------------------------------------------------- */
 
