@@ -93,18 +93,13 @@ static inline void attn_pack_t(float *dst, int width, const float *src, size_t l
  * widened inputs, term for term and in the same order: the bf16 results are bf16_round of the
  * fp32 kernel's results on those inputs, bit for bit (test_attention checks it). */
 
-/* bf16 -> fp32, exact (core/dtype.h), inline for the packing loops. */
-static inline float attn_widen(uint16_t b) {
-    return bf16_widen(b);
-}
-
 /* attn_pack_t on bf16 rows: the same values as attn_pack_t on the widened rows. */
 static inline void attn_pack_t_bf16(float *dst, int width, const uint16_t *src, size_t ld, int n,
                                     int HS, float mul) {
     for (int d = 0; d < HS; d++) {
         float *drow = dst + (size_t)d * width;
         for (int r = 0; r < n; r++)
-            drow[r] = attn_widen(src[(size_t)r * ld + d]) * mul;
+            drow[r] = bf16_widen(src[(size_t)r * ld + d]) * mul;
         for (int r = n; r < width; r++)
             drow[r] = 0.0f;
     }

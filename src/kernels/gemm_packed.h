@@ -50,11 +50,6 @@ extern const gemm_packed_ops gemm_packed_portable;
 extern const gemm_packed_ops gemm_packed_avx512, gemm_packed_avx2;
 #endif
 
-/* Widening by the bit pattern: a bf16 is the top half of its fp32, so this is exact. */
-static inline float gemm_packed_widen(uint16_t x) {
-    return bf16_widen(x);
-}
-
 /* The generic packing loops, inlined into each kernel file with its constant mr / nr (so that
  * each compiles with that file's instruction sets). */
 static inline void gemm_packed_pack_b_generic(float *dst, const uint16_t *B, int ldb, int transb,
@@ -64,7 +59,7 @@ static inline void gemm_packed_pack_b_generic(float *dst, const uint16_t *B, int
             const uint16_t *s = B + (size_t)(k0 + k) * (size_t)ldb + j0;
             float *d = dst + (size_t)k * (size_t)nr;
             for (int j = 0; j < n; j++)
-                d[j] = gemm_packed_widen(s[j]);
+                d[j] = bf16_widen(s[j]);
             for (int j = n; j < nr; j++)
                 d[j] = 0.0f;
         }
@@ -107,7 +102,7 @@ static inline void gemm_packed_pack_b_generic(float *dst, const uint16_t *B, int
     for (int j = 0; j < n; j++) { // B (N, K): column j of the panel is B's row j0 + j
         const uint16_t *s = B + (size_t)(j0 + j) * (size_t)ldb + k0;
         for (int k = k8; k < kc; k++)
-            dst[(size_t)k * (size_t)nr + j] = gemm_packed_widen(s[k]);
+            dst[(size_t)k * (size_t)nr + j] = bf16_widen(s[k]);
     }
     for (int j = n; j < nr; j++)
         for (int k = k8; k < kc; k++)
@@ -120,7 +115,7 @@ static inline void gemm_packed_pack_a_generic(float *dst, const uint16_t *A, int
         for (int k = 0; k < kc; k++) {
             const uint16_t *s = A + (size_t)(k0 + k) * (size_t)lda + i0;
             for (int i = 0; i < mr; i++)
-                dst[(size_t)k * (size_t)mr + i] = gemm_packed_widen(s[i]);
+                dst[(size_t)k * (size_t)mr + i] = bf16_widen(s[i]);
         }
         return;
     }
@@ -129,7 +124,7 @@ static inline void gemm_packed_pack_a_generic(float *dst, const uint16_t *A, int
             const uint16_t *s = A + (size_t)(k0 + k) * (size_t)lda + i0;
             float *d = dst + (size_t)k * (size_t)mr;
             for (int i = 0; i < m; i++)
-                d[i] = gemm_packed_widen(s[i]);
+                d[i] = bf16_widen(s[i]);
             for (int i = m; i < mr; i++)
                 d[i] = 0.0f;
         }
@@ -140,7 +135,7 @@ static inline void gemm_packed_pack_a_generic(float *dst, const uint16_t *A, int
         if (i < m) {
             const uint16_t *s = A + (size_t)(i0 + i) * (size_t)lda + k0;
             for (int k = 0; k < kc; k++)
-                d[k] = gemm_packed_widen(s[k]);
+                d[k] = bf16_widen(s[k]);
         } else {
             for (int k = 0; k < kc; k++)
                 d[k] = 0.0f;
