@@ -41,7 +41,7 @@ bench: $(BUILD)/upipe
 	bash bench/bench.sh $(BUILD)/upipe
 
 format:
-	clang-format -i src/*.c src/*/*.c src/*/*.h tests/*/*.c
+	git ls-files '*.c' '*.h' | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD)

@@ -17,7 +17,8 @@ int main(int argc, char **argv) {
     if (reps > 64) reps = 64;
     float *s = malloc(sizeof(float) * (size_t)n * P), *r = malloc(sizeof(float) * (size_t)n * P);
     if (!s || !r) MPI_Abort(MPI_COMM_WORLD, 1);
-    for (long i = 0; i < n * P; i++) s[i] = (float)i;
+    for (long i = 0; i < n * P; i++)
+        s[i] = (float)i;
     double rates[64];
     MPI_Alltoall(s, (int)n, MPI_FLOAT, r, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
     for (int k = 0; k < reps; k++) {

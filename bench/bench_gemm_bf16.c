@@ -66,13 +66,13 @@ static void run(int method, const product *p) {
     switch (method) {
     case M_SGEMM:
         cblas_sgemm(CblasRowMajor, p->ta ? CblasTrans : CblasNoTrans,
-                    p->tb ? CblasTrans : CblasNoTrans, p->M, p->N, p->K, 1.0f, p->Af, p->lda,
-                    p->Bf, p->ldb, p->beta, p->C, p->N);
+                    p->tb ? CblasTrans : CblasNoTrans, p->M, p->N, p->K, 1.0f, p->Af, p->lda, p->Bf,
+                    p->ldb, p->beta, p->C, p->N);
         break;
     case M_ONEDNN: // below avx512_core it returns dnnl_unimplemented: the column says n/a
-        g_onednn_ok = dnnl_gemm_bf16bf16f32(p->ta ? 'T' : 'N', p->tb ? 'T' : 'N', p->M, p->N, p->K,
-                                            1.0f, p->A, p->lda, p->B, p->ldb, p->beta, p->C,
-                                            p->N) == dnnl_success;
+        g_onednn_ok =
+            dnnl_gemm_bf16bf16f32(p->ta ? 'T' : 'N', p->tb ? 'T' : 'N', p->M, p->N, p->K, 1.0f,
+                                  p->A, p->lda, p->B, p->ldb, p->beta, p->C, p->N) == dnnl_success;
         break;
     case M_PACKED:
         gemm_bf16_path_set("packed");
@@ -151,14 +151,16 @@ static const struct {
     const char *name;
     int ic, oc;
 } layers[] = {
-    {"wq/wo 512->512", 512, 512},  {"wk/wv 512->256", 512, 256},  {"gate/up 512->1408", 512, 1408},
-    {"down 1408->512", 1408, 512}, {"lm_head 512->4096", 512, 4096},
+    {"wq/wo 512->512", 512, 512},     {"wk/wv 512->256", 512, 256},
+    {"gate/up 512->1408", 512, 1408}, {"down 1408->512", 1408, 512},
+    {"lm_head 512->4096", 512, 4096},
 };
 static const char *const kinds[] = {"fwd", "dinp", "dW"};
 
 static void table(int T) {
     printf("\nT = %d rows\n%-18s %-5s %5s %5s %5s", T, "layer", "prod", "M", "N", "K");
-    for (int m = 0; m < NMETHODS; m++) printf(" %9s", method_names[m]);
+    for (int m = 0; m < NMETHODS; m++)
+        printf(" %9s", method_names[m]);
     printf("\n");
     for (size_t l = 0; l < sizeof layers / sizeof *layers; l++)
         for (int k = 0; k < 3; k++) {
@@ -167,8 +169,10 @@ static void table(int T) {
             double g[NMETHODS];
             gflops_all(&p, g);
             for (int m = 0; m < NMETHODS; m++)
-                if (m == M_ONEDNN && !g_onednn_ok) printf(" %9s", "n/a");
-                else printf(" %9.1f", g[m]);
+                if (m == M_ONEDNN && !g_onednn_ok)
+                    printf(" %9s", "n/a");
+                else
+                    printf(" %9.1f", g[m]);
             printf("\n");
             fflush(stdout);
         }
@@ -207,8 +211,8 @@ int main(int argc, char **argv) {
     cpu_model(model, sizeof model);
     omp_set_num_threads(threads), blas_set_threads(threads);
     fill();
-    const char *isa = getenv("DNNL_MAX_CPU_ISA") ? getenv("DNNL_MAX_CPU_ISA")
-                                                 : getenv("ONEDNN_MAX_CPU_ISA");
+    const char *isa =
+        getenv("DNNL_MAX_CPU_ISA") ? getenv("DNNL_MAX_CPU_ISA") : getenv("ONEDNN_MAX_CPU_ISA");
     // oneDNN's first call: its JIT kernels, thread-local buffers; resident memory it adds
     long rss0 = rss_kib();
     product p = layer_product(0, 4096, 512, 4096);

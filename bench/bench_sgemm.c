@@ -20,8 +20,10 @@ int main(int argc, char **argv) {
     float *a = malloc(sizeof(float) * (size_t)M * K), *b = malloc(sizeof(float) * (size_t)N * K),
           *c = malloc(sizeof(float) * (size_t)M * N);
     if (!a || !b || !c) return 1;
-    for (size_t i = 0; i < (size_t)M * K; i++) a[i] = (float)(i % 7) * 0.1f;
-    for (size_t i = 0; i < (size_t)N * K; i++) b[i] = (float)(i % 5) * 0.1f;
+    for (size_t i = 0; i < (size_t)M * K; i++)
+        a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        b[i] = (float)(i % 5) * 0.1f;
     double rates[7];
     /* the model's forward shape: (M, K) x (N, K)^T */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, a, K, b, K, 0.f, c, N);
@@ -31,7 +33,8 @@ int main(int argc, char **argv) {
         rates[r] = 2.0 * M * N * K / (now_s() - t0) / 1e9;
     }
     qsort(rates, 7, sizeof rates[0], cmp_double);
-    printf("{\"blas_core\": \"%s\", \"threads\": %d, \"M\": %d, \"K\": %d, \"N\": %d, \"gflops\": %.1f}\n",
+    printf("{\"blas_core\": \"%s\", \"threads\": %d, \"M\": %d, \"K\": %d, \"N\": %d, \"gflops\": "
+           "%.1f}\n",
            openblas_get_corename(), threads, M, K, N, rates[3]);
     free(a);
     free(b);

@@ -52,12 +52,14 @@ static void layer_init(layer *L, mem_dtype dt, int T) {
     size_t TC = (size_t)T * C, TQ = (size_t)T * NH * HS, TK = (size_t)T * NKV * HS,
            TF = (size_t)T * F;
     void **tok[] = {&L->x, &L->xn, &L->o, &L->dx, &L->dxn, &L->dout};
-    for (size_t i = 0; i < sizeof tok / sizeof *tok; i++) *tok[i] = alloc_fill(dt, TC, 2.0f, &s);
+    for (size_t i = 0; i < sizeof tok / sizeof *tok; i++)
+        *tok[i] = alloc_fill(dt, TC, 2.0f, &s);
     L->q = alloc_fill(dt, TQ, 2.0f, &s), L->dq = alloc_fill(dt, TQ, 2.0f, &s);
     L->k = alloc_fill(dt, TK, 2.0f, &s), L->dk = alloc_fill(dt, TK, 2.0f, &s);
     L->v = alloc_fill(dt, TK, 2.0f, &s), L->dv = alloc_fill(dt, TK, 2.0f, &s);
     void **ff[] = {&L->g, &L->u, &L->h, &L->dg, &L->du, &L->dh};
-    for (size_t i = 0; i < sizeof ff / sizeof *ff; i++) *ff[i] = alloc_fill(dt, TF, 2.0f, &s);
+    for (size_t i = 0; i < sizeof ff / sizeof *ff; i++)
+        *ff[i] = alloc_fill(dt, TF, 2.0f, &s);
     L->wq = alloc_fill(dt, (size_t)NH * HS * C, 0.05f, &s);
     L->wk = alloc_fill(dt, (size_t)NKV * HS * C, 0.05f, &s);
     L->wv = alloc_fill(dt, (size_t)NKV * HS * C, 0.05f, &s);
@@ -73,7 +75,8 @@ static void layer_init(layer *L, mem_dtype dt, int T) {
     L->dwg = falloc((size_t)F * C, 0.0f, &s), L->dwu = falloc((size_t)F * C, 0.0f, &s);
     L->dwd = falloc((size_t)C * F, 0.0f, &s), L->dwn = falloc(C, 0.0f, &s);
     L->dwlm = falloc((size_t)V * C, 0.0f, &s);
-    L->cos_t = falloc((size_t)T * HS / 2, 1.0f, &s), L->sin_t = falloc((size_t)T * HS / 2, 1.0f, &s);
+    L->cos_t = falloc((size_t)T * HS / 2, 1.0f, &s),
+    L->sin_t = falloc((size_t)T * HS / 2, 1.0f, &s);
     L->lin = falloc((size_t)LOSS_ROWS * C, 2.0f, &s);
     L->logits = falloc((size_t)LOSS_ROWS * V, 0.0f, &s);
     L->dlogits = falloc((size_t)LOSS_ROWS * V, 0.01f, &s);
@@ -81,20 +84,37 @@ static void layer_init(layer *L, mem_dtype dt, int T) {
 }
 
 enum {
-    OP_NORM_F, OP_QKV_F, OP_ROPE_F, OP_O_F, OP_GATEUP_F, OP_SWIGLU_F, OP_DOWN_F, OP_ADD,
-    OP_LM_F, OP_LM_B, OP_DOWN_B, OP_SWIGLU_B, OP_GATEUP_B, OP_O_B, OP_ROPE_B, OP_QKV_B,
-    OP_NORM_B, NOPS
+    OP_NORM_F,
+    OP_QKV_F,
+    OP_ROPE_F,
+    OP_O_F,
+    OP_GATEUP_F,
+    OP_SWIGLU_F,
+    OP_DOWN_F,
+    OP_ADD,
+    OP_LM_F,
+    OP_LM_B,
+    OP_DOWN_B,
+    OP_SWIGLU_B,
+    OP_GATEUP_B,
+    OP_O_B,
+    OP_ROPE_B,
+    OP_QKV_B,
+    OP_NORM_B,
+    NOPS
 };
 static const char *const op_names[NOPS] = {
-    "rmsnorm fwd", "q,k,v fwd", "rope fwd", "o fwd", "gate,up fwd", "swiglu fwd", "down fwd",
-    "residual add", "lm head fwd", "lm head bwd", "down bwd", "swiglu bwd", "gate,up bwd",
-    "o bwd", "rope bwd", "q,k,v bwd", "rmsnorm bwd"};
+    "rmsnorm fwd", "q,k,v fwd",    "rope fwd",    "o fwd",       "gate,up fwd", "swiglu fwd",
+    "down fwd",    "residual add", "lm head fwd", "lm head bwd", "down bwd",    "swiglu bwd",
+    "gate,up bwd", "o bwd",        "rope bwd",    "q,k,v bwd",   "rmsnorm bwd"};
 
 static void op_run(layer *L, int op, int T) {
     const typed_ctx *t = &L->t;
     int Q = NH * HS, K = NKV * HS;
     switch (op) {
-    case OP_NORM_F: typed_rmsnorm_forward(t, L->xn, 0, L->rstd, L->x, L->wn, T, C, 1e-5f); break;
+    case OP_NORM_F:
+        typed_rmsnorm_forward(t, L->xn, 0, L->rstd, L->x, L->wn, T, C, 1e-5f);
+        break;
     case OP_QKV_F:
         typed_mm_fwd(t, L->q, L->xn, L->wq, T, C, Q, 0);
         typed_mm_fwd(t, L->k, L->xn, L->wk, T, C, K, 0);
@@ -104,24 +124,34 @@ static void op_run(layer *L, int op, int T) {
         typed_rope_forward(t, L->q, L->cos_t, L->sin_t, T, NH, HS);
         typed_rope_forward(t, L->k, L->cos_t, L->sin_t, T, NKV, HS);
         break;
-    case OP_O_F: typed_mm_fwd(t, L->x, L->o, L->wo, T, Q, C, 1); break;
+    case OP_O_F:
+        typed_mm_fwd(t, L->x, L->o, L->wo, T, Q, C, 1);
+        break;
     case OP_GATEUP_F:
         typed_mm_fwd(t, L->g, L->xn, L->wg, T, C, F, 0);
         typed_mm_fwd(t, L->u, L->xn, L->wu, T, C, F, 0);
         break;
-    case OP_SWIGLU_F: typed_swiglu_forward(t, L->h, L->g, L->u, (size_t)T * F); break;
-    case OP_DOWN_F: typed_mm_fwd(t, L->x, L->h, L->wd, T, F, C, 1); break;
-    case OP_ADD: typed_add(t, L->dx, L->dxn, (size_t)T * C); break;
+    case OP_SWIGLU_F:
+        typed_swiglu_forward(t, L->h, L->g, L->u, (size_t)T * F);
+        break;
+    case OP_DOWN_F:
+        typed_mm_fwd(t, L->x, L->h, L->wd, T, F, C, 1);
+        break;
+    case OP_ADD:
+        typed_add(t, L->dx, L->dxn, (size_t)T * C);
+        break;
     case OP_LM_F:
         for (int i0 = 0; i0 < T; i0 += LOSS_ROWS)
             typed_matmul_forward_f32(t, L->logits, L->lin, L->wlm, LOSS_ROWS, C, V);
         break;
     case OP_LM_B:
         for (int i0 = 0; i0 < T; i0 += LOSS_ROWS)
-            typed_matmul_backward_f32(t, L->dlin, L->dwlm, L->dlogits, L->lin, L->wlm, LOSS_ROWS,
-                                      C, V);
+            typed_matmul_backward_f32(t, L->dlin, L->dwlm, L->dlogits, L->lin, L->wlm, LOSS_ROWS, C,
+                                      V);
         break;
-    case OP_DOWN_B: typed_mm_bwd(t, L->dh, L->dwd, L->dout, L->h, L->wd, T, F, C); break;
+    case OP_DOWN_B:
+        typed_mm_bwd(t, L->dh, L->dwd, L->dout, L->h, L->wd, T, F, C);
+        break;
     case OP_SWIGLU_B:
         typed_swiglu_backward(t, L->dg, L->du, L->dh, L->g, L->u, (size_t)T * F);
         break;
@@ -129,7 +159,9 @@ static void op_run(layer *L, int op, int T) {
         typed_mm_bwd(t, L->dxn, L->dwg, L->dg, L->xn, L->wg, T, C, F);
         typed_mm_bwd(t, L->dxn, L->dwu, L->du, L->xn, L->wu, T, C, F);
         break;
-    case OP_O_B: typed_mm_bwd(t, L->o, L->dwo, L->dout, L->o, L->wo, T, Q, C); break;
+    case OP_O_B:
+        typed_mm_bwd(t, L->o, L->dwo, L->dout, L->o, L->wo, T, Q, C);
+        break;
     case OP_ROPE_B:
         typed_rope_backward(t, L->dq, L->cos_t, L->sin_t, T, NH, HS);
         typed_rope_backward(t, L->dk, L->cos_t, L->sin_t, T, NKV, HS);
@@ -197,9 +229,11 @@ int main(int argc, char **argv) {
                 if (r >= 0) ts[((size_t)d * NOPS + op) * reps + r] = dt;
             }
     printf("| operation | f32 ms |");
-    for (int i = 0; i < np; i++) printf(" bf16 ms (%d) | bf16 / f32 (%d) |", i + 1, i + 1);
+    for (int i = 0; i < np; i++)
+        printf(" bf16 ms (%d) | bf16 / f32 (%d) |", i + 1, i + 1);
     printf("\n|---|---:|");
-    for (int i = 0; i < np; i++) printf("---:|---:|");
+    for (int i = 0; i < np; i++)
+        printf("---:|---:|");
     printf("\n");
     double sum[1 + MAXP] = {0};
     for (int op = 0; op < NOPS; op++) {
@@ -211,11 +245,13 @@ int main(int argc, char **argv) {
             sum[d] += med[d];
         }
         printf("| %s | %.2f |", op_names[op], 1e3 * med[0]);
-        for (int d = 1; d < ncol; d++) printf(" %.2f | %.3f |", 1e3 * med[d], med[d] / med[0]);
+        for (int d = 1; d < ncol; d++)
+            printf(" %.2f | %.3f |", 1e3 * med[d], med[d] / med[0]);
         printf("\n");
     }
     printf("| **sum** | %.2f |", 1e3 * sum[0]);
-    for (int d = 1; d < ncol; d++) printf(" %.2f | %.3f |", 1e3 * sum[d], sum[d] / sum[0]);
+    for (int d = 1; d < ncol; d++)
+        printf(" %.2f | %.3f |", 1e3 * sum[d], sum[d] / sum[0]);
     printf("\n");
     free(ts);
     return 0;

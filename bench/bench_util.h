@@ -1,5 +1,6 @@
 /* bench_util.h — the small helpers the C benchmarks share: a monotonic clock, the comparison
- * qsort needs for medians, and the CPU model for the headers. Header-only (each benchmark is one file). */
+ * qsort needs for medians, and the CPU model for the headers. Header-only (each benchmark is one
+ * file). */
 #ifndef UP_BENCH_UTIL_H
 #define UP_BENCH_UTIL_H
 

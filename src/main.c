@@ -16,21 +16,23 @@
 #define UPIPE_VERSION "0.1.0"
 
 static void print_usage(void) {
-    printf("upipe %s — train Llama-style transformers on very long sequences (CPU, fp32 or bf16, MPI)\n\n"
-           "usage:\n"
-           "  upipe train --config config.json --data tokens.bin [flags]   train a model\n"
-           "  upipe eval --config C --init W|--ckpt DIR --data D [flags]   evaluate a model\n"
-           "  upipe plot --log train.jsonl --svg loss.svg                  loss curves as SVG\n"
-           "  upipe data text|recall [flags]                               make a token shard\n"
-           "  upipe export --ckpt DIR --output OUT [flags]                 checkpoint -> HF folder\n"
-           "  upipe --version\n\n"
-           "Run `upipe <command> --help` for the flags of each command.\n"
-           "Several ranks: mpiexec -n R upipe train|eval ...\n",
-           UPIPE_VERSION);
+    printf(
+        "upipe %s — train Llama-style transformers on very long sequences (CPU, fp32 or bf16, "
+        "MPI)\n\n"
+        "usage:\n"
+        "  upipe train --config config.json --data tokens.bin [flags]   train a model\n"
+        "  upipe eval --config C --init W|--ckpt DIR --data D [flags]   evaluate a model\n"
+        "  upipe plot --log train.jsonl --svg loss.svg                  loss curves as SVG\n"
+        "  upipe data text|recall [flags]                               make a token shard\n"
+        "  upipe export --ckpt DIR --output OUT [flags]                 checkpoint -> HF folder\n"
+        "  upipe --version\n\n"
+        "Run `upipe <command> --help` for the flags of each command.\n"
+        "Several ranks: mpiexec -n R upipe train|eval ...\n",
+        UPIPE_VERSION);
 }
 
 int main(int argc, char **argv) {
-    blas_check_core(argv); /* may re-execute the program with OPENBLAS_CORETYPE set */
+    blas_check_core(argv);           /* may re-execute the program with OPENBLAS_CORETYPE set */
     up_tmp_install_signal_cleanup(); /* a signal never leaves a temporary file behind */
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
@@ -50,5 +52,6 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "export")) return export_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
     up_die("unknown command '%s': use `upipe train`, `upipe eval`, `upipe plot`, `upipe data` "
-           "or `upipe export` (see upipe --help)", argv[1]);
+           "or `upipe export` (see upipe --help)",
+           argv[1]);
 }

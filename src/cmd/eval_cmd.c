@@ -203,8 +203,10 @@ static void resolve_weights(eval_job *j) {
         ckpt_verify_file(step, CKPT_MODEL, &rec, err, sizeof err) != 0)
         up_die_all("--ckpt %s", err);
     up_path_join(j->weights, sizeof j->weights, step, "model.safetensors");
-    if (o->config) snprintf(j->config, sizeof j->config, "%s", o->config);
-    else up_path_join(j->config, sizeof j->config, step, "config.json");
+    if (o->config)
+        snprintf(j->config, sizeof j->config, "%s", o->config);
+    else
+        up_path_join(j->config, sizeof j->config, step, "config.json");
 }
 
 /* The windows: --windows, else every whole window up to the cap; the shard must hold them. */
@@ -213,12 +215,14 @@ static long choose_windows(const eval_job *j) {
     long avail = eval_windows_available(&j->shard, o->T);
     if (avail < 1)
         up_die_all("--seq-len %ld needs %ld tokens per window but %s holds %zu: use --seq-len "
-                   "%zu or less, or a larger shard", o->T, o->T + 1, o->data, j->shard.ntok,
+                   "%zu or less, or a larger shard",
+                   o->T, o->T + 1, o->data, j->shard.ntok,
                    j->shard.ntok > 1 ? j->shard.ntok - 1 : 1);
     if (o->windows > avail)
         up_die_all("--windows %ld needs %ld tokens (%ld windows of %ld and one more) but %s "
-                   "holds %zu: use --windows %ld or less", o->windows, o->windows * o->T + 1,
-                   o->windows, o->T, o->data, j->shard.ntok, avail);
+                   "holds %zu: use --windows %ld or less",
+                   o->windows, o->windows * o->T + 1, o->windows, o->T, o->data, j->shard.ntok,
+                   avail);
     if (o->windows > 0) return o->windows;
     return avail < EVAL_DEFAULT_WINDOWS ? avail : EVAL_DEFAULT_WINDOWS;
 }
@@ -228,7 +232,8 @@ static void check_outputs(eval_job *j) {
     const eval_options *o = &j->o;
     if (o->recall_svg && !j->src.recall)
         up_die_all("--recall-svg %s: %s is not a recall corpus (`upipe data recall`); add "
-                   "--recall to score it anyway", o->recall_svg, o->data);
+                   "--recall to score it anyway",
+                   o->recall_svg, o->data);
     char err[1024] = "";
     int bad = 0;
     if (j->rank == 0) {
@@ -256,8 +261,10 @@ static void eval_setup(eval_job *j) {
     setup_model_options(&j->cfg, j->P, &o->mopt);
     comm_init(&j->comm, MPI_COMM_WORLD, j->P);
     j->T_loc = (int)(o->T / j->P);
-    j->src = (eval_source){.m = NULL /* eval_alloc_all */, .shard = &j->shard,
-                           .mask = o->loss_mask ? &j->mask : NULL, .doc_sep = o->doc_sep,
+    j->src = (eval_source){.m = NULL /* eval_alloc_all */,
+                           .shard = &j->shard,
+                           .mask = o->loss_mask ? &j->mask : NULL,
+                           .doc_sep = o->doc_sep,
                            .recall = o->recall || eval_detect_recall(&j->shard)};
     check_outputs(j);
 }

@@ -142,8 +142,10 @@ static void parse_args(export_args *a, int argc, char **argv) {
         case 'h':
             print_help();
             exit(0);
-        case ':': up_die("%s needs a value: see upipe export --help", argv[optind - 1]);
-        default: up_die("unknown flag '%s': see upipe export --help", argv[optind - 1]);
+        case ':':
+            up_die("%s needs a value: see upipe export --help", argv[optind - 1]);
+        default:
+            up_die("unknown flag '%s': see upipe export --help", argv[optind - 1]);
         }
     }
     if (optind < argc) up_die("unexpected argument '%s': see upipe export --help", argv[optind]);
@@ -368,8 +370,8 @@ static void replace_output(const char *tmp, const char *real) {
         if (rename(tmp, real) != 0) {
             int e = errno, back = rename(old, real) == 0; /* the old export back in place */
             up_tmp_pop(old); /* kept in any case: it may be the only copy */
-            EXPORT_DIE("--output %s: cannot rename %s into place (%s)%s%s", real, tmp,
-                       strerror(e), back ? "" : "; the old export is in ", back ? "" : old);
+            EXPORT_DIE("--output %s: cannot rename %s into place (%s)%s%s", real, tmp, strerror(e),
+                       back ? "" : "; the old export is in ", back ? "" : old);
         }
         gone = old;
     }

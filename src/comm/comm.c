@@ -8,11 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *g_kind_names[COMM_KIND_COUNT] = {
-    "seq_to_head", "head_to_seq", "grad_reduce", "loss_reduce", "fsdp_gather", "fsdp_reduce",
-    "other"};
+static const char *g_kind_names[COMM_KIND_COUNT] = {"seq_to_head", "head_to_seq", "grad_reduce",
+                                                    "loss_reduce", "fsdp_gather", "fsdp_reduce",
+                                                    "other"};
 
-const char *comm_kind_name(comm_kind k) { return g_kind_names[k]; }
+const char *comm_kind_name(comm_kind k) {
+    return g_kind_names[k];
+}
 
 /* Stops every rank with the MPI error string when an MPI call fails; the watchdog knows which
  * call the rank is in. */
@@ -25,7 +27,7 @@ const char *comm_kind_name(comm_kind k) { return g_kind_names[k]; }
             char msg_[MPI_MAX_ERROR_STRING];                                                       \
             int len_ = 0;                                                                          \
             MPI_Error_string(rc_, msg_, &len_);                                                    \
-            up_fatal(__FILE__, __LINE__, "%s failed: %s", #call, msg_);                          \
+            up_fatal(__FILE__, __LINE__, "%s failed: %s", #call, msg_);                            \
         }                                                                                          \
     } while (0)
 
@@ -77,11 +79,14 @@ void comm_free(comm_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-void comm_reset_stats(comm_ctx *c) { memset(c->stats, 0, sizeof c->stats); }
+void comm_reset_stats(comm_ctx *c) {
+    memset(c->stats, 0, sizeof c->stats);
+}
 
 double comm_seconds(const comm_ctx *c) {
     double s = 0;
-    for (int k = 0; k < COMM_KIND_COUNT; k++) s += c->stats[k].seconds;
+    for (int k = 0; k < COMM_KIND_COUNT; k++)
+        s += c->stats[k].seconds;
     return s;
 }
 
@@ -92,8 +97,12 @@ static void count(comm_ctx *c, comm_kind k, double t0, double bytes) {
 }
 
 /* Heads each rank holds in head layout, and the source head of slot i on rank j. */
-static int heads_out(int nh, int P) { return nh >= P ? nh / P : 1; }
-static int src_head(int nh, int P, int j, int i) { return nh >= P ? j * (nh / P) + i : j * nh / P; }
+static int heads_out(int nh, int P) {
+    return nh >= P ? nh / P : 1;
+}
+static int src_head(int nh, int P, int j, int i) {
+    return nh >= P ? j * (nh / P) + i : j * nh / P;
+}
 
 /* Element i of a buffer of dt, and the MPI type that moves an element of dt: its bytes as one
  * unit of their size (a bf16 as its 16 bits). */
@@ -115,17 +124,18 @@ static size_t block_floats(int T_loc, int nh_out, int HS) {
 }
 
 static int block_count(size_t n) {
-    UP_CHECK(n <= INT_MAX, "all-to-all block of %zu floats exceeds MPI's int count: use more "
-             "context-parallel ranks or smaller stages", n);
+    UP_CHECK(n <= INT_MAX,
+             "all-to-all block of %zu floats exceeds MPI's int count: use more "
+             "context-parallel ranks or smaller stages",
+             n);
     return (int)n;
 }
 
 /* The part both exchanges share: the layout check, and with P == 1 (one layout) a plain copy.
  * Returns 1 when that finished the exchange. */
-static int exchange_trivial(comm_ctx *c, comm_kind kind, const void *send, void *recv,
-                            int T_loc, int nh, int HS, mem_dtype dt, double t0) {
-    UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh,
-             c->P);
+static int exchange_trivial(comm_ctx *c, comm_kind kind, const void *send, void *recv, int T_loc,
+                            int nh, int HS, mem_dtype dt, double t0) {
+    UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh, c->P);
     if (c->P > 1) return 0;
     memcpy(recv, send, mem_dtype_bytes(dt, block_floats(T_loc, nh, HS)));
     count(c, kind, t0, 0);
@@ -177,8 +187,8 @@ void comm_exchange_free(comm_exchange *x) {
     x->n = 0;
 }
 
-void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc, int nh,
-                            int HS, mem_dtype dt, void *pack, int tag, comm_exchange *x) {
+void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
+                            mem_dtype dt, void *pack, int tag, comm_exchange *x) {
     double t0 = MPI_Wtime();
     UP_CHECK(x->req && x->n == 0, "comm_seq_to_head_start: exchange not initialised or in use");
     if (exchange_trivial(c, COMM_SEQ_TO_HEAD, send, recv, T_loc, nh, HS, dt, t0)) {
@@ -219,7 +229,8 @@ int comm_exchange_test(comm_ctx *c, comm_exchange *x) {
 void comm_exchange_wait(comm_ctx *c, comm_exchange *x) {
     double t0 = MPI_Wtime();
     uint64_t tt = x->n ? trace_begin() : 0; /* the wait for an exchange in flight */
-    for (int i = 0; i < x->n; i++) MPI_CALL(MPI_Wait(&x->req[i], MPI_STATUS_IGNORE));
+    for (int i = 0; i < x->n; i++)
+        MPI_CALL(MPI_Wait(&x->req[i], MPI_STATUS_IGNORE));
     x->n = 0;
     c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t0;
     count(c, COMM_SEQ_TO_HEAD, t0, 0);

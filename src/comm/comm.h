@@ -82,8 +82,8 @@ typedef struct {
 } comm_exchange;
 void comm_exchange_init(const comm_ctx *c, comm_exchange *x);
 void comm_exchange_free(comm_exchange *x);
-void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc, int nh,
-                            int HS, mem_dtype dt, void *pack, int tag, comm_exchange *x);
+void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
+                            mem_dtype dt, void *pack, int tag, comm_exchange *x);
 int comm_exchange_test(comm_ctx *c, comm_exchange *x);
 void comm_exchange_wait(comm_ctx *c, comm_exchange *x);
 /* The inverse direction: head layout -> sequence layout, the transpose of comm_seq_to_head:
@@ -104,8 +104,8 @@ void comm_reduce_grads(comm_ctx *c, float *g, size_t n);
 void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
 /* FSDP over the whole world (DESIGN.md §4.5). All-gather of equal shards of n floats:
  * full (R * n elements of dt) receives rank i's shard at i * n; shard NULL: each rank's shard is
- * already in its place in full (the gather runs in place). The start variant returns at once; the gather
- * is complete after comm_wait (time is counted there). */
+ * already in its place in full (the gather runs in place). The start variant returns at once; the
+ * gather is complete after comm_wait (time is counted there). */
 void comm_allgather_start(comm_ctx *c, const void *shard, void *full, size_t n, mem_dtype dt,
                           MPI_Request *req);
 void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind);

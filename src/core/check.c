@@ -29,7 +29,9 @@ void up_set_rank(int rank, int world_size) {
     g_world = world_size;
 }
 
-int up_rank(void) { return g_rank; }
+int up_rank(void) {
+    return g_rank;
+}
 
 static UP_NORETURN void stop_all(int code) {
     up_run_on_stop();
@@ -79,8 +81,10 @@ void up_fatal(const char *file, int line, const char *fmt, ...) {
 
 void up_die(const char *fmt, ...) {
     char prefix[64];
-    if (g_world > 1) snprintf(prefix, sizeof prefix, "upipe: error (rank %d): ", g_rank);
-    else snprintf(prefix, sizeof prefix, "upipe: error: ");
+    if (g_world > 1)
+        snprintf(prefix, sizeof prefix, "upipe: error (rank %d): ", g_rank);
+    else
+        snprintf(prefix, sizeof prefix, "upipe: error: ");
     va_list ap;
     va_start(ap, fmt);
     write_line(prefix, fmt, ap);
@@ -119,8 +123,10 @@ static void print_line(const char *prefix, const char *fmt, ...) {
 void up_die_agreed(const char *msg) {
     if (msg) {
         char prefix[64];
-        if (g_world > 1) snprintf(prefix, sizeof prefix, "upipe: error (rank %d): ", g_rank);
-        else snprintf(prefix, sizeof prefix, "upipe: error: ");
+        if (g_world > 1)
+            snprintf(prefix, sizeof prefix, "upipe: error (rank %d): ", g_rank);
+        else
+            snprintf(prefix, sizeof prefix, "upipe: error: ");
         print_line(prefix, "%s", msg);
     }
     finalize_exit(1);
@@ -142,7 +148,9 @@ size_t up_mul(size_t a, size_t b) {
     return a * b;
 }
 
-size_t up_mul3(size_t a, size_t b, size_t c) { return up_mul(up_mul(a, b), c); }
+size_t up_mul3(size_t a, size_t b, size_t c) {
+    return up_mul(up_mul(a, b), c);
+}
 
 size_t up_add(size_t a, size_t b) {
     UP_CHECK(a <= SIZE_MAX - b, "size overflow: %zu + %zu", a, b);
@@ -156,8 +164,10 @@ char *up_fmt_bytes(char *buf, size_t len, double bytes) {
         bytes /= 1024.0;
         u++;
     }
-    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
-    else snprintf(buf, len, "%.2f %s", bytes, units[u]);
+    if (u == 0)
+        snprintf(buf, len, "%.0f B", bytes);
+    else
+        snprintf(buf, len, "%.2f %s", bytes, units[u]);
     return buf;
 }
 
@@ -168,9 +178,18 @@ int up_parse_bytes(const char *s, unsigned long long *out) {
     static const struct {
         const char *suffix;
         double mult;
-    } units[] = {{"", 1},          {"B", 1},           {"KiB", 1024.0},  {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
-                 {"GB", 1e9},      {"TB", 1e12},       {"K", 1024.0},    {"M", 1048576.0},
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KiB", 1024.0},
+                 {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0},
+                 {"KB", 1e3},
+                 {"MB", 1e6},
+                 {"GB", 1e9},
+                 {"TB", 1e12},
+                 {"K", 1024.0},
+                 {"M", 1048576.0},
                  {"G", 1073741824.0}};
     if (errno == 0 && end != s && v > 0)
         for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)

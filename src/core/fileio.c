@@ -104,7 +104,8 @@ void up_catch_signals(void (*handler)(int), const int *sigs, int n) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = handler;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < n; i++) sigaction(sigs[i], &sa, NULL);
+    for (int i = 0; i < n; i++)
+        sigaction(sigs[i], &sa, NULL);
 }
 
 void up_tmp_install_signal_cleanup(void) {
@@ -112,8 +113,7 @@ void up_tmp_install_signal_cleanup(void) {
     up_catch_signals(cleanup_and_reraise, sigs, 3);
 }
 
-int up_write_file_atomic(const char *path, const void *data, size_t len, char *err,
-                         size_t errlen) {
+int up_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     up_tmp_push(tmp, 0); /* a signal from here on removes it */
@@ -144,8 +144,10 @@ int up_atomic_open(up_atomic_file *a, const char *path, char *err, size_t errlen
     if (a->f) return 0;
     int e = errno;
     up_tmp_pop(a->tmp);
-    return up_errf(err, errlen, path, "cannot create (%s): check the directory exists and is "
-                   "writable", strerror(e));
+    return up_errf(err, errlen, path,
+                   "cannot create (%s): check the directory exists and is "
+                   "writable",
+                   strerror(e));
 }
 
 int up_atomic_commit(up_atomic_file *a, char *err, size_t errlen) {
@@ -159,8 +161,10 @@ int up_atomic_commit(up_atomic_file *a, char *err, size_t errlen) {
     if (!ok) unlink(a->tmp);
     up_tmp_pop(a->tmp);
     if (ok) return 0;
-    return up_errf(err, errlen, a->path, "write failed (%s): check free disk space and "
-                   "permissions", strerror(e));
+    return up_errf(err, errlen, a->path,
+                   "write failed (%s): check free disk space and "
+                   "permissions",
+                   strerror(e));
 }
 
 void up_atomic_abort(up_atomic_file *a) {
@@ -171,7 +175,9 @@ void up_atomic_abort(up_atomic_file *a) {
     up_tmp_pop(a->tmp);
 }
 
-int up_file_readable(const char *path) { return access(path, R_OK) == 0; }
+int up_file_readable(const char *path) {
+    return access(path, R_OK) == 0;
+}
 
 int up_path_resolve(const char *path, char *out, size_t len) {
     char head[PATH_MAX], tail[PATH_MAX] = "", real[PATH_MAX];
@@ -216,8 +222,8 @@ int up_same_file(const char *a, const char *b) {
 
 void up_path_join(char *out, size_t len, const char *dir, const char *name) {
     int n = snprintf(out, len, "%s/%s", dir, name);
-    if (n < 0 || (size_t)n >= len) up_die("the path %s/%s is too long (over %zu bytes)", dir, name,
-                                         len - 1);
+    if (n < 0 || (size_t)n >= len)
+        up_die("the path %s/%s is too long (over %zu bytes)", dir, name, len - 1);
 }
 
 int up_pwrite_all(int fd, const void *buf, size_t len, uint64_t off) {
@@ -237,7 +243,9 @@ int up_pwrite_all(int fd, const void *buf, size_t len, uint64_t off) {
     return 0;
 }
 
-int up_write_all(int fd, const void *buf, size_t len) { return up_pwrite_all(fd, buf, len, UINT64_MAX); }
+int up_write_all(int fd, const void *buf, size_t len) {
+    return up_pwrite_all(fd, buf, len, UINT64_MAX);
+}
 
 int up_write_line_atomic(const char *path, const char *text, char *err, size_t errlen) {
     size_t n = strlen(text);

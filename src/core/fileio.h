@@ -8,8 +8,7 @@
 
 /* Writes len bytes to path atomically: "path.tmp.<pid>", fsync, rename. On failure the temp file
  * is removed, nothing is left at path, and -1 is returned with a one-line message in err. */
-int up_write_file_atomic(const char *path, const void *data, size_t len, char *err,
-                         size_t errlen);
+int up_write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
 /* A streamed atomic write, for an output written piece by piece (too large to build in memory):
  * up_atomic_open creates "path.tmp.<pid>" (registered with up_tmp_push: a signal removes it) and
  * opens it in a->f; up_atomic_commit flushes, fsyncs, closes and renames it to path; any write

@@ -24,15 +24,17 @@ static atomic_llong g_off_peak;
 static long g_fail_after;
 static int g_planning;
 
-static const char *g_names[MEM_COUNT] = {"params",      "grads",      "optimizer", "checkpoints",
-                                         "activations", "attention", "workspace", "comm",
-                                         "runtime"};
+static const char *g_names[MEM_COUNT] = {"params",      "grads",       "optimizer",
+                                         "checkpoints", "activations", "attention",
+                                         "workspace",   "comm",        "runtime"};
 
 const char *mem_category_name(mem_category cat) {
     return (cat >= 0 && cat < MEM_COUNT) ? g_names[cat] : "?";
 }
 
-void mem_fail_after(long n) { g_fail_after = n; }
+void mem_fail_after(long n) {
+    g_fail_after = n;
+}
 
 static void count_alloc(mem_category cat, size_t bytes) {
     g_live[cat] += bytes;
@@ -41,7 +43,9 @@ static void count_alloc(mem_category cat, size_t bytes) {
     if (g_live_total > g_peak_total) g_peak_total = g_live_total;
 }
 
-void mem_plan_begin(void) { g_planning = 1; }
+void mem_plan_begin(void) {
+    g_planning = 1;
+}
 
 void mem_plan_end(void) {
     g_planning = 0;
@@ -52,7 +56,9 @@ void mem_plan_end(void) {
     atomic_store(&g_off_peak, 0);
 }
 
-int mem_planning(void) { return g_planning; }
+int mem_planning(void) {
+    return g_planning;
+}
 
 void *mem_try_alloc(mem_category cat, size_t bytes) {
     UP_CHECK(cat >= 0 && cat < MEM_COUNT, "bad memory category %d", (int)cat);
@@ -116,13 +122,22 @@ void mem_free(void *p) {
     free(h);
 }
 
-size_t mem_live(mem_category cat) { return g_live[cat]; }
-size_t mem_live_total(void) { return g_live_total; }
-size_t mem_peak(mem_category cat) { return g_peak[cat]; }
-size_t mem_peak_total(void) { return g_peak_total; }
+size_t mem_live(mem_category cat) {
+    return g_live[cat];
+}
+size_t mem_live_total(void) {
+    return g_live_total;
+}
+size_t mem_peak(mem_category cat) {
+    return g_peak[cat];
+}
+size_t mem_peak_total(void) {
+    return g_peak_total;
+}
 
 void mem_reset_peaks(void) {
-    for (int c = 0; c < MEM_COUNT; c++) g_peak[c] = g_live[c];
+    for (int c = 0; c < MEM_COUNT; c++)
+        g_peak[c] = g_live[c];
     g_peak_total = g_live_total;
 }
 
@@ -133,7 +148,9 @@ void mem_add_offloaded(long long delta) {
     }
 }
 
-size_t mem_offloaded_peak(void) { return (size_t)atomic_load(&g_off_peak); }
+size_t mem_offloaded_peak(void) {
+    return (size_t)atomic_load(&g_off_peak);
+}
 
 static size_t status_field(const char *key) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -150,8 +167,12 @@ static size_t status_field(const char *key) {
     return kb * 1024;
 }
 
-size_t mem_rss_peak(void) { return status_field("VmHWM:"); }
-size_t mem_rss_now(void) { return status_field("VmRSS:"); }
+size_t mem_rss_peak(void) {
+    return status_field("VmHWM:");
+}
+size_t mem_rss_now(void) {
+    return status_field("VmRSS:");
+}
 
 int mem_rss_reset_peak(void) {
     FILE *f = fopen("/proc/self/clear_refs", "w");

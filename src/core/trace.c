@@ -66,7 +66,7 @@ static struct {
     atomic_int flushing;  /* rank 0: in flush_all, the main buffer's records are being sent */
     unsigned char *named; /* rank 0: R x TRACE_TRACKS, whether the track's thread_name is out */
     char path[4064];
-    int first; /* no event written yet (no comma before the next) */
+    int first;                 /* no event written yet (no comma before the next) */
     long long events, dropped; /* written and dropped, all ranks (rank 0) */
 } g;
 
@@ -104,13 +104,15 @@ static size_t track_cap(int k) {
         long v = s ? strtol(s, NULL, 10) : 0;
         events = v >= 16 && v <= (1L << 24) ? v : TRACE_MAIN_EVENTS;
     }
-    return k == TRACE_TRACK_MAIN ? (size_t)events
-           : events == TRACE_MAIN_EVENTS ? TRACE_IO_EVENTS : (size_t)events / 16;
+    return k == TRACE_TRACK_MAIN         ? (size_t)events
+           : events == TRACE_MAIN_EVENTS ? TRACE_IO_EVENTS
+                                         : (size_t)events / 16;
 }
 
 size_t trace_buffer_bytes(int io_track) {
     size_t n = 0;
-    for (int k = 0; k < (io_track ? 2 : 1); k++) n += track_cap(k) * sizeof(trace_event);
+    for (int k = 0; k < (io_track ? 2 : 1); k++)
+        n += track_cap(k) * sizeof(trace_event);
     return n;
 }
 
@@ -119,7 +121,9 @@ void trace_plan(int io_track) {
         mem_alloc(MEM_WORKSPACE, track_cap(k) * sizeof(trace_event));
 }
 
-static long long os_tid(void) { return (long long)syscall(SYS_gettid); }
+static long long os_tid(void) {
+    return (long long)syscall(SYS_gettid);
+}
 
 /* ---- writing (rank 0) ----------------------------------------------------------------------- */
 
@@ -394,7 +398,8 @@ int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t
     g.origin = trace_now_ns();
     g.last_flush = g.origin;
     if (bad) {
-        for (int k = 0; k < g.ntracks; k++) mem_free(g.tracks[k].ev);
+        for (int k = 0; k < g.ntracks; k++)
+            mem_free(g.tracks[k].ev);
         comm_free(&g.comm);
         if (g.fd >= 0) close(g.fd);
         free(g.named);
@@ -439,14 +444,16 @@ int trace_finish(char *err, size_t errlen) {
         close(g.fd);
         free(g.named);
         if (!bad && g.dropped > 0) {
-            fprintf(stderr, "upipe: warning: --trace: %lld span%s dropped: an event buffer (%zu "
+            fprintf(stderr,
+                    "upipe: warning: --trace: %lld span%s dropped: an event buffer (%zu "
                     "spans on the main thread) filled within one step; the trace is incomplete\n",
                     g.dropped, g.dropped == 1 ? "" : "s", track_cap(TRACE_TRACK_MAIN));
             fflush(stderr);
         }
     }
     bad = comm_any(&g.comm, bad);
-    for (int k = 0; k < g.ntracks; k++) mem_free(g.tracks[k].ev);
+    for (int k = 0; k < g.ntracks; k++)
+        mem_free(g.tracks[k].ev);
     comm_free(&g.comm);
     memset(&g, 0, sizeof g);
     return bad ? -1 : 0;

@@ -40,7 +40,9 @@ void trace_record(uint64_t t0, const char *cat, const char *name, const char *k1
                   const char *k2, int64_t v2);
 
 /* The start of a span: its time, or 0 when tracing is off. */
-static inline uint64_t trace_begin(void) { return trace_enabled_ ? trace_now_ns() : 0; }
+static inline uint64_t trace_begin(void) {
+    return trace_enabled_ ? trace_now_ns() : 0;
+}
 /* The end of a span begun at t0, with no, one or two integer arguments (args: {k1: v1, k2: v2}). */
 static inline void trace_end(uint64_t t0, const char *cat, const char *name) {
     if (t0) trace_record(t0, cat, name, NULL, 0, NULL, 0);

@@ -85,7 +85,7 @@ long recall_score(const int32_t *tok, long T, const int32_t *doc_start, const in
             *f = (fact_slot){key, at, tok[at + 1]};
             continue;
         }
-        if (at < p0 || at >= p0 + n || !f->key) continue;   /* not answered here, or no fact */
+        if (at < p0 || at >= p0 + n || !f->key) continue;  /* not answered here, or no fact */
         if (doc_start && f->pos < doc_start[at]) continue; /* the fact is in another document */
         out[nq++] = (recall_question){at, at - f->pos, pred[at - p0] == f->value};
     }

@@ -27,7 +27,7 @@ static int get_pos_int(const json_t *root, const char *key, int required, int ma
     if (v == NULL || json_is_null(v)) {
         if (required)
             return up_errf(err, errlen, label,
-                            "required field \"%s\" is missing: add it (a positive integer)", key);
+                           "required field \"%s\" is missing: add it (a positive integer)", key);
         return 0;
     }
     double d;
@@ -64,7 +64,7 @@ static int get_real(const json_t *obj, const char *key, int required, real_range
     if (v == NULL || json_is_null(v)) {
         if (required)
             return up_errf(err, errlen, label, "%s\"%s\" is missing: add it (a positive number)",
-                            where, key);
+                           where, key);
         return 0;
     }
     if (!json_is_number(v))
@@ -85,22 +85,22 @@ static int parse_rope_scaling(model_config *cfg, const json_t *rs, const char *l
     if (rs == NULL || json_is_null(rs)) return 0;
     if (!json_is_object(rs))
         return up_errf(err, errlen, label,
-                        "\"rope_scaling\" must be null or an object: use null or "
-                        "{\"rope_type\": \"llama3\", ...}");
+                       "\"rope_scaling\" must be null or an object: use null or "
+                       "{\"rope_type\": \"llama3\", ...}");
     /* Newer HF configs say "rope_type", older ones "type"; take whichever is present. */
     json_t *t = json_object_get(rs, "rope_type");
     if (t == NULL || json_is_null(t)) t = json_object_get(rs, "type");
     if (t == NULL || !json_is_string(t))
         return up_errf(err, errlen, label,
-                        "\"rope_scaling\" has no string \"rope_type\" (or \"type\"): "
-                        "set it to \"llama3\" or \"default\", or make rope_scaling null");
+                       "\"rope_scaling\" has no string \"rope_type\" (or \"type\"): "
+                       "set it to \"llama3\" or \"default\", or make rope_scaling null");
     const char *type = json_string_value(t);
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "llama3") != 0)
         return up_errf(err, errlen, label,
-                        "rope_scaling type \"%s\" is not supported: upipe implements \"llama3\" "
-                        "and \"default\" (or null)",
-                        type);
+                       "rope_scaling type \"%s\" is not supported: upipe implements \"llama3\" "
+                       "and \"default\" (or null)",
+                       type);
     const char *where = "rope_scaling.";
     double factor = 0, low = 0, high = 0;
     const real_range rg = {0, 1e6, 1, 0, "Llama 3.1 uses factor 8, low 1, high 4"};
@@ -112,15 +112,15 @@ static int parse_rope_scaling(model_config *cfg, const json_t *rs, const char *l
     json_t *o = json_object_get(rs, "original_max_position_embeddings");
     if (o == NULL || json_is_null(o))
         return up_errf(err, errlen, label,
-                        "rope_scaling.\"original_max_position_embeddings\" is missing: add it "
-                        "(8192 for Llama 3.1)");
+                       "rope_scaling.\"original_max_position_embeddings\" is missing: add it "
+                       "(8192 for Llama 3.1)");
     if (get_pos_int(rs, "original_max_position_embeddings", 1, INT_MAX, &orig, label, err, errlen))
         return -1;
     if (!((float)high > (float)low)) /* in the float32 the rope kernel divides by */
         return up_errf(err, errlen, label,
-                        "rope_scaling.high_freq_factor (%g) must be greater than low_freq_factor "
-                        "(%g): the llama3 rule divides by their difference",
-                        high, low);
+                       "rope_scaling.high_freq_factor (%g) must be greater than low_freq_factor "
+                       "(%g): the llama3 rule divides by their difference",
+                       high, low);
     cfg->rope.type = ROPE_SCALING_LLAMA3;
     cfg->rope.factor = (float)factor;
     cfg->rope.low_freq_factor = (float)low;
@@ -134,8 +134,8 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     memset(cfg, 0, sizeof *cfg);
     if (!json_is_object(root))
         return up_errf(err, errlen, label,
-                        "the top level is not a JSON object: expected an HF "
-                        "LlamaForCausalLM config");
+                       "the top level is not a JSON object: expected an HF "
+                       "LlamaForCausalLM config");
     const int D = CONFIG_MAX_DIM;
     if (get_pos_int(root, "hidden_size", 1, D, &cfg->C, label, err, errlen) ||
         get_pos_int(root, "intermediate_size", 1, D, &cfg->F, label, err, errlen) ||
@@ -150,25 +150,25 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     if (cfg->HS == 0) {
         if (cfg->C % cfg->NH != 0)
             return up_errf(err, errlen, label,
-                            "hidden_size (%d) is not divisible by num_attention_heads (%d) and "
-                            "head_dim is absent: add head_dim or fix the sizes",
-                            cfg->C, cfg->NH);
+                           "hidden_size (%d) is not divisible by num_attention_heads (%d) and "
+                           "head_dim is absent: add head_dim or fix the sizes",
+                           cfg->C, cfg->NH);
         cfg->HS = cfg->C / cfg->NH;
     }
     if (cfg->NH % cfg->NKV != 0)
         return up_errf(err, errlen, label,
-                        "num_attention_heads (%d) is not divisible by num_key_value_heads (%d): "
-                        "every KV head must serve the same number of query heads",
-                        cfg->NH, cfg->NKV);
+                       "num_attention_heads (%d) is not divisible by num_key_value_heads (%d): "
+                       "every KV head must serve the same number of query heads",
+                       cfg->NH, cfg->NKV);
     if (cfg->HS % 2 != 0)
         return up_errf(err, errlen, label,
-                        "head_dim (%d) is odd: RoPE rotates pairs of channels, use an even "
-                        "head_dim",
-                        cfg->HS);
+                       "head_dim (%d) is odd: RoPE rotates pairs of channels, use an even "
+                       "head_dim",
+                       cfg->HS);
     if ((long long)cfg->NH * cfg->HS > INT_MAX)
         return up_errf(err, errlen, label,
-                        "num_attention_heads * head_dim overflows: the model "
-                        "is too large");
+                       "num_attention_heads * head_dim overflows: the model "
+                       "is too large");
 
     /* parameters (as param_table_build counts them), in double: every size is below 2^24 and
      * the layers below 10^5, so this is exact enough to refuse a model no size_t slab holds */
@@ -195,7 +195,7 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     cfg->init_std = (float)init_std;
     if (!(cfg->eps > 0))
         return up_errf(err, errlen, label, "rms_norm_eps (%g) underflows in fp32: use e.g. 1e-5",
-                        eps);
+                       eps);
 
     json_t *tied = json_object_get(root, "tie_word_embeddings");
     if (tied != NULL && !json_is_null(tied)) {
@@ -219,16 +219,16 @@ static int parse_root(model_config *cfg, const json_t *root, const char *label, 
     if (act != NULL && !json_is_null(act) &&
         (!json_is_string(act) || strcmp(json_string_value(act), "silu") != 0))
         return up_errf(err, errlen, label,
-                        "hidden_act is \"%s\" but upipe implements only \"silu\" (SwiGLU)",
-                        json_is_string(act) ? json_string_value(act) : "?");
+                       "hidden_act is \"%s\" but upipe implements only \"silu\" (SwiGLU)",
+                       json_is_string(act) ? json_string_value(act) : "?");
     const char *bias_keys[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++) {
         json_t *b = json_object_get(root, bias_keys[i]);
         if (b != NULL && json_is_true(b))
             return up_errf(err, errlen, label,
-                            "\"%s\" is true but upipe's Llama has no biases: use a model without "
-                            "them",
-                            bias_keys[i]);
+                           "\"%s\" is true but upipe's Llama has no biases: use a model without "
+                           "them",
+                           bias_keys[i]);
     }
 
     return parse_rope_scaling(cfg, json_object_get(root, "rope_scaling"), label, err, errlen);
@@ -240,8 +240,8 @@ static int parse_text(model_config *cfg, const char *text, size_t len, const cha
     json_t *root = json_loadb(text, len, 0, &jerr);
     if (root == NULL)
         return up_errf(err, errlen, label,
-                        "invalid JSON at line %d column %d (%s): fix the file or regenerate it",
-                        jerr.line, jerr.column, jerr.text);
+                       "invalid JSON at line %d column %d (%s): fix the file or regenerate it",
+                       jerr.line, jerr.column, jerr.text);
     int rc = parse_root(cfg, root, label, err, errlen);
     json_decref(root);
     return rc;
@@ -256,8 +256,8 @@ int config_load(model_config *cfg, const char *path, char *err, size_t errlen) {
     FILE *fp = fopen(path, "rb");
     if (fp == NULL)
         return up_errf(err, errlen, path,
-                        "cannot open (%s): pass the path of the model's config.json",
-                        strerror(errno));
+                       "cannot open (%s): pass the path of the model's config.json",
+                       strerror(errno));
     /* Configs are a few KB; refuse anything absurd instead of reading it into memory. */
     const size_t max_bytes = (size_t)16 << 20;
     char *buf = malloc(max_bytes + 1);

@@ -20,19 +20,19 @@ typedef struct {
 enum { ROPE_SCALING_NONE = 0, ROPE_SCALING_LLAMA3 = 1 };
 
 typedef struct {
-    int C;   /* hidden_size */
-    int F;   /* intermediate_size */
-    int L;   /* num_hidden_layers */
-    int NH;  /* num_attention_heads */
-    int NKV; /* num_key_value_heads */
-    int HS;  /* head_dim */
-    int V;   /* vocab_size */
+    int C;            /* hidden_size */
+    int F;            /* intermediate_size */
+    int L;            /* num_hidden_layers */
+    int NH;           /* num_attention_heads */
+    int NKV;          /* num_key_value_heads */
+    int HS;           /* head_dim */
+    int V;            /* vocab_size */
     float eps;        /* rms_norm_eps */
     float rope_theta; /* rope_theta */
     rope_scaling rope;
-    int tied;         /* tie_word_embeddings */
-    float init_std;   /* initializer_range */
-    long max_pos;     /* max_position_embeddings (informational; 0 if absent) */
+    int tied;       /* tie_word_embeddings */
+    float init_std; /* initializer_range */
+    long max_pos;   /* max_position_embeddings (informational; 0 if absent) */
 } model_config;
 
 /* Reads and validates path. Returns 0, or -1 with a one-line message in err ("what is wrong and

@@ -73,8 +73,8 @@ int mask_open(mask_shard *m, const char *path, size_t expected_count, char *err,
     const void *map;
     size_t size;
     if (up_map_file(path, MASK_HEADER_BYTES, "mask", "a loss mask",
-                    "make a mask with `upipe data jsonl ... --mask-output`", &map, &size, NULL,
-                    err, errlen) != 0)
+                    "make a mask with `upipe data jsonl ... --mask-output`", &map, &size, NULL, err,
+                    errlen) != 0)
         return -1;
     m->map = map;
     m->map_bytes = size;

@@ -27,7 +27,6 @@
 /* Elements converted per pread in st_read_f32 (BF16/F16 staging buffer of 512 KiB). */
 #define ST_CHUNK ((size_t)1 << 18)
 
-
 /* pread all of len bytes; 0, or -1 with errno (0 on end of file). */
 static int pread_full(int fd, void *buf, size_t len, uint64_t off) {
     char *p = buf;
@@ -44,7 +43,6 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off) {
     }
     return 0;
 }
-
 
 static int dtype_from_name(const char *s, size_t *esize) {
     if (strcmp(s, "F32") == 0) {

@@ -58,8 +58,8 @@ typedef int (*st_chunk_fn)(void *ctx, const float **chunk, size_t *count);
 int st_write_f32_stream(const char *path, const st_entry *entries, int n, st_chunk_fn next,
                         void *ctx, char *err, size_t errlen);
 /* The same with the file's dtype ST_F32 or ST_BF16 (the fp32 stream rounded to nearest even). */
-int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
-                    st_chunk_fn next, void *ctx, char *err, size_t errlen);
+int st_write_stream(const char *path, const st_entry *entries, int n, int dtype, st_chunk_fn next,
+                    void *ctx, char *err, size_t errlen);
 /* The first bytes of a file of these entries (8-byte length, JSON header padded with spaces so
  * that the data starts at a multiple of align, a power of two >= 8), for writers that place the
  * data themselves (several processes writing ranges of one file, O_DIRECT): the data section

@@ -2,7 +2,6 @@
  * streamed in entry order, the file fsync'd under a temporary name and renamed. */
 #include "io/safetensors.h"
 
-
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/fileio.h"
@@ -16,12 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
-
 /* The JSON header for entries, padded with spaces so that 8 + its length is a multiple of align
  * (8 keeps the data 8-byte aligned; a page lets writers place the data with O_DIRECT). Returns
  * malloc'd text and its length, or NULL with err. */
-static char *build_header(const st_entry *entries, int n, int dtype, size_t align,
-                          size_t *len_out, const char *path, char *err, size_t errlen) {
+static char *build_header(const st_entry *entries, int n, int dtype, size_t align, size_t *len_out,
+                          const char *path, char *err, size_t errlen) {
     const uint64_t esize = dtype == ST_BF16 ? 2 : 4;
     json_t *root = json_object();
     json_t *meta = json_object();
@@ -91,7 +89,8 @@ static int next_entry(void *ctx, const float **chunk, size_t *count) {
     if (src->next >= src->n) return -1;
     const st_entry *e = &src->entries[src->next++];
     size_t numel = 1;
-    for (int d = 0; d < e->ndim; d++) numel *= (size_t)e->shape[d];
+    for (int d = 0; d < e->ndim; d++)
+        numel *= (size_t)e->shape[d];
     *chunk = e->data;
     *count = numel;
     return 0;
@@ -135,11 +134,14 @@ static int check_entries(const char *path, const st_entry *entries, int n, char 
     return 0;
 }
 
-char *st_header(const st_entry *entries, int n, int dtype, size_t align, size_t *len,
-                char *err, size_t errlen) {
+char *st_header(const st_entry *entries, int n, int dtype, size_t align, size_t *len, char *err,
+                size_t errlen) {
     if (align < 8 || (align & (align - 1)))
-        return up_errf(err, errlen, "safetensors header", "alignment %zu is not a power of two "
-                       ">= 8", align), NULL;
+        return up_errf(err, errlen, "safetensors header",
+                       "alignment %zu is not a power of two "
+                       ">= 8",
+                       align),
+               NULL;
     if (check_entries("safetensors header", entries, n, err, errlen) != 0) return NULL;
     size_t hlen = 0;
     char *hdr = build_header(entries, n, dtype, align, &hlen, "safetensors header", err, errlen);
@@ -150,7 +152,8 @@ char *st_header(const st_entry *entries, int n, int dtype, size_t align, size_t 
         up_errf(err, errlen, "safetensors header", "out of memory");
         return NULL;
     }
-    for (int i = 0; i < 8; i++) out[i] = (char)(uint8_t)((uint64_t)hlen >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        out[i] = (char)(uint8_t)((uint64_t)hlen >> (8 * i));
     memcpy(out + 8, hdr, hlen);
     free(hdr);
     *len = hlen + 8;
@@ -177,8 +180,8 @@ static int write_data(int fd, int dtype, const float *chunk, size_t count) {
     return 0;
 }
 
-int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
-                    st_chunk_fn next, void *ctx, char *err, size_t errlen) {
+int st_write_stream(const char *path, const st_entry *entries, int n, int dtype, st_chunk_fn next,
+                    void *ctx, char *err, size_t errlen) {
     if (dtype != ST_F32 && dtype != ST_BF16)
         return up_errf(err, errlen, path, "writing dtype %d is not supported", dtype);
     if (check_entries(path, entries, n, err, errlen) != 0) return -1;

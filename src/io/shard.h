@@ -16,7 +16,7 @@
 #define SHARD_HEADER_BYTES (SHARD_HEADER_INTS * 4)
 
 typedef struct {
-    const void *map; /* whole file mapping */
+    const void *map;       /* whole file mapping */
     size_t map_bytes;      /* the file's size at shard_open */
     int fd;                /* kept open for shard_check; -1 when closed */
     char *path;            /* for messages */

@@ -33,7 +33,8 @@ static char *join(const char *dir, const char *name) {
 }
 
 void st_set_close(st_set *s) {
-    for (int i = 0; i < s->nfiles; i++) st_close(&s->files[i]);
+    for (int i = 0; i < s->nfiles; i++)
+        st_close(&s->files[i]);
     free(s->files);
     free(s->origin);
     memset(s, 0, sizeof *s);
@@ -57,15 +58,18 @@ static int open_index(st_set *s, const char *index, char *err, size_t errlen) {
     int rc = -1;
     json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map) || json_object_size(map) == 0) {
-        up_errf(err, errlen, index, "no \"weight_map\" object naming the shards: not an HF "
+        up_errf(err, errlen, index,
+                "no \"weight_map\" object naming the shards: not an HF "
                 "safetensors index");
         goto done;
     }
     char *dir = strdup(index);
     UP_CHECK(dir, "out of memory");
     char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else strcpy(dir, ".");
+    if (slash)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
     /* distinct files, in order of first mention */
     const char **names = calloc(json_object_size(map), sizeof *names);
     s->files = calloc(json_object_size(map), sizeof *s->files);
@@ -75,17 +79,22 @@ static int open_index(st_set *s, const char *index, char *err, size_t errlen) {
     json_object_foreach(map, key, val) {
         const char *f = json_string_value(val);
         if (!f || !f[0] || strchr(f, '/') || strcmp(f, "..") == 0) {
-            up_errf(err, errlen, index, "weight_map entry \"%s\" does not name a file in the "
-                    "index's folder", key);
+            up_errf(err, errlen, index,
+                    "weight_map entry \"%s\" does not name a file in the "
+                    "index's folder",
+                    key);
             goto fail;
         }
         int k = 0;
-        while (k < s->nfiles && strcmp(names[k], f) != 0) k++;
+        while (k < s->nfiles && strcmp(names[k], f) != 0)
+            k++;
         if (k < s->nfiles) continue;
         char *p = join(dir, f);
         if (!exists(p)) {
-            up_errf(err, errlen, index, "names shard %s, which does not exist: the download is "
-                    "incomplete", f);
+            up_errf(err, errlen, index,
+                    "names shard %s, which does not exist: the download is "
+                    "incomplete",
+                    f);
             free(p);
             goto fail;
         }
@@ -97,7 +106,8 @@ static int open_index(st_set *s, const char *index, char *err, size_t errlen) {
     json_object_foreach(map, key, val) {
         const char *f = json_string_value(val);
         int k = 0;
-        while (strcmp(names[k], f) != 0) k++;
+        while (strcmp(names[k], f) != 0)
+            k++;
         if (!st_find(&s->files[k], key)) {
             up_errf(err, errlen, index, "lists tensor %s in %s, but that shard does not hold it",
                     key, f);
@@ -131,10 +141,14 @@ int st_set_open(st_set *s, const char *path, char *err, size_t errlen) {
     if (is_dir(path)) {
         char *index = join(path, "model.safetensors.index.json");
         char *single = join(path, "model.safetensors");
-        if (exists(index)) rc = open_index(s, index, err, errlen);
-        else if (exists(single)) rc = open_single(s, single, err, errlen);
-        else rc = up_errf(err, errlen, path, "the folder holds neither "
-                          "model.safetensors.index.json nor model.safetensors");
+        if (exists(index))
+            rc = open_index(s, index, err, errlen);
+        else if (exists(single))
+            rc = open_single(s, single, err, errlen);
+        else
+            rc = up_errf(err, errlen, path,
+                         "the folder holds neither "
+                         "model.safetensors.index.json nor model.safetensors");
         free(index);
         free(single);
     } else if (ends_with(path, ".json")) {
@@ -159,6 +173,7 @@ const st_tensor *st_set_find(const st_set *s, const char *name, const st_file **
 
 int st_set_count(const st_set *s) {
     int n = 0;
-    for (int k = 0; k < s->nfiles; k++) n += s->files[k].n;
+    for (int k = 0; k < s->nfiles; k++)
+        n += s->files[k].n;
     return n;
 }

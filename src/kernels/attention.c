@@ -94,7 +94,6 @@ static int attn_uses_dq_buffers(int NKV, int nt) {
     return nt > 1 && NKV % nt != 0;
 }
 
-
 /* ---- element types ----------------------------------------------------------------------------
  * One driver of each kind (workspace, forward, backward, greedy schedule) serves both element
  * types of q, k, v, out, dout, dq, dk, dv: bf = 0 fp32 (attention_forward, attention_backward),
@@ -357,10 +356,9 @@ static void attn_bwd_row_finish(int bf, void *dq, const attn_dq_store *s, float 
     if (bf) bf16_from_f32(acc, (uint16_t *)dq + o, row);
 }
 
-static void attn_backward_run(int bf, void *dq, void *dk, void *dv, const void *dout,
-                              const void *q, const void *k, const void *v, const void *out,
-                              const float *lse, const int32_t *doc_start, int T, int NH, int NKV,
-                              int HS, float *ws) {
+static void attn_backward_run(int bf, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                              const void *k, const void *v, const void *out, const float *lse,
+                              const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws) {
     attn_check_args(dq, dk, dv, dout, q, T, NH, NKV, HS, ws);
     UP_CHECK(k && v && out && lse, "attention: NULL buffer");
     attn_check_docs(doc_start, T);

@@ -215,41 +215,36 @@ typedef struct {
  * each entry with the function attributes ATTR (the portable path's KERNEL_CLONES), and its
  * table: `const attn_ops attn_ops_<isa> = ATTN_OPS_INIT("<name>", "<label>", fq, bkb);`. */
 #define ATTN_DEFINE_BLOCKS(ATTR)                                                                   \
-    ATTR static void attn_fwd_block(float *out, float *lse, const float *q, const float *k,       \
-                                    const float *v, const attn_shape *sh, int h, int ib,          \
+    ATTR static void attn_fwd_block(float *out, float *lse, const float *q, const float *k,        \
+                                    const float *v, const attn_shape *sh, int h, int ib,           \
                                     float *tws) {                                                  \
         attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 0);                                       \
     }                                                                                              \
-    ATTR static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q,            \
-                                         const uint16_t *k, const uint16_t *v,                    \
-                                         const attn_shape *sh, int h, int ib, float *tws) {       \
+    ATTR static void attn_fwd_block_bf16(uint16_t *out, float *lse, const uint16_t *q,             \
+                                         const uint16_t *k, const uint16_t *v,                     \
+                                         const attn_shape *sh, int h, int ib, float *tws) {        \
         attn_fwd_impl(out, lse, q, k, v, sh, h, ib, tws, 1);                                       \
     }                                                                                              \
-    ATTR static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout,        \
-                                    const float *q, const float *k, const float *v,               \
-                                    const float *lse, const float *D, const attn_shape *sh,       \
+    ATTR static void attn_bwd_block(float *dqacc, float *dk, float *dv, const float *dout,         \
+                                    const float *q, const float *k, const float *v,                \
+                                    const float *lse, const float *D, const attn_shape *sh,        \
                                     int kvh, int jb, float *tws) {                                 \
         attn_bwd_impl(dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 0);                  \
     }                                                                                              \
-    ATTR static void attn_bwd_block_bf16(const attn_dq *dqacc, uint16_t *dk, uint16_t *dv,        \
-                                         const uint16_t *dout, const uint16_t *q,                 \
-                                         const uint16_t *k, const uint16_t *v, const float *lse,  \
-                                         const float *D, const attn_shape *sh, int kvh, int jb,   \
-                                         float *tws) {                                             \
+    ATTR static void attn_bwd_block_bf16(                                                          \
+        const attn_dq *dqacc, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *q, \
+        const uint16_t *k, const uint16_t *v, const float *lse, const float *D,                    \
+        const attn_shape *sh, int kvh, int jb, float *tws) {                                       \
         attn_bwd_impl((void *)dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);          \
     }
 
 #define ATTN_OPS_INIT(NAME, LABEL, FQ, BKB)                                                        \
-    {.name = NAME,                                                                                 \
-     .label = LABEL,                                                                               \
-     .fq = FQ,                                                                                     \
-     .bkb = BKB,                                                                                   \
-     .thread_floats = attn_thread_floats,                                                          \
-     .fwd_block = attn_fwd_block,                                                                  \
-     .bwd_block = attn_bwd_block,                                                                  \
-     .thread_floats_bf16 = attn_thread_floats_bf16,                                                \
-     .fwd_block_bf16 = attn_fwd_block_bf16,                                                        \
-     .bwd_block_bf16 = attn_bwd_block_bf16}
+    {                                                                                              \
+        .name = NAME, .label = LABEL, .fq = FQ, .bkb = BKB, .thread_floats = attn_thread_floats,   \
+        .fwd_block = attn_fwd_block, .bwd_block = attn_bwd_block,                                  \
+        .thread_floats_bf16 = attn_thread_floats_bf16, .fwd_block_bf16 = attn_fwd_block_bf16,      \
+        .bwd_block_bf16 = attn_bwd_block_bf16                                                      \
+    }
 
 extern const attn_ops attn_ops_portable;
 #if defined(__x86_64__)

@@ -6,7 +6,6 @@
 #include "kernels/dispatch.h"
 #include "kernels/kernel_path.h"
 
-
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define BF16_X86 1
@@ -124,8 +123,8 @@ static int cpu_has_avx512bf16(void) {
 #ifdef BF16_X86
 const bf16_ops bf16_avx512bf16 = {"avx512bf16", "AVX-512 F, BW, DQ, VL and BF16",
                                   cpu_has_avx512bf16, from_f32_avx512bf16, to_f32_avx512};
-const bf16_ops bf16_avx512 = {"avx512", "AVX-512 F, BW, DQ and VL", cpu_has_avx512,
-                              from_f32_avx512, to_f32_avx512};
+const bf16_ops bf16_avx512 = {"avx512", "AVX-512 F, BW, DQ and VL", cpu_has_avx512, from_f32_avx512,
+                              to_f32_avx512};
 const bf16_ops bf16_avx2 = {"avx2", "AVX2", cpu_has_avx2, from_f32_avx2, to_f32_avx2};
 #endif
 const bf16_ops bf16_portable = {"portable", "nothing", kernel_cpu_any, from_f32_portable,
@@ -133,7 +132,9 @@ const bf16_ops bf16_portable = {"portable", "nothing", kernel_cpu_any, from_f32_
 
 static const bf16_ops *const paths[] = {
 #ifdef BF16_X86
-    &bf16_avx512bf16, &bf16_avx512, &bf16_avx2,
+    &bf16_avx512bf16,
+    &bf16_avx512,
+    &bf16_avx2,
 #endif
     &bf16_portable,
 };

@@ -37,12 +37,12 @@ extern dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t 
 
 /* ---- onednn --------------------------------------------------------------------------------- */
 
-static void gemm_onednn(int transa, int transb, int M, int N, int K, float alpha,
-                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
-                        float *C, int ldc, float *ws) {
+static void gemm_onednn(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
+                        int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                        float *ws) {
     (void)ws;
-    dnnl_status_t st = dnnl_gemm_bf16bf16f32(transa ? 'T' : 'N', transb ? 'T' : 'N', M, N, K,
-                                             alpha, A, lda, B, ldb, beta, C, ldc);
+    dnnl_status_t st = dnnl_gemm_bf16bf16f32(transa ? 'T' : 'N', transb ? 'T' : 'N', M, N, K, alpha,
+                                             A, lda, B, ldb, beta, C, ldc);
     UP_CHECK(st == dnnl_success, "gemm_bf16: dnnl_gemm_bf16bf16f32 failed (status %d)", (int)st);
 }
 
@@ -85,8 +85,8 @@ static void converted(int transa, int transb, int M, int N, int K, float alpha, 
             for (int k0 = 0; k0 < K; k0 += kb) {
                 int kk = imin(kb, K - k0);
                 int brows = transb ? nn : kk, bcols = transb ? kk : nn;
-                const uint16_t *b0 = transb ? B + (size_t)n0 * (size_t)ldb + k0
-                                            : B + (size_t)k0 * (size_t)ldb + n0;
+                const uint16_t *b0 =
+                    transb ? B + (size_t)n0 * (size_t)ldb + k0 : B + (size_t)k0 * (size_t)ldb + n0;
 #pragma omp barrier /* every thread is done with the previous panel */
 #pragma omp for schedule(static)
                 for (int r = 0; r < brows; r++)
@@ -169,9 +169,9 @@ static void describe_converted(char *buf, size_t len) {
 
 /* ---- packed (gemm_packed.c) ---------------------------------------------------------------- */
 
-static void gemm_packed(int transa, int transb, int M, int N, int K, float alpha,
-                        const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
-                        float *C, int ldc, float *ws) {
+static void gemm_packed(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
+                        int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
+                        float *ws) {
     gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL,
                             NULL, 0, ws, 0, 0, 0);
 }
@@ -180,8 +180,8 @@ static void gemm_packed_io(int transa, int transb, int M, int N, int K, float al
                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                            float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
                            float *ws) {
-    gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin,
-                            cout, ldco, ws, 0, 0, 0);
+    gemm_bf16_packed_blocks(transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cin, cout,
+                            ldco, ws, 0, 0, 0);
 }
 
 static void describe_packed(char *buf, size_t len) {
@@ -203,13 +203,20 @@ static int onednn_runs(void) {
 /* oneDNN's name for the instruction set its JIT kernels use (dnnl_get_effective_cpu_isa). */
 static const char *onednn_isa(void) {
     switch (dnnl_get_effective_cpu_isa()) {
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    default: return "below avx2";
+    case dnnl_cpu_isa_avx512_core_amx:
+        return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16:
+        return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni:
+        return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core:
+        return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni:
+        return "avx2_vnni";
+    case dnnl_cpu_isa_avx2:
+        return "avx2";
+    default:
+        return "below avx2";
     }
 }
 
@@ -219,9 +226,9 @@ static void describe_onednn(char *buf, size_t len) {
 }
 
 static void gemm_widen_round_io(int transa, int transb, int M, int N, int K, float alpha,
-                                const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                                float beta, float *C, int ldc, const uint16_t *cin,
-                                uint16_t *cout, int ldco, float *ws);
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                                float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                                float *ws);
 
 /* Best first (the choice takes the first this CPU runs, kernel_path.h). oneDNN has no fused
  * bf16 C and no fp32 A: its gemm_bf16_io widens, multiplies and rounds one after another, and its
@@ -268,17 +275,18 @@ const char *gemm_bf16_path(void) {
 static void scale_rows(float *C, int ldc, int M, int N, float beta) {
     for (int i = 0; i < M; i++) {
         float *c = C + (size_t)i * (size_t)ldc;
-        if (beta == 0.0f) memset(c, 0, sizeof(float) * (size_t)N);
+        if (beta == 0.0f)
+            memset(c, 0, sizeof(float) * (size_t)N);
         else if (beta != 1.0f)
-            for (int j = 0; j < N; j++) c[j] *= beta;
+            for (int j = 0; j < N; j++)
+                c[j] *= beta;
     }
 }
 
 static void check_args(int transa, int transb, int M, int N, int K, int lda, int ldb, int ldc) {
     UP_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative shape M=%d N=%d K=%d", M, N, K);
     int arow = transa ? M : K, brow = transb ? K : N;
-    UP_CHECK(lda >= (arow > 1 ? arow : 1) && ldb >= (brow > 1 ? brow : 1) &&
-                 ldc >= (N > 1 ? N : 1),
+    UP_CHECK(lda >= (arow > 1 ? arow : 1) && ldb >= (brow > 1 ? brow : 1) && ldc >= (N > 1 ? N : 1),
              "gemm_bf16: leading dimensions %d %d %d below the rows (%d %d %d)", lda, ldb, ldc,
              arow, brow, N);
 }
@@ -304,9 +312,9 @@ void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const u
 /* gemm_bf16_io as three steps: widen cin into C, multiply, round C into cout (oneDNN's route,
  * and every route's empty product). */
 static void gemm_widen_round_io(int transa, int transb, int M, int N, int K, float alpha,
-                                const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                                float beta, float *C, int ldc, const uint16_t *cin,
-                                uint16_t *cout, int ldco, float *ws) {
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                                float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                                float *ws) {
     for (int i = 0; cin && i < M; i++)
         f32_from_bf16(cin + (size_t)i * (size_t)ldco, C + (size_t)i * (size_t)ldc, (size_t)N);
     gemm_bf16(transa, transb, M, N, K, alpha, A, lda, B, ldb, cin ? 1.0f : beta, C, ldc, ws);

@@ -12,9 +12,9 @@ typedef void (*gemm_bf16_fn)(int transa, int transb, int M, int N, int K, float 
                              float *C, int ldc, float *ws);
 
 typedef void (*gemm_bf16_io_fn)(int transa, int transb, int M, int N, int K, float alpha,
-                                const uint16_t *A, int lda, const uint16_t *B, int ldb,
-                                float beta, float *C, int ldc, const uint16_t *cin,
-                                uint16_t *cout, int ldco, float *ws);
+                                const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                                float *C, int ldc, const uint16_t *cin, uint16_t *cout, int ldco,
+                                float *ws);
 typedef void (*gemm_f32_bf16_fn)(int transa, int transb, int M, int N, int K, float alpha,
                                  const float *A, int lda, const uint16_t *B, int ldb, float beta,
                                  float *C, int ldc, float *ws);
@@ -39,7 +39,8 @@ const gemm_bf16_ops *gemm_bf16_path_at(int i);
 int gemm_bf16_path_set(const char *name);
 
 /* The converted-panel product with explicit blocks (mb, nb, kb >= 1; mb rows of A at a time per
- * thread): ws holds kb*nb + mb*kb floats per OpenMP thread (omp_get_max_threads()). gemm_bf16's converted path is this with blocks that fill GEMM_BF16_WS_FLOATS. */
+ * thread): ws holds kb*nb + mb*kb floats per OpenMP thread (omp_get_max_threads()). gemm_bf16's
+ * converted path is this with blocks that fill GEMM_BF16_WS_FLOATS. */
 void gemm_bf16_converted_blocks(int transa, int transb, int M, int N, int K, float alpha,
                                 const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
                                 float *C, int ldc, float *ws, int mb, int nb, int kb);

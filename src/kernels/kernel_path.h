@@ -22,10 +22,10 @@
 #include "kernels/gemm_packed.h"
 
 typedef struct {
-    const char *name;  /* the UPIPE_KERNEL value */
-    const char *label; /* for messages and headers ("avx2+fma") */
-    const char *needs; /* what the CPU needs, for the refusal */
-    int (*runs)(void); /* 1 if this CPU runs it (a test of kernel_cpu_get) */
+    const char *name;            /* the UPIPE_KERNEL value */
+    const char *label;           /* for messages and headers ("avx2+fma") */
+    const char *needs;           /* what the CPU needs, for the refusal */
+    int (*runs)(void);           /* 1 if this CPU runs it (a test of kernel_cpu_get) */
     const attn_ops *attn;        /* attention tiles */
     const gemm_packed_ops *gemm; /* the packed GEMM's micro-kernel */
     const bf16_ops *bf16;        /* conversions when UPIPE_KERNEL names the row */

@@ -52,8 +52,8 @@ enum {
     GEMM_BF16_NB = 1024, // of the workspace (DESIGN.md §5.1): 8 MiB
     GEMM_BF16_WS_FLOATS = 2 * GEMM_BF16_KB * GEMM_BF16_NB,
 };
-void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A,
-               int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws);
+void gemm_bf16(int transa, int transb, int M, int N, int K, float alpha, const uint16_t *A, int lda,
+               const uint16_t *B, int ldb, float beta, float *C, int ldc, float *ws);
 /* gemm_bf16 for a product whose result is stored in bf16: C (fp32, the caller's staging, M x N)
  * = alpha op(A) op(B) + widen(cin) (cin NULL: + beta C), then cout = bf16_from_f32(C) (cout NULL:
  * none). cin and cout are (M, N) bf16 with rows ldco apart; they may be the same (an accumulation
@@ -177,7 +177,8 @@ const char *kernel_path_name(void);
  * lse (NH, T): log-sum-exp of the scaled scores per (head, query), saved for backward.
  * Tiled with online softmax; tiles above the diagonal and tiles wholly before a query block's
  * documents skipped (work ~ sum of the documents' squares); no buffer grows with T*T.
- * ws: workspace of attention_workspace_floats(T, NH, NKV, HS) floats (caller-owned, any content). */
+ * ws: workspace of attention_workspace_floats(T, NH, NKV, HS) floats (caller-owned, any content).
+ */
 size_t attention_workspace_floats(int T, int NH, int NKV, int HS);
 void attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
                        const int32_t *doc_start, int T, int NH, int NKV, int HS, float *ws);

@@ -163,8 +163,8 @@ double ref_cross_entropy_fused(float *logits, const int32_t *targets, int N, int
     return total;
 }
 
-void ref_cross_entropy_rows(const float *logits, const int32_t *targets, int N, int V,
-                            double *loss, int32_t *pred) {
+void ref_cross_entropy_rows(const float *logits, const int32_t *targets, int N, int V, double *loss,
+                            int32_t *pred) {
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
         int best = 0;

@@ -29,8 +29,8 @@ void ref_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                             int NKV, int HS);
 double ref_cross_entropy_fused(float *logits, const int32_t *targets, int N, int V,
                                float grad_scale);
-void ref_cross_entropy_rows(const float *logits, const int32_t *targets, int N, int V,
-                            double *loss, int32_t *pred);
+void ref_cross_entropy_rows(const float *logits, const int32_t *targets, int N, int V, double *loss,
+                            int32_t *pred);
 void ref_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                       const adamw_params *hp, int step, float grad_scale, int decay);
 

@@ -16,12 +16,15 @@ void matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const flo
                        int N, int IC, int OC, int acc) {
     UP_CHECK(N >= 0 && IC >= 0 && OC >= 0, "matmul_forward: negative shape N=%d IC=%d OC=%d", N, IC,
              OC);
-    UP_CHECK(ldo >= OC && ldi >= IC && ldw >= IC, "matmul_forward: leading dimensions %d %d %d "
-             "below the rows (OC=%d IC=%d)", ldo, ldi, ldw, OC, IC);
+    UP_CHECK(ldo >= OC && ldi >= IC && ldw >= IC,
+             "matmul_forward: leading dimensions %d %d %d "
+             "below the rows (OC=%d IC=%d)",
+             ldo, ldi, ldw, OC, IC);
     if (N == 0 || OC == 0) return;
     if (IC == 0) { // BLAS wants lda >= 1; an empty sum is 0
         if (!acc)
-            for (int i = 0; i < N; i++) memset(out + (size_t)i * ldo, 0, sizeof(float) * OC);
+            for (int i = 0; i < N; i++)
+                memset(out + (size_t)i * ldo, 0, sizeof(float) * OC);
         return;
     }
     // out (N, OC) = inp (N, IC) @ w^T (IC, OC); beta = 0 never reads out (NaN garbage is fine)
@@ -69,8 +72,8 @@ int blas_touch_buffers(int n, int k) {
     float *c = malloc((size_t)m * (size_t)n * sizeof(float));
     int rc = -1;
     if (a != MAP_FAILED && b != MAP_FAILED && c) {
-        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, m, b, k, 0.0f,
-                    c, m);
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, m, b, k, 0.0f, c,
+                    m);
         rc = 0;
     }
     if (a != MAP_FAILED) munmap(a, abytes);
@@ -79,11 +82,17 @@ int blas_touch_buffers(int n, int k) {
     return rc;
 }
 
-void blas_set_threads(int n) { openblas_set_num_threads(n); }
+void blas_set_threads(int n) {
+    openblas_set_num_threads(n);
+}
 
-const char *blas_describe(void) { return openblas_get_config(); }
+const char *blas_describe(void) {
+    return openblas_get_config();
+}
 
-const char *blas_core(void) { return openblas_get_corename(); }
+const char *blas_core(void) {
+    return openblas_get_corename();
+}
 
 /* True for the OpenBLAS cores whose sgemm uses AVX2 or AVX-512 (the names openblas_get_corename
  * gives). */
@@ -109,7 +118,7 @@ void blas_check_core(char **argv) {
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (want == NULL || n <= 0 || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
     self[n] = '\0';
-    execv(self, argv); /* by its own path, so the process keeps its name (ps, pgrep) */
+    execv(self, argv);             /* by its own path, so the process keeps its name (ps, pgrep) */
     unsetenv("OPENBLAS_CORETYPE"); /* exec failed: run on with the core OpenBLAS chose */
 #else
     (void)argv;

@@ -423,8 +423,8 @@ size_t typed_attention_workspace_floats(mem_dtype dt, int T, int NH, int NKV, in
 }
 
 void typed_attention_forward(const typed_ctx *t, void *out, float *lse, const void *q,
-                             const void *k, const void *v, const int32_t *doc_start, int T,
-                             int NH, int NKV, int HS, float *ws) {
+                             const void *k, const void *v, const int32_t *doc_start, int T, int NH,
+                             int NKV, int HS, float *ws) {
     if (is_f32(t))
         attention_forward(out, lse, q, k, v, doc_start, T, NH, NKV, HS, ws);
     else
@@ -438,6 +438,5 @@ void typed_attention_backward(const typed_ctx *t, void *dq, void *dk, void *dv, 
     if (is_f32(t))
         attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS, ws);
     else
-        attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS,
-                                ws);
+        attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS, ws);
 }

@@ -110,8 +110,8 @@ void typed_swiglu_backward(const typed_ctx *t, void *dgate, void *dup, const voi
  * scratch, sized by the kernel path: never change the path in between). */
 size_t typed_attention_workspace_floats(mem_dtype dt, int T, int NH, int NKV, int HS);
 void typed_attention_forward(const typed_ctx *t, void *out, float *lse, const void *q,
-                             const void *k, const void *v, const int32_t *doc_start, int T,
-                             int NH, int NKV, int HS, float *ws);
+                             const void *k, const void *v, const int32_t *doc_start, int T, int NH,
+                             int NKV, int HS, float *ws);
 void typed_attention_backward(const typed_ctx *t, void *dq, void *dk, void *dv, const void *dout,
                               const void *q, const void *k, const void *v, const void *out,
                               const float *lse, const int32_t *doc_start, int T, int NH, int NKV,

@@ -18,16 +18,23 @@ int model_check_layout(const model_config *c, long T, int P, int R, char *err, s
         snprintf(sug + n, sizeof sug - n, "%s%d", n ? ", " : "", p);
     }
     if (c->NH % P)
-        return up_errf(err, errlen, NULL, "num_attention_heads (%d) is not divisible by the "
-                       "context-parallel degree (%d): use --cp %s", c->NH, P, sug);
+        return up_errf(err, errlen, NULL,
+                       "num_attention_heads (%d) is not divisible by the "
+                       "context-parallel degree (%d): use --cp %s",
+                       c->NH, P, sug);
     if (c->NKV % P && P % c->NKV)
-        return up_errf(err, errlen, NULL, "num_key_value_heads (%d) and the context-parallel "
-                       "degree (%d) must divide one another: use --cp %s", c->NKV, P, sug);
+        return up_errf(err, errlen, NULL,
+                       "num_key_value_heads (%d) and the context-parallel "
+                       "degree (%d) must divide one another: use --cp %s",
+                       c->NKV, P, sug);
     if (T % P)
-        return up_errf(err, errlen, NULL, "--seq-len %ld is not divisible by the context-parallel "
-                       "degree (%d): use a multiple of %d, or --cp %s", T, P, P, sug);
+        return up_errf(err, errlen, NULL,
+                       "--seq-len %ld is not divisible by the context-parallel "
+                       "degree (%d): use a multiple of %d, or --cp %s",
+                       T, P, P, sug);
     if (P > 1 && (double)(T / P) * ((c->NH + P - 1) / P) * c->HS > INT_MAX)
-        return up_errf(err, errlen, NULL, "--seq-len %ld over %d ranks makes all-to-all blocks "
+        return up_errf(err, errlen, NULL,
+                       "--seq-len %ld over %d ranks makes all-to-all blocks "
                        "beyond MPI's int count: use more context-parallel ranks or --upipe-heads",
                        T, P);
     return 0;

@@ -41,7 +41,7 @@ struct model {
     param_store *ps;    /* params, grads, AdamW moments: this rank's shards (all without FSDP) */
     cp_attention *attn; /* stage buffers of the attention (plain Ulysses or UPipe) */
     struct offload_store *offload; /* checkpoint offload, NULL when resident */
-    layer_acts *acts;   /* (L) */
+    layer_acts *acts;              /* (L) */
 
     /* shared scratch: void * in the run's type, float * fp32 (DESIGN.md §5.1) */
     typed_ctx tk;         /* the run's element type and the bf16 kernels' fp32 workspace */
@@ -50,15 +50,15 @@ struct model {
     void *h;              /* (T, C) rmsnorm output (attention, then MLP); recomputed in backward */
     float *rstd1, *rstd2; /* (T) */
     float *inv_freq;      /* (HS/2) */
-    float *rope_cos, *rope_sin;          /* (T, HS/2) at this rank's global positions */
-    void *gate_t, *up_t, *act_t, *dact;  /* (tile_mlp, F) MLP tiles (dact also untiled) */
-    float *xf, *rstdf, *logits, *dxf;    /* loss tiles: (tile_loss, C), (.), (., V), (., C) */
-    void *dres; /* (T, C) gradient of the residual stream */
-    void *dh;   /* (T, C) (training only) */
-    void *dh_t; /* (tile_mlp, C) the MLP backward's rows of dh when tiled; else dh */
+    float *rope_cos, *rope_sin;         /* (T, HS/2) at this rank's global positions */
+    void *gate_t, *up_t, *act_t, *dact; /* (tile_mlp, F) MLP tiles (dact also untiled) */
+    float *xf, *rstdf, *logits, *dxf;   /* loss tiles: (tile_loss, C), (.), (., V), (., C) */
+    void *dres;                         /* (T, C) gradient of the residual stream */
+    void *dh;                           /* (T, C) (training only) */
+    void *dh_t;                /* (tile_mlp, C) the MLP backward's rows of dh when tiled; else dh */
     int32_t *inputs, *targets; /* (T) */
-    int32_t *window;    /* (T * P) the whole window's inputs, every rank (opt.docs only) */
-    int32_t *doc_start; /* (T * P) first position of each token's document (opt.docs only) */
+    int32_t *window;           /* (T * P) the whole window's inputs, every rank (opt.docs only) */
+    int32_t *doc_start;        /* (T * P) first position of each token's document (opt.docs only) */
 
     void **owned; /* the buffers of the activation table, freed by model_free */
     int nowned, owned_cap;
@@ -194,16 +194,31 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
     /* model state: this rank's shards (all of it without --fsdp); the backward reads no
      * parameters of the embedding (unit 0), only writes its gradients */
     param_table_build(&m->params, c);
-    store_spec sp = {m->params.unit_off, m->params.nunits, c->tied ? 0 : -1, 1, opt->fsdp,
-                     !opt->forward_only, opt->dtype};
+    store_spec sp = {.unit_off = m->params.unit_off,
+                     .nunits = m->params.nunits,
+                     .tied_unit = c->tied ? 0 : -1,
+                     .bwd_first = 1,
+                     .sharded = opt->fsdp,
+                     .grads = !opt->forward_only,
+                     .wtype = opt->dtype};
     m->ps = store_init(comm, &sp);
 
     /* the activation table, walked once */
     m->acts = calloc((size_t)c->L, sizeof *m->acts);
     UP_CHECK(m->acts, "out of memory");
-    cp_attention_shape as = {T, m->P, c->C, c->NH, c->NKV, c->HS, opt->U ? opt->U : c->NH,
-                             opt->U == 0, comm, NULL, NULL, NULL, opt->forward_only,
-                             opt->upipe_overlap, opt->dtype, &m->tk};
+    cp_attention_shape as = {.T_loc = T,
+                             .P = m->P,
+                             .C = c->C,
+                             .NH = c->NH,
+                             .NKV = c->NKV,
+                             .HS = c->HS,
+                             .U = opt->U ? opt->U : c->NH,
+                             .keep_qkv = opt->U == 0,
+                             .comm = comm,
+                             .forward_only = opt->forward_only,
+                             .overlap = opt->upipe_overlap,
+                             .dtype = opt->dtype,
+                             .tk = &m->tk};
     buf_table t = {0};
     activation_table(m, &t, &as);
     for (int i = 0; i < t.n; i++) {
@@ -267,7 +282,8 @@ void model_free(model *m) {
     if (m->offload) offload_close(m->offload);
     cp_attention_free(m->attn);
     store_free(m->ps);
-    for (int i = 0; i < m->nowned; i++) mem_free(m->owned[i]);
+    for (int i = 0; i < m->nowned; i++)
+        mem_free(m->owned[i]);
     free(m->owned);
     free(m->acts);
     param_table_free(&m->params);
@@ -277,23 +293,43 @@ void model_free(model *m) {
 /* ---- what jobs read ------------------------------------------------------------------------- */
 
 model_window model_window_of(const model *m) {
-    return (model_window){m->T, m->P, (long)m->comm->cp_rank * m->T, m->inputs, m->targets,
-                          m->doc_start};
+    return (model_window){m->T,      m->P,       (long)m->comm->cp_rank * m->T,
+                          m->inputs, m->targets, m->doc_start};
 }
-comm_ctx *model_comm(const model *m) { return m->comm; }
-size_t model_nparams(const model *m) { return m->params.nparams; }
-int model_ntensors(const model *m) { return m->params.ntensors; }
-const char *model_tensor_name(const model *m, int t) { return m->params.tensors[t].name; }
-const model_config *model_cfg(const model *m) { return &m->cfg; }
-const param_table *model_table(const model *m) { return &m->params; }
-param_store *model_store(const model *m) { return m->ps; }
+comm_ctx *model_comm(const model *m) {
+    return m->comm;
+}
+size_t model_nparams(const model *m) {
+    return m->params.nparams;
+}
+int model_ntensors(const model *m) {
+    return m->params.ntensors;
+}
+const char *model_tensor_name(const model *m, int t) {
+    return m->params.tensors[t].name;
+}
+const model_config *model_cfg(const model *m) {
+    return &m->cfg;
+}
+const param_table *model_table(const model *m) {
+    return &m->params;
+}
+param_store *model_store(const model *m) {
+    return m->ps;
+}
 model_window_bufs model_window_buffers(model *m) {
-    return (model_window_bufs){m->T, m->P, (long)m->comm->cp_rank * m->T, m->inputs, m->targets,
-                               m->window};
+    return (model_window_bufs){m->T,      m->P,       (long)m->comm->cp_rank * m->T,
+                               m->inputs, m->targets, m->window};
 }
-int model_sharded(const model *m) { return store_sharded(m->ps); }
-double model_attention_seconds(model *m, int reset) { return cp_attention_seconds(m->attn, reset); }
-int model_attention_overlaps(const model *m) { return cp_attention_overlaps(m->attn); }
+int model_sharded(const model *m) {
+    return store_sharded(m->ps);
+}
+double model_attention_seconds(model *m, int reset) {
+    return cp_attention_seconds(m->attn, reset);
+}
+int model_attention_overlaps(const model *m) {
+    return cp_attention_overlaps(m->attn);
+}
 
 /* ---- MLP: untiled (intermediates saved) or over tiles of tile_mlp tokens (recomputed) ------- */
 
@@ -327,14 +363,13 @@ static void mlp_forward(model *m, const layer_weights *w, layer_acts *a, const v
         size_t r = (size_t)t0 * C;
         void *h2 = at(m, m->h, r);
         watchdog_tick();
-        typed_rmsnorm_forward(tk, h2, 0, m->rstd2 + t0, at(m, x_mid, r), w->mlp_norm, n, C,
-                              c->eps);
-        typed_mm_fwd(tk, gate, h2, w->wg, n, C, F, 0);                  // (n, F)
-        typed_mm_fwd(tk, up, h2, w->wu, n, C, F, 0);                    // (n, F)
-        typed_swiglu_forward(tk, act, gate, up, (size_t)n * F);         // (n, F)
+        typed_rmsnorm_forward(tk, h2, 0, m->rstd2 + t0, at(m, x_mid, r), w->mlp_norm, n, C, c->eps);
+        typed_mm_fwd(tk, gate, h2, w->wg, n, C, F, 0);          // (n, F)
+        typed_mm_fwd(tk, up, h2, w->wu, n, C, F, 0);            // (n, F)
+        typed_swiglu_forward(tk, act, gate, up, (size_t)n * F); // (n, F)
         if (!x_out) continue;
         if (x_out != x_mid) typed_copy(tk, at(m, x_out, r), at(m, x_mid, r), (size_t)n * C);
-        typed_mm_fwd(tk, at(m, x_out, r), act, w->wd, n, F, C, 1);      // x_out = x_mid + mlp
+        typed_mm_fwd(tk, at(m, x_out, r), act, w->wd, n, F, C, 1); // x_out = x_mid + mlp
     }
 }
 
@@ -366,8 +401,8 @@ static void mlp_backward(model *m, const layer_weights *w, const layer_weights *
         typed_mm_bwd_set(tk, dh2, g->wg, gate, h2, w->wg, n, C, F);
         typed_mm_bwd(tk, dh2, g->wu, up, h2, w->wu, n, C, F);
         // h2 = rmsnorm(x_mid)
-        typed_rmsnorm_backward(tk, dres, g->mlp_norm, dh2, 0, x_mid, w->mlp_norm, m->rstd2 + t0,
-                               n, C);
+        typed_rmsnorm_backward(tk, dres, g->mlp_norm, dh2, 0, x_mid, w->mlp_norm, m->rstd2 + t0, n,
+                               C);
     }
 }
 
@@ -389,7 +424,8 @@ int model_set_documents(model *m, int32_t sep) {
     for (int i = 0; i < m->T;) {
         int32_t st = m->doc_start[g0 + i];
         int j = i + 1;
-        while (j < m->T && m->doc_start[g0 + j] == st) j++;
+        while (j < m->T && m->doc_start[g0 + j] == st)
+            j++;
         size_t r = (size_t)i * half;
         rope_tables(m->rope_cos + r, m->rope_sin + r, m->inv_freq, (int64_t)g0 + i - st, j - i,
                     m->cfg.HS);
@@ -432,15 +468,15 @@ static void layer_forward(model *m, int l, void *x_in, void *x_out, layer_mode m
     watchdog_tick();
 
     typed_rmsnorm_forward(tk, m->h, 0, m->rstd1, x_in, w.attn_norm, T, C, c->eps); // h (T, C)
-    if (store) offload_write_keep(store, l, x_in);                       // x_l to its slot
-    cp_attention_forward(m->attn, m->h, &wa, &a->attn);                  // att (T, NH*HS)
+    if (store) offload_write_keep(store, l, x_in);      // x_l to its slot
+    cp_attention_forward(m->attn, m->h, &wa, &a->attn); // att (T, NH*HS)
     if (store) offload_written(store, x_in);
     if (!in_place) typed_copy(tk, x_mid, x_in, (size_t)T * C);
-    typed_mm_fwd(tk, x_mid, a->attn.att, w.wo, T, c->NH * c->HS, C, 1);  // x_mid = x + o Wo^T
+    typed_mm_fwd(tk, x_mid, a->attn.att, w.wo, T, c->NH * c->HS, C, 1); // x_mid = x + o Wo^T
     if (mode != LAYER_RECOMPUTE)
-        mlp_forward(m, &w, a, x_mid, x_out);                             // x_out = x_mid + mlp
+        mlp_forward(m, &w, a, x_mid, x_out); // x_out = x_mid + mlp
     else if (m->tile_mlp == T)
-        mlp_forward(m, &w, a, x_mid, NULL);                              // gate, up, act
+        mlp_forward(m, &w, a, x_mid, NULL); // gate, up, act
 }
 
 /* m->dres: d loss / d x_out on entry, d loss / d x_in on return. */
@@ -470,8 +506,8 @@ static void loss_tile_logits(model *m, const void *x_final, int t0, int n, const
     const model_config *c = &m->cfg;
     watchdog_tick();
     typed_rmsnorm_forward(&m->tk, m->xf, 1, m->rstdf, at(m, x_final, (size_t)t0 * c->C), wn, n,
-                          c->C, c->eps);                                          // (n, C)
-    typed_matmul_forward_f32(&m->tk, m->logits, m->xf, wlm, n, c->C, c->V);      // (n, V)
+                          c->C, c->eps);                                    // (n, C)
+    typed_matmul_forward_f32(&m->tk, m->logits, m->xf, wlm, n, c->C, c->V); // (n, V)
 }
 
 /* Final norm, LM head and cross-entropy over tiles of tile_loss tokens; the loss's backward runs
@@ -491,7 +527,7 @@ static double loss_forward_backward(model *m, const void *x_final, float grad_sc
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
         uint64_t tt = trace_begin();
-        loss_tile_logits(m, x_final, t0, n, wn, wlm);                        // (n, V)
+        loss_tile_logits(m, x_final, t0, n, wn, wlm);                              // (n, V)
         loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
         // logits = xf Wlm^T
         memset(m->dxf, 0, sizeof(float) * (size_t)n * C);
@@ -517,7 +553,7 @@ static double loss_forward(model *m, const void *x_final, double *loss, int32_t 
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         uint64_t tt = trace_begin();
-        loss_tile_logits(m, x_final, t0, n, wn, wlm);                        // (n, V)
+        loss_tile_logits(m, x_final, t0, n, wn, wlm); // (n, V)
         if (loss || pred)
             cross_entropy_rows(m->logits, m->targets + t0, n, V, loss ? loss + t0 : NULL,
                                pred ? pred + t0 : NULL);
@@ -533,7 +569,7 @@ double model_evaluate(model *m, double *loss, int32_t *pred) {
     void *x = m->dres; /* the residual stream, updated in place layer by layer */
     store_begin(m->ps, STORE_FORWARD);
     void *wte = store_acquire(m->ps, 0);
-    typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C);           // (T, C)
+    typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C); // (T, C)
     for (int l = 0; l < L; l++) {
         uint64_t tt = trace_begin();
         layer_forward(m, l, x, x, LAYER_PASS, NULL);
@@ -551,7 +587,7 @@ double model_forward(model *m, float grad_scale) {
     layer_mode mode = m->opt.checkpoint ? LAYER_PASS : LAYER_SAVE;
     store_begin(m->ps, STORE_FORWARD); /* the optimizer may have changed the parameters */
     void *wte = store_acquire(m->ps, 0);
-    typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C);           // (T, C)
+    typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C); // (T, C)
     for (int l = 0; l < L; l++) {
         void *x_out = m->offload ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
         uint64_t tt = trace_begin();

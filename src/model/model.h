@@ -153,8 +153,8 @@ void model_save_grads(model *m, const char *path);
  * store's slab k (params, m or v), every shape checked, every value read checked finite (the
  * first NaN/Inf is named with its tensor and row, column). Tensors of set it does not read are
  * ignored. 0, or -1 with a message. Not collective. */
-int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char *prefix,
-                     char *err, size_t errlen);
+int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char *prefix, char *err,
+                     size_t errlen);
 /* Safetensors entries (names, shapes) of nslabs slabs, slab k's tensors named prefixes[k] + HF
  * name, in table order, so that the data section of such a file is the slabs' full layouts one
  * after another. One allocation (names inside): free() it. */

@@ -7,11 +7,17 @@
 
 #include <math.h>
 
-void model_zero_grads(model *m) { store_zero_grads(model_store(m)); }
+void model_zero_grads(model *m) {
+    store_zero_grads(model_store(m));
+}
 
-void model_reduce_grads(model *m) { store_reduce_grads(model_store(m)); }
+void model_reduce_grads(model *m) {
+    store_reduce_grads(model_store(m));
+}
 
-double model_grad_norm(model *m) { return sqrt(store_grad_sumsq(model_store(m))); }
+double model_grad_norm(model *m) {
+    return sqrt(store_grad_sumsq(model_store(m)));
+}
 
 int model_first_nonfinite_grad(model *m) {
     int nt = model_ntensors(m), first = nt;
@@ -41,6 +47,6 @@ void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip
                      pt->tensors[t].decay);
     }
     /* bytes: the shards read and written (parameters, gradients, two moments) */
-    trace_end2(tt, "optimizer", "optimizer_step", "step", step,
-               "bytes", (int64_t)(store_floats(model_store(m)) * 4 * sizeof(float)));
+    trace_end2(tt, "optimizer", "optimizer_step", "step", step, "bytes",
+               (int64_t)(store_floats(model_store(m)) * 4 * sizeof(float)));
 }

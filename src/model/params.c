@@ -36,11 +36,16 @@ enum { LAYER_NT = sizeof LAYER_SPEC / sizeof LAYER_SPEC[0] };
 
 static int64_t dim_of(const model_config *c, dim_sym d) {
     switch (d) {
-    case DIM_C: return c->C;
-    case DIM_QD: return (int64_t)c->NH * c->HS;
-    case DIM_KVD: return (int64_t)c->NKV * c->HS;
-    case DIM_F: return c->F;
-    default: return 0;
+    case DIM_C:
+        return c->C;
+    case DIM_QD:
+        return (int64_t)c->NH * c->HS;
+    case DIM_KVD:
+        return (int64_t)c->NKV * c->HS;
+    case DIM_F:
+        return c->F;
+    default:
+        return 0;
     }
 }
 
@@ -134,7 +139,9 @@ static uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-static double unit_open(uint64_t x) { return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double unit_open(uint64_t x) {
+    return ((double)(x >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
 
 void model_init_random(model *m, uint64_t seed) {
     const double two_pi = 6.283185307179586;
@@ -145,7 +152,8 @@ void model_init_random(model *m, uint64_t seed) {
         if (!model_owned_part(m, t, &i0, &i1)) continue;
         float *p = model_tensor_part(m, STORE_PARAMS, t, i0) - i0;
         if (pt->ndim == 1) {
-            for (size_t i = i0; i < i1; i++) p[i] = 1.0f;
+            for (size_t i = i0; i < i1; i++)
+                p[i] = 1.0f;
             continue;
         }
         uint64_t key = mix64(seed ^ mix64((uint64_t)t + 1));
@@ -185,17 +193,20 @@ int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char 
         const st_file *f;
         const st_tensor *st = st_set_find(set, name, &f);
         if (!st)
-            return up_errf(err, errlen, set->origin, "tensor %s is missing: the file does not "
-                           "match the config (or is not an HF Llama checkpoint)", name);
+            return up_errf(err, errlen, set->origin,
+                           "tensor %s is missing: the file does not "
+                           "match the config (or is not an HF Llama checkpoint)",
+                           name);
         int ok = st->ndim == pt->ndim && st->shape[0] == pt->shape[0] &&
                  (pt->ndim == 1 || st->shape[1] == pt->shape[1]);
         if (!ok) {
             char got[128], want[64];
             fmt_shape(got, sizeof got, st->shape, st->ndim);
             fmt_shape(want, sizeof want, pt->shape, pt->ndim);
-            return up_errf(err, errlen, set->origin, "tensor %s has shape [%s] but the config "
-                           "needs [%s]: use the config.json that belongs to these weights", name,
-                           got, want);
+            return up_errf(err, errlen, set->origin,
+                           "tensor %s has shape [%s] but the config "
+                           "needs [%s]: use the config.json that belongs to these weights",
+                           name, got, want);
         }
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue; /* FSDP: keep only this rank's shard */
@@ -255,7 +266,8 @@ void model_load(model *m, const char *path) {
 st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefixes) {
     const param_table *pt = model_table(m);
     size_t n = (size_t)nslabs * (size_t)pt->ntensors, names = 0;
-    for (int k = 0; k < nslabs; k++) names += (strlen(prefixes[k]) + PARAM_NAME_MAX) * pt->ntensors;
+    for (int k = 0; k < nslabs; k++)
+        names += (strlen(prefixes[k]) + PARAM_NAME_MAX) * pt->ntensors;
     st_entry *e = calloc(1, n * sizeof *e + names);
     UP_CHECK(e, "out of memory");
     char *buf = (char *)(e + n);

@@ -45,8 +45,8 @@ typedef struct {
     param_tensor *tensors;
     int ntensors;
     size_t nparams;
-    int nunits;        /* L + 2 */
-    size_t *unit_off;  /* (nunits + 1) first float of each unit; unit_off[nunits] = nparams */
+    int nunits;         /* L + 2 */
+    size_t *unit_off;   /* (nunits + 1) first float of each unit; unit_off[nunits] = nparams */
     size_t lm_head_off; /* == unit_off[0] (the embedding) when tied */
 } param_table;
 

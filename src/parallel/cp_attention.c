@@ -15,31 +15,31 @@
 
 struct cp_attention {
     cp_attention_shape s;
-    int Tg;                /* T: tokens of the whole sequence */
-    int Kc, mult;          /* KV heads per chunk, query heads per KV head and stage */
-    int U_loc, Kc_loc;     /* per rank in head layout */
-    int stages_per_chunk;  /* G / mult */
-    int chunks;            /* NKV / Kc */
-    int stages;            /* chunks * stages_per_chunk = NH / U */
-    int model_order;       /* U == NH: the one stage is every head in model order */
-    int overlap;           /* the pipe: the next stage's inputs are in flight during attention */
-    int nblk, bw;          /* the stage's q rows as nblk blocks of bw floats (one under keep_qkv) */
+    int Tg;               /* T: tokens of the whole sequence */
+    int Kc, mult;         /* KV heads per chunk, query heads per KV head and stage */
+    int U_loc, Kc_loc;    /* per rank in head layout */
+    int stages_per_chunk; /* G / mult */
+    int chunks;           /* NKV / Kc */
+    int stages;           /* chunks * stages_per_chunk = NH / U */
+    int model_order;      /* U == NH: the one stage is every head in model order */
+    int overlap;          /* the pipe: the next stage's inputs are in flight during attention */
+    int nblk, bw;         /* the stage's q rows as nblk blocks of bw floats (one under keep_qkv) */
     /* stage tensors in the run's type (s.dtype); the kernels' workspace ws fp32 */
-    void *qs, *ks, *vs;    /* (T_loc, U*HS), (T_loc, Kc*HS) x2: projections, later gradients */
+    void *qs, *ks, *vs; /* (T_loc, U*HS), (T_loc, Kc*HS) x2: projections, later gradients */
     /* Head-layout inputs, NULL when not owned; set [1] exists under the pipe only: q, o, do
      * alternate stage by stage, k, v chunk by chunk (when there is more than one chunk). */
     void *qh[2], *kh[2], *vh[2]; /* (T, U_loc, HS), (T, Kc_loc, HS) x2 */
     void *oh[2], *doh[2];        /* (T, U_loc, HS): NULL when they alias a sequence-layout one */
-    void *dqh;             /* (T, U_loc, HS): NULL when it aliases qs */
-    void *dts;             /* (T_loc, U*HS) the stage's d loss / d att, sequence layout */
-    void *dkh, *dvh;       /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
-    void *dkh_s, *dvh_s;   /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
-    void *pack;            /* all-to-all packing (and q's in flight) */
-    float *ws;             /* flash attention workspace (fp32) */
+    void *dqh;                   /* (T, U_loc, HS): NULL when it aliases qs */
+    void *dts;                   /* (T_loc, U*HS) the stage's d loss / d att, sequence layout */
+    void *dkh, *dvh;             /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
+    void *dkh_s, *dvh_s;         /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
+    void *pack;                  /* all-to-all packing (and q's in flight) */
+    float *ws;                   /* flash attention workspace (fp32) */
     void *pack_k, *pack_v, *pack_o, *pack_do; /* the pipe: packs of the other inputs in flight */
     comm_exchange inflight[5]; /* the pipe: the next stage's exchanges (k, v, o, do, q) */
     int ninflight;
-    double kernel_s;       /* seconds inside the attention kernels since the last reset */
+    double kernel_s; /* seconds inside the attention kernels since the last reset */
 };
 
 static double now_s(void) {
@@ -62,19 +62,27 @@ int cp_attention_check(int NH, int NKV, int P, int U, char *err, size_t errlen) 
         snprintf(sug + n, sizeof sug - n, "%s%d", n ? ", " : "", u);
     }
     if (U < 1 || NH % U)
-        return up_errf(err, errlen, NULL, "--upipe-heads %d does not divide num_attention_heads "
-                       "(%d): use one of %s", U, NH, sug);
+        return up_errf(err, errlen, NULL,
+                       "--upipe-heads %d does not divide num_attention_heads "
+                       "(%d): use one of %s",
+                       U, NH, sug);
     if (U % P)
-        return up_errf(err, errlen, NULL, "--upipe-heads %d is not a multiple of the "
+        return up_errf(err, errlen, NULL,
+                       "--upipe-heads %d is not a multiple of the "
                        "context-parallel degree (%d): every rank needs U/P heads per stage; use "
-                       "one of %s", U, P, sug);
+                       "one of %s",
+                       U, P, sug);
     if (U <= NKV ? NKV % U : U % NKV)
-        return up_errf(err, errlen, NULL, "--upipe-heads %d and num_key_value_heads (%d) must "
-                       "divide one another for the GQA schedule: use one of %s", U, NKV, sug);
+        return up_errf(err, errlen, NULL,
+                       "--upipe-heads %d and num_key_value_heads (%d) must "
+                       "divide one another for the GQA schedule: use one of %s",
+                       U, NKV, sug);
     return 0;
 }
 
-int cp_attention_kv_heads_per_rank(int NKV, int P) { return NKV >= P ? NKV / P : 1; }
+int cp_attention_kv_heads_per_rank(int NKV, int P) {
+    return NKV >= P ? NKV / P : 1;
+}
 
 void cp_attention_saved_floats(const cp_attention_shape *s, size_t *att, size_t *lse, size_t *q,
                                size_t *kv) {
@@ -164,15 +172,18 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
     return a;
 }
 
-int cp_attention_overlaps(const cp_attention *a) { return a->overlap; }
+int cp_attention_overlaps(const cp_attention *a) {
+    return a->overlap;
+}
 
 void cp_attention_free(cp_attention *a) {
     if (!a) return;
-    void *bufs[] = {a->qs,     a->ks,     a->vs,     a->qh[0],  a->kh[0],  a->vh[0],
-                     a->qh[1],  a->kh[1],  a->vh[1],  a->oh[0],  a->doh[0], a->oh[1],
-                     a->doh[1], a->dqh,    a->dkh,    a->dvh,    a->dkh_s,  a->dvh_s, a->dts,
-                     a->pack,   a->pack_k, a->pack_v, a->pack_o, a->pack_do, a->ws};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) mem_free(bufs[i]);
+    void *bufs[] = {a->qs,     a->ks,     a->vs,      a->qh[0],  a->kh[0], a->vh[0],  a->qh[1],
+                    a->kh[1],  a->vh[1],  a->oh[0],   a->doh[0], a->oh[1], a->doh[1], a->dqh,
+                    a->dkh,    a->dvh,    a->dkh_s,   a->dvh_s,  a->dts,   a->pack,   a->pack_k,
+                    a->pack_v, a->pack_o, a->pack_do, a->ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        mem_free(bufs[i]);
     for (size_t i = 0; a->overlap && i < sizeof a->inflight / sizeof a->inflight[0]; i++)
         comm_exchange_free(&a->inflight[i]);
     free(a);
@@ -226,8 +237,8 @@ static void chunk_project_kv(cp_attention *a, void *ks, void *vs, const void *h,
 
 /* Copies between a stage buffer (T_loc, U*HS) in stage order and a model-order buffer
  * (T_loc, NH*HS): to_stage gathers the stage's heads, else scatters them back. */
-static void stage_copy(cp_attention *a, void *stage, const void *full_src, void *full_dst,
-                       int c, int j) {
+static void stage_copy(cp_attention *a, void *stage, const void *full_src, void *full_dst, int c,
+                       int j) {
     int HS = a->s.HS, bw = a->mult * HS;
     size_t ldf = (size_t)a->s.NH * HS, lds = (size_t)a->s.U * HS;
     size_t bytes = mem_dtype_bytes(a->s.dtype, (size_t)bw);
@@ -236,8 +247,10 @@ static void stage_copy(cp_attention *a, void *stage, const void *full_src, void 
         for (int kk = 0; kk < a->Kc; kk++) {
             void *st = at(a, stage, t * lds + (size_t)kk * bw);
             size_t f = t * ldf + (size_t)block_head(a, c, j, kk) * HS;
-            if (full_src) memcpy(st, at(a, full_src, f), bytes);
-            else memcpy(at(a, full_dst, f), st, bytes);
+            if (full_src)
+                memcpy(st, at(a, full_src, f), bytes);
+            else
+                memcpy(at(a, full_dst, f), st, bytes);
         }
 }
 
@@ -263,18 +276,24 @@ static void input_to_head(cp_attention *a, const void *seq, void *head, int nh, 
  * calls, so the kernels test them between tasks. */
 static void inputs_progress(void *arg) {
     cp_attention *a = arg;
-    for (int i = 0; i < a->ninflight; i++) comm_exchange_test(a->s.comm, &a->inflight[i]);
+    for (int i = 0; i < a->ninflight; i++)
+        comm_exchange_test(a->s.comm, &a->inflight[i]);
 }
 
 /* Completes the exchanges in flight (their time not hidden by the attention is counted). */
 static void inputs_wait(cp_attention *a) {
-    for (int i = 0; i < a->ninflight; i++) comm_exchange_wait(a->s.comm, &a->inflight[i]);
+    for (int i = 0; i < a->ninflight; i++)
+        comm_exchange_wait(a->s.comm, &a->inflight[i]);
     a->ninflight = 0;
 }
 
 /* Buffer set of stage s (q, o, do) and of chunk c (k, v): they alternate under the pipe. */
-static int qset(const cp_attention *a, int s) { return a->overlap ? s & 1 : 0; }
-static int kvset(const cp_attention *a, int c) { return a->overlap && a->chunks > 1 ? c & 1 : 0; }
+static int qset(const cp_attention *a, int s) {
+    return a->overlap ? s & 1 : 0;
+}
+static int kvset(const cp_attention *a, int c) {
+    return a->overlap && a->chunks > 1 ? c & 1 : 0;
+}
 
 /* Head-layout q, k, v of stage s / chunk c: the saved tensors under keep_qkv, the projections
  * themselves with P == 1. */
@@ -291,8 +310,7 @@ static void *head_v(const cp_attention *a, const cp_attention_saved *sv, int c) 
 /* A stage's slice of a model-order (T_loc, NH*HS) tensor into head layout: exchanged straight
  * from the tensor when the stage is all heads in model order (nothing when head is NULL: P == 1,
  * read in place), else gathered into qs first (qs is free between the stages' q projections). */
-static void stage_to_head(cp_attention *a, const void *full, void *head, int c, int j,
-                          void *pack) {
+static void stage_to_head(cp_attention *a, const void *full, void *head, int c, int j, void *pack) {
     if (a->model_order) {
         if (head) input_to_head(a, full, head, a->s.U, pack);
         return;
@@ -309,11 +327,11 @@ static void forward_inputs(cp_attention *a, const void *h, const cp_attention_we
     int keep1 = a->s.P == 1 && a->s.keep_qkv; /* projections land in the saved tensors */
     void *qs = keep1 ? sv->q : a->qs, *ks = keep1 ? sv->k : a->ks, *vs = keep1 ? sv->v : a->vs;
     if (j == 0) {
-        chunk_project_kv(a, ks, vs, h, w, c);                         // (T_loc, Kc*HS) x2
+        chunk_project_kv(a, ks, vs, h, w, c); // (T_loc, Kc*HS) x2
         input_to_head(a, ks, head_k(a, sv, c), a->Kc, async ? a->pack_k : NULL); // (T, Kc_loc, HS)
         input_to_head(a, vs, head_v(a, sv, c), a->Kc, async ? a->pack_v : NULL);
     }
-    stage_project_q(a, qs, h, w->wq, c, j);                          // (T_loc, U*HS)
+    stage_project_q(a, qs, h, w->wq, c, j);                                 // (T_loc, U*HS)
     input_to_head(a, qs, head_q(a, sv, s), a->s.U, async ? a->pack : NULL); // (T, U_loc, HS)
 }
 
@@ -332,8 +350,8 @@ static void stage_datt(cp_attention *a, const void *dres, const void *wo, int c,
  * output o and its gradient do (formed here from dres), the recomputed q (after the gathers:
  * qs is their staging buffer); at once, or (async) left in flight (packed: dts is free again). */
 static void backward_inputs(cp_attention *a, const void *h, const cp_attention_weights *w,
-                            const void *dres, const void *wo, const cp_attention_saved *sv,
-                            int s, int async) {
+                            const void *dres, const void *wo, const cp_attention_saved *sv, int s,
+                            int async) {
     int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk, b = qset(a, s);
     int keep = a->s.keep_qkv;
     if (!keep && j == 0) {
@@ -379,19 +397,19 @@ void cp_attention_forward(cp_attention *a, const void *h, const cp_attention_wei
         uint64_t tt = trace_begin();
         if (s == 0 || !a->overlap) forward_inputs(a, h, w, sv, s, 0);
         if (a->overlap && s + 1 < a->stages) forward_inputs(a, h, w, sv, s + 1, 1);
-        void *oh = a->oh[0] ? a->oh[0] : sv->att;                     // P == 1, model order
+        void *oh = a->oh[0] ? a->oh[0] : sv->att; // P == 1, model order
         double t0 = now_s();
         uint64_t tk = trace_begin();
         kernel_forward(a, oh, sv->lse + s * lse_stage, head_q(a, sv, s), head_k(a, sv, c),
-                       head_v(a, sv, c));                             // (T, U_loc, HS)
+                       head_v(a, sv, c)); // (T, U_loc, HS)
         trace_end(tk, "attention", "flash_forward");
         a->kernel_s += now_s() - t0;
         inputs_wait(a);
         if (a->model_order) {
-            to_seq(a, oh, sv->att, U);                                // (T_loc, NH*HS)
+            to_seq(a, oh, sv->att, U); // (T_loc, NH*HS)
         } else {
-            to_seq(a, oh, a->qs, U);                                  // qs is free again
-            stage_copy(a, a->qs, NULL, sv->att, c, j);                // model head order
+            to_seq(a, oh, a->qs, U);                   // qs is free again
+            stage_copy(a, a->qs, NULL, sv->att, c, j); // model head order
         }
         trace_end2(tt, "attention", "stage_forward", "stage", s, "heads", U);
     }
@@ -411,7 +429,7 @@ void cp_attention_backward(cp_attention *a, const void *h, const cp_attention_we
         uint64_t tt = trace_begin();
         if (s == 0 || !a->overlap) backward_inputs(a, h, w, dres, wo, sv, s, 0);
         if (a->overlap && s + 1 < a->stages) backward_inputs(a, h, w, dres, wo, sv, s + 1, 1);
-        const void *oh = a->oh[b] ? a->oh[b] : sv->att; // P == 1, model order: in place
+        const void *oh = a->oh[b] ? a->oh[b] : sv->att;   // P == 1, model order: in place
         const void *doh = a->doh[b] ? a->doh[b] : a->dts; // P == 1: where it was formed
         // the first stage of a chunk writes dk, dv; later ones add theirs
         void *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
@@ -427,7 +445,7 @@ void cp_attention_backward(cp_attention *a, const void *h, const cp_attention_we
             typed_add(a->s.tk, dvh, dv, kvh);
         }
         // q = rope(h Wq[stage rows]^T)
-        to_seq(a, dqh, a->qs, U);                                     // dq (T_loc, U*HS)
+        to_seq(a, dqh, a->qs, U); // dq (T_loc, U*HS)
         typed_rope_backward(a->s.tk, a->qs, a->s.rope_cos, a->s.rope_sin, T, U, HS);
         for (int kk = 0; kk < a->nblk; kk++) {
             size_t qo = (size_t)block_head(a, c, j, kk) * HS * C;

@@ -32,21 +32,21 @@
 #include <stdint.h>
 
 typedef struct {
-    int T_loc, P;              /* tokens on this rank; context-parallel degree (comm->P) */
-    int C, NH, NKV, HS;        /* model shapes */
-    int U;                     /* query heads per stage (global); NH: one stage */
-    int keep_qkv;              /* save q, k, v in head layout (requires U == NH) */
-    comm_ctx *comm;            /* exchanges over the context-parallel group */
-    const float *rope_cos;     /* (T_loc, HS/2) at this rank's global positions */
-    const float *rope_sin;     /* (T_loc, HS/2) */
-    const int32_t *doc_start;  /* (T) packed documents of the whole window, or NULL (one) */
-    int forward_only;          /* no backward: its buffers are not allocated */
-    int overlap;               /* the pipe (staged path, P > 1, more than one stage): the next
-                                  stage's inputs are exchanged during this stage's attention,
-                                  on a second set of head-layout buffers; else ignored */
-    mem_dtype dtype;           /* element type of q, k, v, o, their gradients and the exchange
-                                  packs (DESIGN.md §5.1); the kernels' workspace is fp32 */
-    const typed_ctx *tk;       /* the kernels on stored tensors (its type is dtype) */
+    int T_loc, P;             /* tokens on this rank; context-parallel degree (comm->P) */
+    int C, NH, NKV, HS;       /* model shapes */
+    int U;                    /* query heads per stage (global); NH: one stage */
+    int keep_qkv;             /* save q, k, v in head layout (requires U == NH) */
+    comm_ctx *comm;           /* exchanges over the context-parallel group */
+    const float *rope_cos;    /* (T_loc, HS/2) at this rank's global positions */
+    const float *rope_sin;    /* (T_loc, HS/2) */
+    const int32_t *doc_start; /* (T) packed documents of the whole window, or NULL (one) */
+    int forward_only;         /* no backward: its buffers are not allocated */
+    int overlap;              /* the pipe (staged path, P > 1, more than one stage): the next
+                                 stage's inputs are exchanged during this stage's attention,
+                                 on a second set of head-layout buffers; else ignored */
+    mem_dtype dtype;          /* element type of q, k, v, o, their gradients and the exchange
+                                 packs (DESIGN.md §5.1); the kernels' workspace is fp32 */
+    const typed_ctx *tk;      /* the kernels on stored tensors (its type is dtype) */
 } cp_attention_shape;
 
 /* What the forward of one layer saves for its backward (buffers owned by the caller). */

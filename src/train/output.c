@@ -16,8 +16,10 @@
 
 static void fmt_duration(char *buf, size_t len, double s) {
     long t = (long)(s + 0.5);
-    if (t >= 3600) snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-    else snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    if (t >= 3600)
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
 }
 
 void print_summary(const train_run *r) {
@@ -34,20 +36,19 @@ void print_summary(const train_run *r) {
     printf("  optim   AdamW lr=%g warmup=%ld cosine to %g x lr, wd=%g, betas=(%g, %g), clip=%g\n",
            o->lr, o->warmup, o->min_lr_frac, o->weight_decay, o->beta1, o->beta2, o->grad_clip);
     printf("  init    %s\n", r->resumed_from[0] ? r->resumed_from
-                          : o->init                ? o->init
-                                                   : "random (seed)");
+                             : o->init          ? o->init
+                                                : "random (seed)");
     printf("  machine %d thread%s, kernels: %s, %s\n", r->threads, r->threads == 1 ? "" : "s",
-           kernel_path_name(),
-           blas_describe());
+           kernel_path_name(), blas_describe());
     if (o->mopt.dtype == MEM_DTYPE_BF16) /* DESIGN.md §5.1 */
         printf("  dtype   bf16: fp32 masters, gradients and AdamW; bf16 weights' copy, "
                "activations, checkpoints, attention; gemm: %s\n",
                gemm_bf16_path());
     printf("  memory  %s accounted after allocation (model state %s)\n",
            up_fmt_bytes(b1, sizeof b1, (double)mem_live_total()),
-           up_fmt_bytes(b2, sizeof b2,
-                        (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) +
-                                 mem_live(MEM_OPTIMIZER))));
+           up_fmt_bytes(
+               b2, sizeof b2,
+               (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_OPTIMIZER))));
     printf("  layout  %d rank%s: %d replica(s) x context-parallel %d, T_loc=%d", r->world,
            r->world == 1 ? "" : "s", r->comm.D, r->P, r->T_loc);
     if (o->mopt.U)
@@ -122,19 +123,19 @@ void write_log_record(const train_run *r, const train_step_stats *s, double tps)
     json_object_set_new(rec, "step_s", json_real_digits(s->dt, 6));
     json_object_set_new(rec, "compute_s", json_real_digits(s->dt - s->comm_s, 6));
     json_object_set_new(rec, "comm_s", json_real_digits(s->comm_s, 6));
-    json_object_set_new(rec, "a2a_s",
-                        json_real_digits(st[COMM_SEQ_TO_HEAD].seconds +
-                                             st[COMM_HEAD_TO_SEQ].seconds, 6));
-    json_object_set_new(rec, "a2a_mpi_s",
-                        json_real_digits(st[COMM_SEQ_TO_HEAD].mpi_seconds +
-                                             st[COMM_HEAD_TO_SEQ].mpi_seconds, 6));
-    json_object_set_new(rec, "a2a_bytes",
-                        json_real_digits(st[COMM_SEQ_TO_HEAD].bytes + st[COMM_HEAD_TO_SEQ].bytes,
-                                         6));
+    json_object_set_new(
+        rec, "a2a_s",
+        json_real_digits(st[COMM_SEQ_TO_HEAD].seconds + st[COMM_HEAD_TO_SEQ].seconds, 6));
+    json_object_set_new(
+        rec, "a2a_mpi_s",
+        json_real_digits(st[COMM_SEQ_TO_HEAD].mpi_seconds + st[COMM_HEAD_TO_SEQ].mpi_seconds, 6));
+    json_object_set_new(
+        rec, "a2a_bytes",
+        json_real_digits(st[COMM_SEQ_TO_HEAD].bytes + st[COMM_HEAD_TO_SEQ].bytes, 6));
     json_object_set_new(rec, "attn_s", json_real_digits(s->attn_s, 6));
-    json_object_set_new(rec, "fsdp_s",
-                        json_real_digits(st[COMM_FSDP_GATHER].seconds +
-                                             st[COMM_FSDP_REDUCE].seconds, 6));
+    json_object_set_new(
+        rec, "fsdp_s",
+        json_real_digits(st[COMM_FSDP_GATHER].seconds + st[COMM_FSDP_REDUCE].seconds, 6));
     json_object_set_new(rec, "grad_reduce_s", json_real_digits(st[COMM_GRAD_REDUCE].seconds, 6));
     json_object_set_new(rec, "flops_per_s", json_real_digits(r->flops / s->dt, 6));
     json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)mem_peak_total()));

@@ -12,7 +12,8 @@
 report_memory report_capture(void) {
     report_memory p;
     memset(&p, 0, sizeof p);
-    for (int c = 0; c < MEM_COUNT; c++) p.cat[c] = mem_peak((mem_category)c);
+    for (int c = 0; c < MEM_COUNT; c++)
+        p.cat[c] = mem_peak((mem_category)c);
     p.peak = mem_peak_total();
     p.offloaded = mem_offloaded_peak();
     return p;
@@ -20,10 +21,14 @@ report_memory report_capture(void) {
 
 /* Flags that shrink each category (for --mem-limit's refusal). */
 static const char *g_shrink[MEM_COUNT] = {
-    "more ranks (FSDP shards model state)", "more ranks (FSDP shards model state)",
-    "more ranks (FSDP shards model state)", "--offload DIR",
-    "--checkpoint",                          "--upipe-heads U (smaller U) or more --cp ranks",
-    "--tile-mlp / --tile-loss",              "fewer ranks per group",
+    "more ranks (FSDP shards model state)",
+    "more ranks (FSDP shards model state)",
+    "more ranks (FSDP shards model state)",
+    "--offload DIR",
+    "--checkpoint",
+    "--upipe-heads U (smaller U) or more --cp ranks",
+    "--tile-mlp / --tile-loss",
+    "fewer ranks per group",
     "fewer --threads (each BLAS thread holds its packing buffers)"};
 
 void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc,
@@ -62,16 +67,16 @@ void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit
     up_die_all("the run needs %s per rank but --mem-limit is %s: largest are %s (%s: try %s) and "
                "%s (%s: try %s), or use a shorter --seq-len than %ld",
                up_fmt_bytes(s1, sizeof s1, (double)p->peak),
-               up_fmt_bytes(s2, sizeof s2, (double)mem_limit),
-               mem_category_name((mem_category)a), up_fmt_bytes(s3, sizeof s3, (double)p->cat[a]),
-               g_shrink[a], mem_category_name((mem_category)b),
-               up_fmt_bytes(s4, sizeof s4, (double)p->cat[b]), g_shrink[b], T);
+               up_fmt_bytes(s2, sizeof s2, (double)mem_limit), mem_category_name((mem_category)a),
+               up_fmt_bytes(s3, sizeof s3, (double)p->cat[a]), g_shrink[a],
+               mem_category_name((mem_category)b), up_fmt_bytes(s4, sizeof s4, (double)p->cat[b]),
+               g_shrink[b], T);
 }
 
-void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p,
-                         int predicted) {
+void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p, int predicted) {
     unsigned long long glob[MEM_COUNT + 3];
-    for (int c = 0; c < MEM_COUNT; c++) glob[c] = p->cat[c];
+    for (int c = 0; c < MEM_COUNT; c++)
+        glob[c] = p->cat[c];
     glob[MEM_COUNT] = p->peak;
     glob[MEM_COUNT + 1] = p->rss;
     glob[MEM_COUNT + 2] = p->offloaded;

@@ -25,7 +25,6 @@ void report_print_plan(const report_memory *p, long T, const model_config *c, in
 void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T);
 /* Writes the JSON memory report to path (atomically, from rank 0), each figure the max over
  * ranks; predicted: 1 for a plan (no RSS), 0 for measured peaks. Collective over comm. */
-void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p,
-                         int predicted);
+void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p, int predicted);
 
 #endif

@@ -4,12 +4,12 @@
 #define UP_TRAIN_RUN_H
 
 #include "comm/comm.h"
+#include "eval/evaluate.h"
 #include "io/config.h"
 #include "io/mask.h"
 #include "io/shard.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
-#include "eval/evaluate.h"
 #include "train/ckpt.h"
 #include "train/options.h"
 #include "train/report.h"
@@ -22,21 +22,21 @@
 typedef struct {
     train_options o;
     int rank, world, threads;
-    int P, T_loc; /* context-parallel degree, tokens of a sequence per rank (T / P) */
+    int P, T_loc;   /* context-parallel degree, tokens of a sequence per rank (T / P) */
     size_t runtime; /* the process's own resident bytes (the `runtime` category) */
     model_config cfg;
     token_shard shard;
-    mask_shard mask;         /* --loss-mask */
-    uint8_t *mask_buf;       /* (T_loc) mask bytes of this rank's targets */
+    mask_shard mask;   /* --loss-mask */
+    uint8_t *mask_buf; /* (T_loc) mask bytes of this rank's targets */
     comm_ctx comm;
     model *m;
-    FILE *logf; /* --log, rank 0 only */
+    FILE *logf;       /* --log, rank 0 only */
     void *ckpt_stage; /* --ckpt-dir: the checkpoint writer's staging buffer */
     adamw_params hp;
-    double flops, tokens; /* per step, over all replicas and micro-batches */
-    long start_step;       /* steps done before this run (a resumed checkpoint's) */
+    double flops, tokens;    /* per step, over all replicas and micro-batches */
+    long start_step;         /* steps done before this run (a resumed checkpoint's) */
     char resumed_from[4096]; /* the checkpoint resumed, "" for a fresh start */
-    ckpt_data data_id; /* --ckpt-dir: what state.json records of --data, --doc-sep, --loss-mask */
+    ckpt_data data_id;   /* --ckpt-dir: what state.json records of --data, --doc-sep, --loss-mask */
     ckpt_record resumed; /* the resumed checkpoint's state.json: its files' sizes and CRC-32C */
     double t_start;
     /* the closing line compares the first loss with the mean of the last tail_n steps */
@@ -44,10 +44,10 @@ typedef struct {
     double first_loss, tail_sum;
     long skips_in_row, skips_total; /* --on-nonfinite skip */
     int warned_no_target;           /* a step without counted targets was reported */
-    token_shard val_shard;  /* --val-data */
-    eval_source val;        /* validation on the training model, its scratch */
+    token_shard val_shard;          /* --val-data */
+    eval_source val;                /* validation on the training model, its scratch */
     long val_windows;
-    eval_stats val_last;    /* the last validation (val_step > 0) */
+    eval_stats val_last; /* the last validation (val_step > 0) */
     long val_step;
 } train_run;
 

@@ -2,8 +2,8 @@
  * than cores), every check that can fail before anything large is allocated (flags against the
  * config and layout, the data and mask, every output path, the checkpoint folder), the signal
  * handlers, and the memory plan. */
-#include "train/run.h"
 #include "train/setup.h"
+#include "train/run.h"
 
 #include "core/check.h"
 #include "core/fileio.h"
@@ -27,7 +27,9 @@
  * second one stops at once (default action). */
 static volatile sig_atomic_t g_signal;
 
-int run_signal_pending(void) { return (int)g_signal; }
+int run_signal_pending(void) {
+    return (int)g_signal;
+}
 
 static void on_signal(int sig) {
     if (g_signal) {
@@ -101,15 +103,18 @@ int setup_check_writable(const char *flag, const char *path, char *err, size_t l
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return up_errf(err, len, NULL, "%s %s: the folder %s does not exist: create it first",
-                       flag, path, dir);
+        return up_errf(err, len, NULL, "%s %s: the folder %s does not exist: create it first", flag,
+                       path, dir);
     if (access(dir, W_OK | X_OK) != 0)
-        return up_errf(err, len, NULL, "%s %s: the folder %s is not writable (%s)", flag, path,
-                       dir, strerror(errno));
+        return up_errf(err, len, NULL, "%s %s: the folder %s is not writable (%s)", flag, path, dir,
+                       strerror(errno));
     return 0;
 }
 
@@ -134,8 +139,8 @@ static void check_outputs(train_run *r) {
         else if (stat(o->ckpt_dir, &st) != 0 || !S_ISDIR(st.st_mode))
             bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s is not a folder", o->ckpt_dir);
         else if (access(o->ckpt_dir, W_OK | X_OK) != 0)
-            bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s is not writable (%s)",
-                          o->ckpt_dir, strerror(errno)) != 0;
+            bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s is not writable (%s)", o->ckpt_dir,
+                          strerror(errno)) != 0;
     }
     if (comm_any(&r->comm, bad)) up_die_agreed(bad ? err : NULL);
     if (!o->ckpt_dir || o->dry_run) return;
@@ -146,7 +151,8 @@ static void check_outputs(train_run *r) {
     long step = ckpt_find_latest(o->ckpt_dir, latest, sizeof latest);
     if (step >= 0 && !o->resume)
         up_die_all("--ckpt-dir %s already holds checkpoints (newest %s): add --resume to continue "
-                   "from it, or use an empty folder", o->ckpt_dir, latest);
+                   "from it, or use an empty folder",
+                   o->ckpt_dir, latest);
     /* a SIGXFSZ (file-size limit) becomes a write error with a message, not a kill */
     signal(SIGXFSZ, SIG_IGN);
     static const int graceful[] = {SIGTERM, SIGINT};
@@ -163,8 +169,8 @@ void setup_config(model_config *cfg, const char *path, long T, int P, int world,
     if (model_check_layout(cfg, T, P, world, err, sizeof err) != 0) up_die_all("%s", err);
     if (doc_sep >= cfg->V)
         up_die_all("--doc-sep %ld is outside the vocabulary (vocab_size %d): use a separator "
-                   "below %d, or a config whose vocab_size holds it (at least %ld)", doc_sep,
-                   cfg->V, cfg->V, doc_sep + 1);
+                   "below %d, or a config whose vocab_size holds it (at least %ld)",
+                   doc_sep, cfg->V, cfg->V, doc_sep + 1);
 }
 
 void setup_shard(token_shard *s, const char *flag, const char *path, int V) {
@@ -212,16 +218,19 @@ static void setup_validation(train_run *r) {
     long avail = eval_windows_available(&r->val_shard, o->T);
     if (avail < 1)
         up_die_all("--val-data %s holds %zu tokens, fewer than one window of --seq-len %ld needs "
-                   "(%ld): use a larger validation shard", o->val_data, r->val_shard.ntok, o->T,
-                   o->T + 1);
+                   "(%ld): use a larger validation shard",
+                   o->val_data, r->val_shard.ntok, o->T, o->T + 1);
     if (o->val_windows > avail)
         up_die_all("--val-windows %ld: %s holds %ld window%s of %ld tokens: use --val-windows %ld "
-                   "or less", o->val_windows, o->val_data, avail, avail == 1 ? "" : "s", o->T,
-                   avail);
-    r->val_windows = o->val_windows ? o->val_windows
-                     : avail < TRAIN_VAL_WINDOWS ? avail : TRAIN_VAL_WINDOWS;
+                   "or less",
+                   o->val_windows, o->val_data, avail, avail == 1 ? "" : "s", o->T, avail);
+    r->val_windows = o->val_windows              ? o->val_windows
+                     : avail < TRAIN_VAL_WINDOWS ? avail
+                                                 : TRAIN_VAL_WINDOWS;
     /* the model: run_alloc_all */
-    r->val = (eval_source){.m = NULL, .shard = &r->val_shard, .doc_sep = o->doc_sep,
+    r->val = (eval_source){.m = NULL,
+                           .shard = &r->val_shard,
+                           .doc_sep = o->doc_sep,
                            .recall = eval_detect_recall(&r->val_shard)};
 }
 
@@ -269,7 +278,8 @@ void run_setup(train_run *r) {
 size_t setup_runtime(const model_config *c, int T_loc) {
     int widest = T_loc;
     const int dims[] = {c->C, c->F, c->V, c->NH * c->HS};
-    for (int i = 0; i < 4; i++) widest = dims[i] > widest ? dims[i] : widest;
+    for (int i = 0; i < 4; i++)
+        widest = dims[i] > widest ? dims[i] : widest;
     widest = widest < 131072 ? widest : 131072;
 #pragma omp parallel
     { /* starts the OpenMP threads: their stacks belong to the baseline */
@@ -314,4 +324,3 @@ report_memory run_plan(train_run *r) {
     mem_plan_end();
     return plan;
 }
-

@@ -26,7 +26,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     shard_read(&s, start, n, t);
-    for (size_t i = 0; i < n; i++) u[i] = (uint32_t)t[i];
+    for (size_t i = 0; i < n; i++)
+        u[i] = (uint32_t)t[i];
     u[n] = (uint32_t)strtoul(argv[4], NULL, 10);
     if (shard_write(argv[5], u, n + 1, err, sizeof err) != 0) {
         fprintf(stderr, "shard_slice: %s\n", err);

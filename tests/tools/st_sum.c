@@ -36,25 +36,31 @@ int main(int argc, char **argv) {
         float *buf = malloc((numel ? numel : 1) * sizeof *buf);
         for (int i = 0; i < n; i++) {
             const st_tensor *b = st_find(&f[i], a->name);
-            if (!b || st_numel(b) != numel || st_read_f32(&f[i], b, 0, numel, buf, err, sizeof err)) {
+            if (!b || st_numel(b) != numel ||
+                st_read_f32(&f[i], b, 0, numel, buf, err, sizeof err)) {
                 fprintf(stderr, "st_sum: %s: tensor %s missing, of another size or unreadable\n",
                         argv[3 + 2 * i], a->name);
                 return 2;
             }
-            for (size_t k = 0; k < numel; k++) acc[k] += w[i] * (double)buf[k];
+            for (size_t k = 0; k < numel; k++)
+                acc[k] += w[i] * (double)buf[k];
         }
-        for (size_t k = 0; k < numel; k++) buf[k] = (float)acc[k];
+        for (size_t k = 0; k < numel; k++)
+            buf[k] = (float)acc[k];
         free(acc);
         data[t] = buf;
         e[t].name = a->name;
         e[t].data = buf;
         e[t].ndim = a->ndim;
-        for (int d = 0; d < a->ndim && d < 4; d++) e[t].shape[d] = a->shape[d];
+        for (int d = 0; d < a->ndim && d < 4; d++)
+            e[t].shape[d] = a->shape[d];
     }
     int rc = st_write_f32(argv[1], e, nt, err, sizeof err);
     if (rc != 0) fprintf(stderr, "st_sum: %s\n", err);
-    for (int t = 0; t < nt; t++) free(data[t]);
-    for (int i = 0; i < n; i++) st_close(&f[i]);
+    for (int t = 0; t < nt; t++)
+        free(data[t]);
+    for (int i = 0; i < n; i++)
+        st_close(&f[i]);
     free(data);
     free(e);
     free(f);

@@ -23,12 +23,17 @@ static struct {
 #if defined(__GNUC__)
 __attribute__((format(printf, 4, 5)))
 #endif
-static inline void harness_check(int ok, const char *file, int line, const char *fmt, ...) {
-    if (ok) harness.pass++;
-    else harness.fail++;
+static inline void
+harness_check(int ok, const char *file, int line, const char *fmt, ...) {
+    if (ok)
+        harness.pass++;
+    else
+        harness.fail++;
     if (!harness.print || (ok && !harness.verbose)) return;
-    if (ok) printf("PASS ");
-    else printf("FAIL %s:%d: ", file, line);
+    if (ok)
+        printf("PASS ");
+    else
+        printf("FAIL %s:%d: ", file, line);
     va_list ap;
     va_start(ap, fmt);
     vprintf(fmt, ap);

@@ -346,7 +346,7 @@ int main(void) {
      * tens of times slower): T = 7 and 300, HS = 32 and 24 only; every path, GQA shape, document
      * case and check still runs */
     const int quick = getenv("UPIPE_TEST_QUICK") != NULL;
-    double worst[NPATHS][5] = {{0}};     // worst |err| / bound: out, lse, dq, dk, dv
+    double worst[NPATHS][5] = {{0}}; // worst |err| / bound: out, lse, dq, dk, dv
     uint64_t seed = 1;
     for (int a = 0; a < 3; a++)
         for (int hb = 0; hb < 3; hb++)

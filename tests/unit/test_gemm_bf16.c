@@ -42,7 +42,8 @@ static const float betas[] = {0.0f, 1.0f, 0.5f};
 
 static uint16_t *rand_bf16(size_t n) {
     uint16_t *x = xmalloc(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++) x[i] = bf16_round(rng_unif(-1.0f, 1.0f));
+    for (size_t i = 0; i < n; i++)
+        x[i] = bf16_round(rng_unif(-1.0f, 1.0f));
     return x;
 }
 
@@ -64,8 +65,8 @@ static void call(const variant *v, int ta, int tb, int M, int N, int K, float al
         gemm_f32_bf16(ta, tb, M, N, K, alpha, Af, lda, B, ldb, beta, C, ldc, ws);
         free(Af);
     } else if (v->packed && v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
-        gemm_bf16_packed_blocks(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL,
-                                0, ws, v->block, v->block + 16, v->block - 8);
+        gemm_bf16_packed_blocks(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL, 0,
+                                ws, v->block, v->block + 16, v->block - 8);
     else if (v->block > 0 && M > 0 && N > 0 && K > 0 && alpha != 0.0f)
         gemm_bf16_converted_blocks(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws,
                                    v->block, v->block + 16, v->block - 8);
@@ -89,18 +90,22 @@ static void widen_ops(int ta, int tb, int M, int N, int K, const uint16_t *A, in
 }
 
 /* One case; returns 1 if it passed (one CHECK). */
-static int one_case(const variant *v, int ta, int tb, int M, int N, int K, float alpha,
-                    float beta, float *ws) {
+static int one_case(const variant *v, int ta, int tb, int M, int N, int K, float alpha, float beta,
+                    float *ws) {
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
     int arows = ta ? K : M, brows = tb ? N : K;
     uint16_t *A = rand_bf16((size_t)arows * lda), *B = rand_bf16((size_t)brows * ldb);
-    float *C = xmalloc((size_t)M * ldc * sizeof(float)), *C0 = xmalloc((size_t)M * ldc * sizeof(float));
-    for (size_t i = 0; i < (size_t)M * ldc; i++) C0[i] = rng_unif(-1.0f, 1.0f);
+    float *C = xmalloc((size_t)M * ldc * sizeof(float)),
+          *C0 = xmalloc((size_t)M * ldc * sizeof(float));
+    for (size_t i = 0; i < (size_t)M * ldc; i++)
+        C0[i] = rng_unif(-1.0f, 1.0f);
     for (int i = 0; i < M; i++) // the gaps past N: a marker that must survive
-        for (int j = N; j < ldc; j++) C0[(size_t)i * ldc + j] = 12345.0f;
+        for (int j = N; j < ldc; j++)
+            C0[(size_t)i * ldc + j] = 12345.0f;
     if (beta == 0.0f) // beta 0 must not read C
         for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C0[(size_t)i * ldc + j] = NAN;
+            for (int j = 0; j < N; j++)
+                C0[(size_t)i * ldc + j] = NAN;
     memcpy(C, C0, (size_t)M * ldc * sizeof(float));
     call(v, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, ws);
 
@@ -126,8 +131,8 @@ static int one_case(const variant *v, int ta, int tb, int M, int N, int K, float
             if (C[(size_t)i * ldc + j] != 12345.0f) worst = INFINITY, bad_i = i, bad_j = j;
     }
     int ok = worst <= 1.0;
-    CHECK(ok, "%s: trans %c%c M=%d N=%d K=%d alpha=%g beta=%g: err/bound %.3g at (%d, %d)",
-          v->name, ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, beta, worst, bad_i, bad_j);
+    CHECK(ok, "%s: trans %c%c M=%d N=%d K=%d alpha=%g beta=%g: err/bound %.3g at (%d, %d)", v->name,
+          ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, beta, worst, bad_i, bad_j);
     free(A), free(B), free(C), free(C0), free(Ad), free(Bd);
     return ok;
 }
@@ -142,8 +147,8 @@ static void run_variant(const variant *v, float *ws) {
                 for (int in = 0; in < NDIMS; in++)
                     for (int ik = 0; ik < NDIMS; ik++, n++) {
                         float alpha = alphas[n % 4], beta = betas[(n / 4) % 3];
-                        fails += !one_case(v, ta, tb, dims[im], dims[in], dims[ik], alpha, beta,
-                                           ws);
+                        fails +=
+                            !one_case(v, ta, tb, dims[im], dims[in], dims[ik], alpha, beta, ws);
                     }
     // empty products: K = 0 gives beta C, M or N = 0 touches nothing
     fails += !one_case(v, 0, 1, 7, 33, 0, 1.0f, 0.5f, ws);
@@ -168,10 +173,12 @@ static int io_case(int ta, int tb, int M, int N, int K, float alpha, int with_ci
     /* cin's specials, so that cout's rounding meets NaN (quiet and signalling), Inf and the
      * overflow of the largest finite bf16 */
     static const uint16_t specials[] = {0x7fc1, 0xffa0, 0x7f80, 0xff80, 0x7f7f, 0xff7f};
-    for (size_t e = 0; with_cin && e < (size_t)M * ldco; e += 17) cio[e] = specials[e % 6];
+    for (size_t e = 0; with_cin && e < (size_t)M * ldco; e += 17)
+        cio[e] = specials[e % 6];
     memcpy(cin0, cio, (size_t)M * ldco * 2);
     float *C = xmalloc((size_t)M * ldc * sizeof(float));
-    for (size_t i = 0; i < (size_t)M * ldc; i++) C[i] = NAN; // beta 0 or cin: never read
+    for (size_t i = 0; i < (size_t)M * ldc; i++)
+        C[i] = NAN; // beta 0 or cin: never read
     gemm_bf16_io(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, C, ldc, with_cin ? cio : NULL, cio,
                  ldco, ws);
     double *Ad, *Bd;
@@ -224,8 +231,8 @@ static void thread_bits(float *ws) {
             gemm_bf16(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.0f, C2, N, ws);
             int same = !memcmp(C1, C2, (size_t)M * N * sizeof(float));
             fails += !same;
-            CHECK(same, "packed: 1 and 2 threads differ, trans %c%c M=%d N=%d K=%d",
-                  ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K);
+            CHECK(same, "packed: 1 and 2 threads differ, trans %c%c M=%d N=%d K=%d", ta ? 'T' : 'N',
+                  tb ? 'T' : 'N', M, N, K);
             free(A), free(B), free(C1), free(C2);
         }
     printf("%-24s 12 thread-count cases, %d failed\n", "packed, 1 vs 2 threads", fails);
@@ -304,8 +311,10 @@ int main(void) {
     run_variant(&small, ws);
     static const char *const kpaths[] = {"avx512", "avx2", "portable"};
     for (int i = 0; i < 3; i++)
-        if (kernel_path_supported(kpaths[i])) run_packed(kpaths[i], ws);
-        else printf("packed %-17s skipped: this CPU lacks it\n", kpaths[i]);
+        if (kernel_path_supported(kpaths[i]))
+            run_packed(kpaths[i], ws);
+        else
+            printf("packed %-17s skipped: this CPU lacks it\n", kpaths[i]);
     kernel_path_bits(kpaths, 3, ws);
     free(ws);
     return harness_finish("test_gemm_bf16");

@@ -405,7 +405,8 @@ static void test_cross_entropy_rows(void) {
         int32_t *t = xmalloc((size_t)N * sizeof(int32_t)), *p = xmalloc((size_t)N * 4);
         int32_t *rp = xmalloc((size_t)N * 4);
         double *l = xmalloc((size_t)N * sizeof(double)), *rl = xmalloc((size_t)N * sizeof(double));
-        for (int i = 0; i < N; i++) t[i] = (N > 1 && i % 4 == 1) ? -1 : rng_int(V);
+        for (int i = 0; i < N; i++)
+            t[i] = (N > 1 && i % 4 == 1) ? -1 : rng_int(V);
         float *x = rand_f(n, -8, 8);
         for (int i = 0; i < N; i++)
             for (int v = 0; v < V; v++)
@@ -413,7 +414,8 @@ static void test_cross_entropy_rows(void) {
         float *keep = copy_f(x, n);
         cross_entropy_rows(x, t, N, V, l, p);
         ref_cross_entropy_rows(x, t, N, V, rl, rp);
-        CHECK(memcmp(x, keep, n * sizeof(float)) == 0, "cross_entropy_rows N=%d V=%d: logits unchanged", N, V);
+        CHECK(memcmp(x, keep, n * sizeof(float)) == 0,
+              "cross_entropy_rows N=%d V=%d: logits unchanged", N, V);
         double worst = 0, sum = 0;
         int same = 1;
         for (int i = 0; i < N; i++) {
@@ -437,8 +439,8 @@ static void test_cross_entropy_rows(void) {
     int32_t t[2] = {2, -1}, p[2];
     double l[2];
     cross_entropy_rows(x, t, 2, 4, l, p);
-    CHECK(p[0] == 1 && p[1] == 0 && l[1] == 0.0, "cross_entropy_rows ties and ignored rows: %d %d %g",
-          (int)p[0], (int)p[1], l[1]);
+    CHECK(p[0] == 1 && p[1] == 0 && l[1] == 0.0,
+          "cross_entropy_rows ties and ignored rows: %d %d %g", (int)p[0], (int)p[1], l[1]);
 }
 
 /* ---- optimizer ------------------------------------------------------------------------------ */

@@ -23,7 +23,6 @@
 
 static char g_dir[256];
 
-
 static size_t round4k(size_t n) {
     return (n + 4095) & ~(size_t)4095;
 }

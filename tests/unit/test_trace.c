@@ -34,7 +34,8 @@ static char *slurp(const char *path) {
 
 static int count(const char *s, const char *needle) {
     int n = 0;
-    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
     return n;
 }
 
