@@ -37,9 +37,10 @@ def kernel_env(path):
     return env
 
 
-def kernel_label(upipe, path):
-    """What `upipe --version` names the path ("avx2+fma"; "-" for a binary from before the
-    dispatch); stops on a path this CPU lacks."""
+def kernel_line(upipe, path):
+    """The `kernels:` line of `upipe --version` under the path: its name, then each kernel
+    family's choice ("avx2+fma; attention avx2+fma, gemm avx2, ..."; "-" for a binary from
+    before the dispatch); stops on a path this CPU lacks."""
     out = run([upipe, "--version"], env=kernel_env(path), check=True).stdout
     return next((l.split(":", 1)[1].strip() for l in out.splitlines()
                  if l.startswith("kernels:")), "-")
@@ -68,8 +69,9 @@ def main():
     run([a.upipe, "data", "recall", "--output", data, "--tokens", str(max(a.T) * 3 + 1),
          "--distance", "1024"], check=True)
     paths = [p for p in a.kernels.split(",") if p] or [None]
-    labels = {p: kernel_label(a.upipe, p) for p in paths}
-    print(f"CPU: {cpu_model()}; kernel paths: {', '.join(labels.values())}")
+    lines = {p: kernel_line(a.upipe, p) for p in paths}
+    labels = {p: l.split(";")[0] for p, l in lines.items()}  # the table's column: the path name
+    print(f"CPU: {cpu_model()}; kernel paths: {' | '.join(lines.values())}")
     sgemm_cmd = [os.path.join(bdir, "bench_sgemm"), str(a.threads)]
     sg = json.loads(run(sgemm_cmd, check=True).stdout)
     sgemm = sg["gflops"]
