@@ -7,7 +7,10 @@
  *   harness_finish(name)      prints "name: N passed, M failed"; returns the exit status
  *   harness_finish_mpi(name, comm)   the same after agreeing on the failure count (max over the
  *                             ranks of comm), so every rank exits with one verdict; needs
- *                             <mpi.h> included before this header. Collective. */
+ *                             <mpi.h> included before this header. Collective.
+ *   harness_init_mpi(&argc, &argv, &rank, &R)   MPI_Init on MPI_COMM_WORLD, the rank in the
+ *                             check messages, verbose checks printed by rank 0 only (every
+ *                             verdict is agreed with harness_finish_mpi); needs <mpi.h> too. */
 #ifndef UP_TEST_HARNESS_H
 #define UP_TEST_HARNESS_H
 
@@ -50,6 +53,17 @@ static inline int harness_finish(const char *name) {
 }
 
 #ifdef MPI_VERSION
+#include "core/check.h"
+
+static inline void harness_init_mpi(int *argc, char ***argv, int *rank, int *R) {
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, R);
+    up_set_rank(*rank, *R);
+    harness.print = *rank == 0;
+    harness.verbose = 1;
+}
+
 static inline int harness_finish_mpi(const char *name, MPI_Comm comm) {
     int fail = harness.fail;
     MPI_Allreduce(MPI_IN_PLACE, &fail, 1, MPI_INT, MPI_MAX, comm);

@@ -69,13 +69,8 @@ static long check_case(comm_ctx *c, int T_loc, int nh, int HS, mem_dtype dt) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
     int rank, R;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &R);
-    up_set_rank(rank, R);
-    harness.print = rank == 0; /* every verdict below is agreed; rank 0 says it */
-    harness.verbose = 1;
+    harness_init_mpi(&argc, &argv, &rank, &R); /* every verdict below is agreed; rank 0 says it */
     /* every context-parallel degree P that divides R, so DP x CP meshes run too */
     for (int P = 1; P <= R; P++) {
         if (R % P) continue;

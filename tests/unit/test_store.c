@@ -7,7 +7,7 @@
  * the padding of a shard left zero, the gradient norm, and a save's gathered units. */
 #include <mpi.h>
 
-#include "harness.h"
+#include "harness.h" /* after <mpi.h>: harness_init_mpi, harness_finish_mpi */
 
 #include "core/check.h"
 #include "core/mem.h"
@@ -102,13 +102,8 @@ static long check_case(comm_ctx *c, int sharded, int tied, mem_dtype wt) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
     int rank, R;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &R);
-    up_set_rank(rank, R);
-    harness.print = rank == 0; /* every verdict below is agreed; rank 0 says it */
-    harness.verbose = 1;
+    harness_init_mpi(&argc, &argv, &rank, &R); /* every verdict below is agreed; rank 0 says it */
     comm_ctx c;
     comm_init(&c, MPI_COMM_WORLD, 1);
     for (int sharded = 0; sharded <= (R > 1); sharded++)
