@@ -27,8 +27,7 @@
 #define EVAL_DEFAULT_WINDOWS 64 /* the cap of the default --windows */
 
 typedef struct {
-    FRONT_OPTIONS_MEMBER; /* config, data, loss_mask, mem_report, trace, T, doc_sep, cp, threads,
-                             dry_run, quiet, mem_limit, mopt (train/front.h) */
+    front_options front; /* the flags train and eval share (train/front.h) */
     const char *init, *ckpt, *report, *svg, *recall_svg;
     long windows;
     int recall; /* 1: --recall (score even when the shard does not look like the corpus) */
@@ -163,10 +162,10 @@ static int eval_parse_args(eval_options *o, int argc, char **argv) {
                            : "the weights are missing: give --init FILE (safetensors) or --ckpt "
                              "DIR (a checkpoint)");
     front_require_data(&o->front);
-    if (!o->config && !o->ckpt)
+    if (!o->front.config && !o->ckpt)
         up_die_all("--config FILE is required with --init (an HF config.json)");
     front_finish(&o->front);
-    o->mopt.forward_only = 1;
+    o->front.mopt.forward_only = 1;
     return 0;
 }
 
@@ -191,7 +190,7 @@ static void resolve_weights(eval_job *j) {
     const eval_options *o = &j->o;
     if (o->init) {
         snprintf(j->weights, sizeof j->weights, "%s", o->init);
-        snprintf(j->config, sizeof j->config, "%s", o->config);
+        snprintf(j->config, sizeof j->config, "%s", o->front.config);
         if (!up_file_readable(o->init))
             up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
         return;
@@ -203,8 +202,8 @@ static void resolve_weights(eval_job *j) {
         ckpt_verify_file(step, CKPT_MODEL, &rec, err, sizeof err) != 0)
         up_die_all("--ckpt %s", err);
     up_path_join(j->weights, sizeof j->weights, step, "model.safetensors");
-    if (o->config)
-        snprintf(j->config, sizeof j->config, "%s", o->config);
+    if (o->front.config)
+        snprintf(j->config, sizeof j->config, "%s", o->front.config);
     else
         up_path_join(j->config, sizeof j->config, step, "config.json");
 }
@@ -212,17 +211,17 @@ static void resolve_weights(eval_job *j) {
 /* The windows: --windows, else every whole window up to the cap; the shard must hold them. */
 static long choose_windows(const eval_job *j) {
     const eval_options *o = &j->o;
-    long avail = eval_windows_available(&j->shard, o->T);
+    long avail = eval_windows_available(&j->shard, o->front.T);
     if (avail < 1)
         up_die_all("--seq-len %ld needs %ld tokens per window but %s holds %zu: use --seq-len "
                    "%zu or less, or a larger shard",
-                   o->T, o->T + 1, o->data, j->shard.ntok,
+                   o->front.T, o->front.T + 1, o->front.data, j->shard.ntok,
                    j->shard.ntok > 1 ? j->shard.ntok - 1 : 1);
     if (o->windows > avail)
         up_die_all("--windows %ld needs %ld tokens (%ld windows of %ld and one more) but %s "
                    "holds %zu: use --windows %ld or less",
-                   o->windows, o->windows * o->T + 1, o->windows, o->T, o->data, j->shard.ntok,
-                   avail);
+                   o->windows, o->windows * o->front.T + 1, o->windows, o->front.T, o->front.data,
+                   j->shard.ntok, avail);
     if (o->windows > 0) return o->windows;
     return avail < EVAL_DEFAULT_WINDOWS ? avail : EVAL_DEFAULT_WINDOWS;
 }
@@ -233,12 +232,13 @@ static void check_outputs(eval_job *j) {
     if (o->recall_svg && !j->src.recall)
         up_die_all("--recall-svg %s: %s is not a recall corpus (`upipe data recall`); add "
                    "--recall to score it anyway",
-                   o->recall_svg, o->data);
+                   o->recall_svg, o->front.data);
     char err[1024] = "";
     int bad = 0;
     if (j->rank == 0) {
         const char *flags[] = {"--report", "--svg", "--recall-svg", "--mem-report", "--trace"};
-        const char *paths[] = {o->report, o->svg, o->recall_svg, o->mem_report, o->trace};
+        const char *paths[] = {o->report, o->svg, o->recall_svg, o->front.mem_report,
+                               o->front.trace};
         for (int i = 0; i < 5 && !bad; i++)
             if (paths[i]) bad = setup_check_writable(flags[i], paths[i], err, sizeof err) != 0;
     }
@@ -248,31 +248,32 @@ static void check_outputs(eval_job *j) {
 /* Threads, weights, config, layout, data, options and outputs: all before anything large. */
 static void eval_setup(eval_job *j) {
     eval_options *o = &j->o;
-    j->threads = setup_threads(o->threads, j->rank);
-    j->P = o->cp > 0 ? o->cp : j->world;
+    j->threads = setup_threads(o->front.threads, j->rank);
+    j->P = o->front.cp > 0 ? o->front.cp : j->world;
     resolve_weights(j);
-    setup_config(&j->cfg, j->config, o->T, j->P, j->world, o->doc_sep);
-    setup_shard(&j->shard, "--data", o->data, j->cfg.V);
+    setup_config(&j->cfg, j->config, o->front.T, j->P, j->world, o->front.doc_sep);
+    setup_shard(&j->shard, "--data", o->front.data, j->cfg.V);
     j->windows = choose_windows(j);
-    setup_warn_window(&j->cfg, o->T, &j->shard, o->data, o->doc_sep, j->rank);
+    setup_warn_window(&j->cfg, o->front.T, &j->shard, o->front.data, o->front.doc_sep, j->rank);
     char err[512];
-    if (o->loss_mask && mask_open(&j->mask, o->loss_mask, j->shard.ntok, err, sizeof err) != 0)
+    if (o->front.loss_mask &&
+        mask_open(&j->mask, o->front.loss_mask, j->shard.ntok, err, sizeof err) != 0)
         up_die_all("--loss-mask %s", err);
-    setup_model_options(&j->cfg, j->P, &o->mopt);
+    setup_model_options(&j->cfg, j->P, &o->front.mopt);
     comm_init(&j->comm, MPI_COMM_WORLD, j->P);
-    j->T_loc = (int)(o->T / j->P);
+    j->T_loc = (int)(o->front.T / j->P);
     j->src = (eval_source){.m = NULL /* eval_alloc_all */,
                            .shard = &j->shard,
-                           .mask = o->loss_mask ? &j->mask : NULL,
-                           .doc_sep = o->doc_sep,
+                           .mask = o->front.loss_mask ? &j->mask : NULL,
+                           .doc_sep = o->front.doc_sep,
                            .recall = o->recall || eval_detect_recall(&j->shard)};
     check_outputs(j);
 }
 
 /* The forward-only model and the evaluation scratch, allocated (or only counted under plan). */
 static void eval_alloc_all(eval_job *j) {
-    if (j->o.trace && mem_planning()) trace_plan(0); /* trace_start allocates them for real */
-    j->m = model_init(&j->cfg, j->T_loc, &j->comm, &j->o.mopt);
+    if (j->o.front.trace && mem_planning()) trace_plan(0); /* trace_start allocates them for real */
+    j->m = model_init(&j->cfg, j->T_loc, &j->comm, &j->o.front.mopt);
     j->src.m = j->m;
     eval_alloc(&j->src);
 }
@@ -297,11 +298,11 @@ static report_memory eval_plan(eval_job *j) {
 static void eval_outputs(const eval_job *j, const eval_stats *s) {
     const eval_options *o = &j->o;
     if (j->rank != 0) return;
-    if (!o->quiet) {
+    if (!o->front.quiet) {
         printf("upipe eval: %s on %s (%ld window%s of T=%ld, %d rank%s: cp=%d, %d thread%s%s)\n",
-               j->weights, o->data, j->windows, j->windows == 1 ? "" : "s", o->T, j->world,
-               j->world == 1 ? "" : "s", j->P, j->threads, j->threads == 1 ? "" : "s",
-               o->mopt.dtype == MEM_DTYPE_BF16 ? ", bf16" : "");
+               j->weights, o->front.data, j->windows, j->windows == 1 ? "" : "s", o->front.T,
+               j->world, j->world == 1 ? "" : "s", j->P, j->threads, j->threads == 1 ? "" : "s",
+               o->front.mopt.dtype == MEM_DTYPE_BF16 ? ", bf16" : "");
         eval_print(s);
     }
     char err[1024];
@@ -317,20 +318,20 @@ static void eval_outputs(const eval_job *j, const eval_stats *s) {
  * the reduced count, so every rank stops here together. */
 static void check_targets(const eval_job *j, const eval_stats *s) {
     if (s->targets > 0) return;
-    if (j->o.loss_mask)
+    if (j->o.front.loss_mask)
         up_die_all("no target counted: the loss mask is zero over the evaluated windows (%ld of "
                    "T=%ld): there is no loss or perplexity to report; check --loss-mask %s, or "
                    "evaluate other windows",
-                   j->windows, j->o.T, j->o.loss_mask);
+                   j->windows, j->o.front.T, j->o.front.loss_mask);
     up_die_all("no target counted: every target of the evaluated windows is the --doc-sep token "
                "%ld: there is no loss or perplexity to report; check --doc-sep and the data",
-               j->o.doc_sep);
+               j->o.front.doc_sep);
 }
 
 static void eval_run_job(eval_job *j) {
     mem_count(MEM_RUNTIME, (long long)j->runtime); /* as in the plan */
     char err[1024];
-    if (j->o.trace && trace_start(j->o.trace, j->comm.world, 0, err, sizeof err) != 0)
+    if (j->o.front.trace && trace_start(j->o.front.trace, j->comm.world, 0, err, sizeof err) != 0)
         up_die_agreed(j->rank == 0 ? err : NULL);
     eval_alloc_all(j);
     model_load(j->m, j->weights);
@@ -338,13 +339,14 @@ static void eval_run_job(eval_job *j) {
     eval_run(&j->src, j->windows, &s);
     check_targets(j, &s);
     eval_outputs(j, &s);
-    if (j->o.mem_report) {
+    if (j->o.front.mem_report) {
         report_memory measured = report_capture();
         measured.rss = mem_rss_peak();
-        report_write_memory(j->o.mem_report, &j->comm, &measured, 0);
+        report_write_memory(j->o.front.mem_report, &j->comm, &measured, 0);
     }
     eval_free_all(j);
-    if (j->o.trace && trace_finish(err, sizeof err) != 0) up_die_agreed(j->rank == 0 ? err : NULL);
+    if (j->o.front.trace && trace_finish(err, sizeof err) != 0)
+        up_die_agreed(j->rank == 0 ? err : NULL);
 }
 
 int eval_main(int argc, char **argv) {
@@ -362,15 +364,15 @@ int eval_main(int argc, char **argv) {
     }
     eval_setup(j);
     report_memory plan = eval_plan(j);
-    if (j->o.dry_run) {
+    if (j->o.front.dry_run) {
         if (j->rank == 0) {
-            report_print_plan(&plan, j->o.T, &j->cfg, j->P, j->T_loc, j->o.mopt.dtype);
+            report_print_plan(&plan, j->o.front.T, &j->cfg, j->P, j->T_loc, j->o.front.mopt.dtype);
             printf("forward only: no gradients or optimizer state, one layer's activations at a "
                    "time\n");
         }
-        if (j->o.mem_report) report_write_memory(j->o.mem_report, &j->comm, &plan, 1);
+        if (j->o.front.mem_report) report_write_memory(j->o.front.mem_report, &j->comm, &plan, 1);
     } else {
-        report_check_mem_limit(&plan, j->o.mem_limit, j->o.T);
+        report_check_mem_limit(&plan, j->o.front.mem_limit, j->o.front.T);
         eval_run_job(j);
     }
     comm_free(&j->comm);

@@ -9,36 +9,23 @@
 #include "core/flags.h"
 #include "model/model.h"
 
-/* The fields of front_options, also spliced into each command's options (FRONT_OPTIONS_MEMBER). */
-#define FRONT_OPTIONS_FIELDS                                                                       \
-    const char *config;     /* --config: HF config.json */                                         \
-    const char *data;       /* --data: the token shard */                                          \
-    const char *loss_mask;  /* --loss-mask: a mask shard aligned with --data; NULL: none */        \
-    const char *mem_report; /* --mem-report: the JSON memory report; NULL: none */                 \
-    const char *trace;      /* --trace: a Chrome / Perfetto JSON trace of the run; NULL: none */   \
-    long T;                 /* --seq-len */                                                        \
-    long doc_sep;           /* --doc-sep: the token id that opens a document; -1: none */          \
-    int cp;                 /* --cp: context-parallel degree; 0: all ranks */                      \
-    int threads;            /* --threads: 0: default */                                            \
-    int dry_run;            /* --dry-run */                                                        \
-    int quiet;              /* --quiet */                                                          \
-    unsigned long long mem_limit; /* --mem-limit: bytes, 0: none */                                \
-    model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,        \
-                           --[no-]upipe-overlap, --fsdp, --dtype; docs from --doc-sep */
-
+/* The shared options; each command's options hold them as their member `front`. */
 typedef struct {
-    FRONT_OPTIONS_FIELDS
+    const char *config;     /* --config: HF config.json */
+    const char *data;       /* --data: the token shard */
+    const char *loss_mask;  /* --loss-mask: a mask shard aligned with --data; NULL: none */
+    const char *mem_report; /* --mem-report: the JSON memory report; NULL: none */
+    const char *trace;      /* --trace: a Chrome / Perfetto JSON trace of the run; NULL: none */
+    long T;                 /* --seq-len */
+    long doc_sep;           /* --doc-sep: the token id that opens a document; -1: none */
+    int cp;                 /* --cp: context-parallel degree; 0: all ranks */
+    int threads;            /* --threads: 0: default */
+    int dry_run;            /* --dry-run */
+    int quiet;              /* --quiet */
+    unsigned long long mem_limit; /* --mem-limit: bytes, 0: none */
+    model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,
+                           --[no-]upipe-overlap, --fsdp, --dtype; docs from --doc-sep */
 } front_options;
-
-/* A command's options hold the shared ones as this member: o->front for the table, and the same
- * fields directly (o->T, o->mopt ...) for the code that uses them. */
-#define FRONT_OPTIONS_MEMBER                                                                       \
-    union {                                                                                        \
-        front_options front;                                                                       \
-        struct {                                                                                   \
-            FRONT_OPTIONS_FIELDS                                                                   \
-        };                                                                                         \
-    }
 
 /* The shared table, storing into o. Its help texts are training's; a command words a flag its own
  * way on its help page (flag_help_line.text). */

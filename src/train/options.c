@@ -325,7 +325,7 @@ void train_print_help(void) {
 /* The checks across flags, the order of their messages kept; the defaults that depend on
  * other flags. */
 static void train_check_options(train_options *o) {
-    if (!o->config)
+    if (!o->front.config)
         up_die_all("--config FILE is required (an HF config.json): see upipe train --help");
     front_require_data(&o->front);
     if ((o->resume || o->stop_at || o->ckpt_every) && !o->ckpt_dir)

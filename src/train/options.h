@@ -8,8 +8,7 @@
 #include <stdint.h>
 
 typedef struct {
-    FRONT_OPTIONS_MEMBER; /* config, data, loss_mask, mem_report, trace, T, doc_sep, cp, threads,
-                             dry_run, quiet, mem_limit, mopt (front.h) */
+    front_options front; /* the flags train and eval share (train/front.h) */
     const char *init, *save, *save_grads, *log;
     mem_dtype save_dtype; /* --save-dtype: F32 (default) or BF16 file */
     long steps;

@@ -27,12 +27,12 @@ void print_summary(const train_run *r) {
     const model *m = r->m;
     const model_config *c = &r->cfg;
     char b1[32], b2[32];
-    printf("upipe train: %s\n", o->config);
+    printf("upipe train: %s\n", o->front.config);
     printf("  model   C=%d L=%d NH=%d NKV=%d HS=%d F=%d V=%d%s rope_theta=%g%s, %.2fM params\n",
            c->C, c->L, c->NH, c->NKV, c->HS, c->F, c->V, c->tied ? " tied" : "", c->rope_theta,
            c->rope.type == ROPE_SCALING_LLAMA3 ? " llama3-scaling" : "",
            (double)model_nparams(m) / 1e6);
-    printf("  data    %s, T=%ld tokens per step, %ld steps\n", o->data, o->T, o->steps);
+    printf("  data    %s, T=%ld tokens per step, %ld steps\n", o->front.data, o->front.T, o->steps);
     printf("  optim   AdamW lr=%g warmup=%ld cosine to %g x lr, wd=%g, betas=(%g, %g), clip=%g\n",
            o->lr, o->warmup, o->min_lr_frac, o->weight_decay, o->beta1, o->beta2, o->grad_clip);
     printf("  init    %s\n", r->resumed_from[0] ? r->resumed_from
@@ -40,7 +40,7 @@ void print_summary(const train_run *r) {
                                                 : "random (seed)");
     printf("  machine %d thread%s, kernels: %s, %s\n", r->threads, r->threads == 1 ? "" : "s",
            kernel_path_name(), blas_describe());
-    if (o->mopt.dtype == MEM_DTYPE_BF16) /* DESIGN.md §5.1 */
+    if (o->front.mopt.dtype == MEM_DTYPE_BF16) /* DESIGN.md §5.1 */
         printf("  dtype   bf16: fp32 masters, gradients and AdamW; bf16 weights' copy, "
                "activations, checkpoints, attention; gemm: %s\n",
                gemm_bf16_path());
@@ -51,8 +51,8 @@ void print_summary(const train_run *r) {
                (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_OPTIMIZER))));
     printf("  layout  %d rank%s: %d replica(s) x context-parallel %d, T_loc=%d", r->world,
            r->world == 1 ? "" : "s", r->comm.D, r->P, r->T_loc);
-    if (o->mopt.U)
-        printf(", UPipe stages of %d heads%s", o->mopt.U,
+    if (o->front.mopt.U)
+        printf(", UPipe stages of %d heads%s", o->front.mopt.U,
                model_attention_overlaps(m) ? ", next stage's exchange overlapped" : "");
     printf("\n");
     fflush(stdout);
@@ -118,7 +118,8 @@ void write_log_record(const train_run *r, const train_step_stats *s, double tps)
         json_object_set_new(rec, "skipped_total", json_integer((json_int_t)r->skips_total));
     }
     json_object_set_new(rec, "targets", json_integer(s->targets));
-    if (r->o.doc_sep >= 0) json_object_set_new(rec, "documents", json_integer((json_int_t)s->docs));
+    if (r->o.front.doc_sep >= 0)
+        json_object_set_new(rec, "documents", json_integer((json_int_t)s->docs));
     json_object_set_new(rec, "tokens_per_s", json_real_digits(tps, 6));
     json_object_set_new(rec, "step_s", json_real_digits(s->dt, 6));
     json_object_set_new(rec, "compute_s", json_real_digits(s->dt - s->comm_s, 6));

@@ -127,11 +127,11 @@ static void check_outputs(train_run *r) {
     int bad = 0;
     if (r->rank == 0) {
         const char *flags[] = {"--save", "--save-grads", "--log", "--mem-report", "--trace"};
-        const char *paths[] = {o->save, o->save_grads, o->log, o->mem_report, o->trace};
+        const char *paths[] = {o->save, o->save_grads, o->log, o->front.mem_report, o->front.trace};
         for (int i = 0; i < 5 && !bad; i++)
             if (paths[i]) bad = setup_check_writable(flags[i], paths[i], err, sizeof err) != 0;
     }
-    if (o->ckpt_dir && !bad && !o->dry_run) {
+    if (o->ckpt_dir && !bad && !o->front.dry_run) {
         struct stat st;
         if (mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
             bad = up_errf(err, sizeof err, NULL, "--ckpt-dir %s: cannot create the folder (%s)",
@@ -143,7 +143,7 @@ static void check_outputs(train_run *r) {
                           strerror(errno)) != 0;
     }
     if (comm_any(&r->comm, bad)) up_die_agreed(bad ? err : NULL);
-    if (!o->ckpt_dir || o->dry_run) return;
+    if (!o->ckpt_dir || o->front.dry_run) return;
     /* one job per folder: a second one stops here, before anything is allocated */
     if (r->rank == 0) bad = ckpt_lock_take(o->ckpt_dir, err, sizeof err) != 0;
     if (comm_any(&r->comm, bad)) up_die_all("%s", err); /* rank 0's message, said once */
@@ -215,22 +215,22 @@ void setup_model_options(const model_config *cfg, int P, model_options *mopt) {
 static void setup_validation(train_run *r) {
     const train_options *o = &r->o;
     setup_shard(&r->val_shard, "--val-data", o->val_data, r->cfg.V);
-    long avail = eval_windows_available(&r->val_shard, o->T);
+    long avail = eval_windows_available(&r->val_shard, o->front.T);
     if (avail < 1)
         up_die_all("--val-data %s holds %zu tokens, fewer than one window of --seq-len %ld needs "
                    "(%ld): use a larger validation shard",
-                   o->val_data, r->val_shard.ntok, o->T, o->T + 1);
+                   o->val_data, r->val_shard.ntok, o->front.T, o->front.T + 1);
     if (o->val_windows > avail)
         up_die_all("--val-windows %ld: %s holds %ld window%s of %ld tokens: use --val-windows %ld "
                    "or less",
-                   o->val_windows, o->val_data, avail, avail == 1 ? "" : "s", o->T, avail);
+                   o->val_windows, o->val_data, avail, avail == 1 ? "" : "s", o->front.T, avail);
     r->val_windows = o->val_windows              ? o->val_windows
                      : avail < TRAIN_VAL_WINDOWS ? avail
                                                  : TRAIN_VAL_WINDOWS;
     /* the model: run_alloc_all */
     r->val = (eval_source){.m = NULL,
                            .shard = &r->val_shard,
-                           .doc_sep = o->doc_sep,
+                           .doc_sep = o->front.doc_sep,
                            .recall = eval_detect_recall(&r->val_shard)};
 }
 
@@ -238,32 +238,32 @@ static void setup_validation(train_run *r) {
  * communicator. */
 void run_setup(train_run *r) {
     train_options *o = &r->o;
-    r->threads = setup_threads(o->threads, r->rank);
+    r->threads = setup_threads(o->front.threads, r->rank);
 
     char err[512];
     /* the attention kernels' path (UPIPE_KERNEL or the CPU's best): it sizes the workspace of
      * the plan. A rank's own finding (its CPU), so a refusal aborts the job. */
     if (kernel_path_init(err, sizeof err) != 0) up_die("%s", err);
-    int world = r->world, P = o->cp > 0 ? o->cp : world;
+    int world = r->world, P = o->front.cp > 0 ? o->front.cp : world;
     r->P = P;
-    setup_config(&r->cfg, o->config, o->T, P, world, o->doc_sep);
-    setup_shard(&r->shard, "--data", o->data, r->cfg.V);
+    setup_config(&r->cfg, o->front.config, o->front.T, P, world, o->front.doc_sep);
+    setup_shard(&r->shard, "--data", o->front.data, r->cfg.V);
     size_t ntok = r->shard.ntok;
-    if (ntok < (size_t)o->T + 1)
+    if (ntok < (size_t)o->front.T + 1)
         up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
                    "or less, or a larger shard",
-                   o->T, o->T + 1, o->data, ntok, ntok - 1);
-    if (o->loss_mask && mask_open(&r->mask, o->loss_mask, ntok, err, sizeof err) != 0)
+                   o->front.T, o->front.T + 1, o->front.data, ntok, ntok - 1);
+    if (o->front.loss_mask && mask_open(&r->mask, o->front.loss_mask, ntok, err, sizeof err) != 0)
         up_die_all("--loss-mask %s", err);
-    setup_warn_window(&r->cfg, o->T, &r->shard, o->data, o->doc_sep, r->rank);
+    setup_warn_window(&r->cfg, o->front.T, &r->shard, o->front.data, o->front.doc_sep, r->rank);
     if (o->init && !up_file_readable(o->init))
         up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
     if (o->val_data) setup_validation(r);
 
-    setup_model_options(&r->cfg, P, &o->mopt);
+    setup_model_options(&r->cfg, P, &o->front.mopt);
 
     comm_init(&r->comm, MPI_COMM_WORLD, P);
-    r->T_loc = (int)(o->T / P);
+    r->T_loc = (int)(o->front.T / P);
     check_outputs(r);
 }
 
@@ -294,10 +294,10 @@ size_t setup_runtime(const model_config *c, int T_loc) {
  * allocates them for real before the model, so the offload store's I/O thread has its track). */
 void run_alloc_all(train_run *r) {
     const train_options *o = &r->o;
-    if (o->trace && mem_planning()) trace_plan(o->mopt.offload_dir != NULL);
-    r->m = model_init(&r->cfg, r->T_loc, &r->comm, &o->mopt);
+    if (o->front.trace && mem_planning()) trace_plan(o->front.mopt.offload_dir != NULL);
+    r->m = model_init(&r->cfg, r->T_loc, &r->comm, &o->front.mopt);
     if (o->ckpt_dir) r->ckpt_stage = mem_alloc(MEM_WORKSPACE, ckpt_stage_bytes());
-    if (o->loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
+    if (o->front.loss_mask) r->mask_buf = mem_alloc(MEM_WORKSPACE, (size_t)r->T_loc);
     r->val.m = r->m;
     if (o->val_data) eval_alloc(&r->val);
 }

@@ -31,9 +31,9 @@ static unsigned long long step_seq(long step, const comm_ctx *comm, int accum, i
 /* Reads this rank's slice of sequence seq: the sequence is the T+1 tokens at seq*T (wrapping
  * around the shard; DESIGN.md §1). */
 static void read_tokens(const train_run *r, unsigned long long seq, model *m) {
-    size_t first = (size_t)((seq * (unsigned long long)r->o.T) % r->shard.ntok);
-    model_read_window(m, &r->shard, r->o.loss_mask ? &r->mask : NULL, r->mask_buf, r->o.doc_sep,
-                      first);
+    size_t first = (size_t)((seq * (unsigned long long)r->o.front.T) % r->shard.ntok);
+    model_read_window(m, &r->shard, r->o.front.loss_mask ? &r->mask : NULL, r->mask_buf,
+                      r->o.front.doc_sep, first);
 }
 
 /* The mathematics of this run, for a checkpoint's state and the resume check. */
@@ -41,7 +41,7 @@ static ckpt_state run_state(const train_run *r, long step) {
     const train_options *o = &r->o;
     ckpt_state st = {.step = step,
                      .steps = o->steps,
-                     .T = o->T,
+                     .T = o->front.T,
                      .global_batch = (long)r->comm.D * o->accum,
                      .warmup = o->warmup,
                      .lr = o->lr,
@@ -62,12 +62,12 @@ static void run_resume_point(train_run *r) {
     const train_options *o = &r->o;
     if (o->ckpt_dir) { /* the data identity a checkpoint records: size and a sample of each file */
         ckpt_data *d = &r->data_id;
-        ckpt_file_identify(&d->shard, o->data, r->shard.map, r->shard.map_bytes);
+        ckpt_file_identify(&d->shard, o->front.data, r->shard.map, r->shard.map_bytes);
         d->tokens = r->shard.ntok;
-        d->doc_sep = o->doc_sep;
-        d->has_mask = o->loss_mask != NULL;
-        if (o->loss_mask)
-            ckpt_file_identify(&d->mask, o->loss_mask, r->mask.map, r->mask.map_bytes);
+        d->doc_sep = o->front.doc_sep;
+        d->has_mask = o->front.loss_mask != NULL;
+        if (o->front.loss_mask)
+            ckpt_file_identify(&d->mask, o->front.loss_mask, r->mask.map, r->mask.map_bytes);
     }
     if (!o->resume || ckpt_find_latest(o->ckpt_dir, r->resumed_from, sizeof r->resumed_from) < 0)
         return;
@@ -82,7 +82,7 @@ static void run_resume_point(train_run *r) {
 static int run_stop_passed(const train_run *r) {
     const train_options *o = &r->o;
     if (!o->stop_at || o->stop_at >= o->steps || r->start_step < o->stop_at) return 0;
-    if (r->rank == 0 && !o->quiet) {
+    if (r->rank == 0 && !o->front.quiet) {
         printf("already at step %ld (--stop-at %ld): nothing to do; %s is the checkpoint; to "
                "train on, run without --stop-at or with a later one\n",
                r->start_step, o->stop_at, r->resumed_from);
@@ -97,8 +97,8 @@ static void run_start(train_run *r) {
     mem_count(MEM_RUNTIME, (long long)r->runtime); /* as in the plan */
     char err[1024];
     /* before the model: the offload store's I/O thread takes its track as it starts */
-    if (o->trace &&
-        trace_start(o->trace, r->comm.world, o->mopt.offload_dir != NULL, err, sizeof err) != 0)
+    if (o->front.trace && trace_start(o->front.trace, r->comm.world,
+                                      o->front.mopt.offload_dir != NULL, err, sizeof err) != 0)
         up_die_agreed(r->rank == 0 ? err : NULL);
     run_alloc_all(r);
     double t0 = now_s(), read_bytes = 0;
@@ -110,7 +110,7 @@ static void run_start(train_run *r) {
         model_init_random(r->m, o->seed);
     }
     comm_sum_double(&r->comm, &read_bytes);
-    if (r->rank == 0 && !o->quiet) {
+    if (r->rank == 0 && !o->front.quiet) {
         print_summary(r);
         if (r->resumed_from[0])
             printf("resumed from %s at step %ld (%.1f MiB read in %.2f s)\n", r->resumed_from,
@@ -131,8 +131,8 @@ static void run_start(train_run *r) {
     r->hp = (adamw_params){(float)o->lr, (float)o->beta1, (float)o->beta2, (float)o->adam_eps,
                            (float)o->weight_decay};
     /* one step processes D * accum sequences of T tokens */
-    r->flops = model_flops_per_step(&r->cfg, (int)o->T) * r->comm.D * o->accum;
-    r->tokens = (double)o->T * r->comm.D * o->accum;
+    r->flops = model_flops_per_step(&r->cfg, (int)o->front.T) * r->comm.D * o->accum;
+    r->tokens = (double)o->front.T * r->comm.D * o->accum;
     r->t_start = now_s();
     r->tail_n = o->steps / 10 > 0 ? o->steps / 10 : 1;
     r->first_loss = 0;
@@ -195,8 +195,8 @@ static train_step_stats run_step(train_run *r, long step) {
     double loss_sum = 0;
     for (int b = 0; b < o->accum; b++) {
         read_tokens(r, step_seq(step, comm, o->accum, b), m);
-        if (o->doc_sep >= 0) {
-            int nd = model_set_documents(m, (int32_t)o->doc_sep);
+        if (o->front.doc_sep >= 0) {
+            int nd = model_set_documents(m, (int32_t)o->front.doc_sep);
             if (comm->cp_rank == 0) s.docs += nd; /* each replica's windows once */
         }
         loss_sum += model_forward(m, scale);
@@ -205,7 +205,7 @@ static train_step_stats run_step(train_run *r, long step) {
     long long local = 0;
     comm_reduce_loss(comm, &loss_sum, &local); /* token-weighted over all ranks */
     s.targets = valid;
-    if (o->doc_sep >= 0) comm_sum_double(comm, &s.docs);
+    if (o->front.doc_sep >= 0) comm_sum_double(comm, &s.docs);
     model_reduce_grads(m);
     s.loss = valid > 0 ? loss_sum / (double)valid : 0.0;
 
@@ -256,16 +256,16 @@ static void run_validate(train_run *r, train_step_stats *s) {
 static void warn_no_target(train_run *r, const train_step_stats *s) {
     if (s->targets > 0 || r->warned_no_target || r->rank != 0) return;
     r->warned_no_target = 1;
-    if (r->o.loss_mask)
+    if (r->o.front.loss_mask)
         fprintf(stderr,
                 "upipe: warning: step %ld counts no target (the loss mask is zero over "
                 "its tokens): the step only applies weight decay; check --loss-mask %s\n",
-                s->step + 1, r->o.loss_mask);
+                s->step + 1, r->o.front.loss_mask);
     else
         fprintf(stderr,
                 "upipe: warning: step %ld counts no target (every target is the "
                 "--doc-sep token %ld): the step only applies weight decay; check the data\n",
-                s->step + 1, r->o.doc_sep);
+                s->step + 1, r->o.front.doc_sep);
     fflush(stderr);
 }
 
@@ -288,9 +288,9 @@ static void run_record(train_run *r, const train_step_stats *s) {
     long done = s->step + 1;
     int print = r->o.print_every <= 1 || done % r->o.print_every == 0 || s->step == r->start_step ||
                 done == r->o.steps;
-    if (!r->o.quiet && print) print_step_line(r, s, tps);
-    if (!r->o.quiet && s->val) print_val_line(r, s);
-    if (!r->o.quiet && s->ckpt_bytes > 0) {
+    if (!r->o.front.quiet && print) print_step_line(r, s, tps);
+    if (!r->o.front.quiet && s->val) print_val_line(r, s);
+    if (!r->o.front.quiet && s->ckpt_bytes > 0) {
         printf("checkpoint %s/step-%08ld: %.1f MiB in %.2f s (%.2f GB/s)\n", r->o.ckpt_dir,
                s->step + 1, s->ckpt_bytes / 1048576.0, s->ckpt_s,
                s->ckpt_bytes / 1e9 / (s->ckpt_s > 0 ? s->ckpt_s : 1e-9));
@@ -329,7 +329,8 @@ static int run_checkpoint(train_run *r, train_step_stats *s) {
  * stop together when rank 0 could not write it. Collective. */
 static void run_trace_finish(const train_run *r) {
     char err[1024];
-    if (r->o.trace && trace_finish(err, sizeof err) != 0) up_die_agreed(r->rank == 0 ? err : NULL);
+    if (r->o.front.trace && trace_finish(err, sizeof err) != 0)
+        up_die_agreed(r->rank == 0 ? err : NULL);
 }
 
 /* A stop before --steps (--stop-at or a signal): the checkpoint is written; say how to go on. */
@@ -357,14 +358,14 @@ static void run_finish(train_run *r) {
     if (r->logf && fclose(r->logf) != 0) up_die("--log %s: write failed", o->log);
     r->logf = NULL;
     if (o->save) model_save_params(r->m, o->save, o->save_dtype);
-    if (o->mem_report) {
+    if (o->front.mem_report) {
         report_memory measured = report_capture();
         measured.rss = mem_rss_peak();
-        report_write_memory(o->mem_report, &r->comm, &measured, 0);
+        report_write_memory(o->front.mem_report, &r->comm, &measured, 0);
     }
-    if (r->rank == 0 && !o->quiet && r->start_step >= o->steps) {
+    if (r->rank == 0 && !o->front.quiet && r->start_step >= o->steps) {
         printf("nothing to train: %s is already at --steps %ld\n", r->resumed_from, o->steps);
-    } else if (r->rank == 0 && !o->quiet) {
+    } else if (r->rank == 0 && !o->front.quiet) {
         char pk[32], rss[32];
         printf("done: loss %.4f (step %ld) -> %.4f (mean of the last %ld steps) in %.1f s, peak %s "
                "accounted, %s RSS\n",
@@ -415,11 +416,12 @@ int train_main(int argc, char **argv) {
 
     run_setup(&r);
     report_memory plan = run_plan(&r);
-    if (r.o.dry_run) {
-        if (r.rank == 0) report_print_plan(&plan, r.o.T, &r.cfg, r.P, r.T_loc, r.o.mopt.dtype);
-        if (r.o.mem_report) report_write_memory(r.o.mem_report, &r.comm, &plan, 1);
+    if (r.o.front.dry_run) {
+        if (r.rank == 0)
+            report_print_plan(&plan, r.o.front.T, &r.cfg, r.P, r.T_loc, r.o.front.mopt.dtype);
+        if (r.o.front.mem_report) report_write_memory(r.o.front.mem_report, &r.comm, &plan, 1);
     } else {
-        report_check_mem_limit(&plan, r.o.mem_limit, r.o.T);
+        report_check_mem_limit(&plan, r.o.front.mem_limit, r.o.front.T);
         run_resume_point(&r);
         if (!run_stop_passed(&r)) run_train(&r);
     }

@@ -230,22 +230,24 @@ static void test_train(void) {
     train_options o;
     const char *argv[] = {"train", "--config", "c.json", "--data", "d.bin", "--steps", "2000"};
     CHECK(train_parse_args(&o, FLAGS_COUNT(argv), (char **)argv) == 0, "train parses");
-    CHECK(o.T == 1024 && o.steps == 2000 && o.lr == 3e-4 && o.min_lr_frac == 0.1 &&
+    CHECK(o.front.T == 1024 && o.steps == 2000 && o.lr == 3e-4 && o.min_lr_frac == 0.1 &&
               o.weight_decay == 0.1 && o.beta1 == 0.9 && o.beta2 == 0.95 && o.adam_eps == 1e-8 &&
               o.grad_clip == 1.0 && o.seed == 1234 && o.accum == 1 && o.ckpt_keep == 2 &&
-              o.doc_sep == -1 && o.watchdog == 600 && o.on_nonfinite == NONFINITE_STOP &&
-              o.max_skips == 5 && o.mopt.upipe_overlap == MODEL_UPIPE_OVERLAP_DEFAULT &&
-              o.mopt.dtype == MEM_DTYPE_F32 && o.save_dtype == MEM_DTYPE_F32 && !o.mopt.docs,
+              o.front.doc_sep == -1 && o.watchdog == 600 && o.on_nonfinite == NONFINITE_STOP &&
+              o.max_skips == 5 && o.front.mopt.upipe_overlap == MODEL_UPIPE_OVERLAP_DEFAULT &&
+              o.front.mopt.dtype == MEM_DTYPE_F32 && o.save_dtype == MEM_DTYPE_F32 &&
+              !o.front.mopt.docs,
           "train's defaults (as its --help says)");
     CHECK(o.warmup == 100, "warm-up: 10%% of --steps, at most 100 (%ld)", o.warmup);
-    CHECK(!strcmp(o.front.config, "c.json") && o.front.T == o.T, "the shared fields, both views");
+    CHECK(!strcmp(o.front.config, "c.json") && o.front.T == o.front.T,
+          "the shared fields, both views");
     const char *more[] = {"train",  "--config",       "c",    "--data",      "d", "--doc-sep",
                           "0",      "--on-nonfinite", "skip", "--max-skips", "3", "--tile-mlp",
                           "--fsdp", "--dtype",        "bf16"};
     CHECK(train_parse_args(&o, FLAGS_COUNT(more), (char **)more) == 0, "train parses more");
-    CHECK(o.mopt.docs && o.on_nonfinite == NONFINITE_SKIP && o.max_skips == 3 &&
-              o.mopt.tile_mlp == -1 && o.mopt.fsdp && o.mopt.dtype == MEM_DTYPE_BF16 &&
-              o.warmup == 1,
+    CHECK(o.front.mopt.docs && o.on_nonfinite == NONFINITE_SKIP && o.max_skips == 3 &&
+              o.front.mopt.tile_mlp == -1 && o.front.mopt.fsdp &&
+              o.front.mopt.dtype == MEM_DTYPE_BF16 && o.warmup == 1,
           "documents, skip, tiles, fsdp, bf16, warm-up of 10 steps");
     char *text = capture(print_train_help);
     CHECK(text && !strncmp(text, "usage: upipe train", 18) && strstr(text, "  --seq-len T  ") &&
