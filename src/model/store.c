@@ -195,14 +195,13 @@ static void prefetch(param_store *s, int u) {
 
 void *store_acquire(param_store *s, int u) {
     if (!s->slot[0]) return s->slab[STORE_PARAMS] + s->shard_off[u]; /* unsharded fp32 */
+    prefetch(s, u);                    /* started already when the walk expected u */
     if (!s->walking || u == s->next) { /* on the walk: the next unit's gather starts now */
         s->walking = 1;
         s->next = u + s->dir;
-        prefetch(s, u);
         if (s->next >= (s->dir > 0 ? 0 : s->bwd_first)) prefetch(s, s->next);
     }
     int k = slot_of(s, u);
-    prefetch(s, u);
     if (s->slot_pending[k]) {
         fsdp_gather_wait(s->comm, &s->req[k], u, s->shard_n[u], s->wtype);
         s->slot_pending[k] = 0;
@@ -234,8 +233,7 @@ const float *store_gather_slab(param_store *s, const float *slab, int u) {
     return full;
 }
 
-/* ---- the optimizer side -----------------------------------------------------------------------
- */
+/* ---- the optimizer side --------------------------------------------------------------------- */
 
 void store_zero_grads(param_store *s) {
     memset(s->slab[STORE_GRADS], 0, sizeof(float) * s->nshard);

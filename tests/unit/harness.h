@@ -8,9 +8,10 @@
  *   harness_finish_mpi(name, comm)   the same after agreeing on the failure count (max over the
  *                             ranks of comm), so every rank exits with one verdict; needs
  *                             <mpi.h> included before this header. Collective.
- *   harness_init_mpi(&argc, &argv, &rank, &R)   MPI_Init on MPI_COMM_WORLD, the rank in the
- *                             check messages, verbose checks printed by rank 0 only (every
- *                             verdict is agreed with harness_finish_mpi); needs <mpi.h> too. */
+ *   harness_init_mpi(&argc, &argv, &rank, &R)   MPI started as upipe starts it (comm_mpi_init:
+ *                             the thread level checked, the rank in check messages), verbose
+ *                             checks printed by rank 0 only (every verdict is agreed with
+ *                             harness_finish_mpi); needs <mpi.h> too. */
 #ifndef UP_TEST_HARNESS_H
 #define UP_TEST_HARNESS_H
 
@@ -53,13 +54,10 @@ static inline int harness_finish(const char *name) {
 }
 
 #ifdef MPI_VERSION
-#include "core/check.h"
+#include "comm/comm.h"
 
 static inline void harness_init_mpi(int *argc, char ***argv, int *rank, int *R) {
-    MPI_Init(argc, argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, rank);
-    MPI_Comm_size(MPI_COMM_WORLD, R);
-    up_set_rank(*rank, *R);
+    comm_mpi_init(argc, argv, rank, R); /* as upipe starts: FUNNELED, the rank in messages */
     harness.print = *rank == 0;
     harness.verbose = 1;
 }
