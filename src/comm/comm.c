@@ -104,11 +104,8 @@ static int src_head(int nh, int P, int j, int i) {
     return nh >= P ? j * (nh / P) + i : j * nh / P;
 }
 
-/* Element i of a buffer of dt, and the MPI type that moves an element of dt: its bytes as one
- * unit of their size (a bf16 as its 16 bits). */
-static void *elem(const void *p, mem_dtype dt, size_t i) {
-    return (char *)p + mem_dtype_bytes(dt, i);
-}
+/* The MPI type that moves an element of dt: its bytes as one unit of their size (a bf16 as its
+ * 16 bits). */
 static MPI_Datatype mpi_type(mem_dtype dt) {
     size_t size = mem_dtype_size(dt);
     UP_CHECK(size == 2 || size == 4, "comm: no MPI type moves elements of %zu bytes", size);
@@ -153,8 +150,8 @@ static int seq_to_head_pack(const comm_ctx *c, const void *send, int T_loc, int 
     for (int j = 0; j < P; j++)
         for (int t = 0; t < T_loc; t++)
             for (int i = 0; i < nh_out; i++)
-                memcpy(elem(pack, dt, (size_t)j * n + (size_t)t * blk + (size_t)i * HS),
-                       elem(send, dt, (size_t)t * row + (size_t)src_head(nh, P, j, i) * HS),
+                memcpy(dtype_at(dt, pack, (size_t)j * n + (size_t)t * blk + (size_t)i * HS),
+                       dtype_at(dt, send, (size_t)t * row + (size_t)src_head(nh, P, j, i) * HS),
                        mem_dtype_bytes(dt, (size_t)HS));
     return n;
 }
@@ -202,16 +199,16 @@ void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc
     double t1 = MPI_Wtime();
     for (int k = 1; k < P; k++) {
         int j = (me + P - k) % P;
-        MPI_CALL(MPI_Irecv(elem(recv, dt, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
+        MPI_CALL(MPI_Irecv(dtype_at(dt, recv, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
                            &x->req[x->n++]));
     }
     for (int k = 1; k < P; k++) {
         int j = (me + k) % P;
-        MPI_CALL(MPI_Isend(elem(pack, dt, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
+        MPI_CALL(MPI_Isend(dtype_at(dt, pack, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
                            &x->req[x->n++]));
     }
     c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
-    memcpy(elem(recv, dt, (size_t)me * n), elem(pack, dt, (size_t)me * n),
+    memcpy(dtype_at(dt, recv, (size_t)me * n), dtype_at(dt, pack, (size_t)me * n),
            mem_dtype_bytes(dt, (size_t)n));
     count(c, COMM_SEQ_TO_HEAD, t0, (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1));
     c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
@@ -253,8 +250,9 @@ void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int 
 #pragma omp parallel for collapse(2) schedule(static)
         for (int j = 0; j < P; j++)
             for (int t = 0; t < T_loc; t++)
-                memcpy(elem(recv, dt, (size_t)t * row + (size_t)src_head(nh, P, j, 0) * HS),
-                       elem(pack, dt, (size_t)j * n + (size_t)t * blk), mem_dtype_bytes(dt, blk));
+                memcpy(dtype_at(dt, recv, (size_t)t * row + (size_t)src_head(nh, P, j, 0) * HS),
+                       dtype_at(dt, pack, (size_t)j * n + (size_t)t * blk),
+                       mem_dtype_bytes(dt, blk));
     } else {
         // replicated heads: rank j held a copy of head j*nh/P; the gradient is the sum of the
         // copies, added in rank order (the same order on every run); in fp32, stored once in dt

@@ -67,6 +67,11 @@ static inline void bf16_widen_n(float *dst, const uint16_t *src, size_t n) {
         dst[i] = bf16_widen(src[i]);
 }
 
+/* Element i of a buffer of dt: p + i elements. */
+static inline void *dtype_at(mem_dtype dt, const void *p, size_t i) {
+    return (char *)p + i * mem_dtype_size(dt);
+}
+
 /* Element i of a buffer of dt as fp32 (exact), and v stored into element i (bf16: rounded):
  * for the few loops that compute on elements of either type one at a time (comm's sum of
  * replicas); bulk work goes through kernels/typed.h. */

@@ -66,7 +66,5 @@ int st_write_stream(const char *path, const st_entry *entries, int n, int dtype,
  * starts at *len and holds the tensors in entry order, contiguous. malloc'd; NULL with err. */
 char *st_header(const st_entry *entries, int n, int dtype, size_t align, size_t *len, char *err,
                 size_t errlen);
-/* dst[i] = bf16_round(src[i]) (core/dtype.h). */
-void st_convert_bf16(uint16_t *dst, const float *src, size_t n);
 
 #endif

@@ -160,21 +160,17 @@ char *st_header(const st_entry *entries, int n, int dtype, size_t align, size_t 
     return out;
 }
 
-/* fp32 -> bf16 by the rules of the run's conversions (core/dtype.h: round to nearest even,
- * quiet NaN, denormals to signed zero), so a BF16 file holds exactly the bf16 run's copy of the
- * weights. The plain loop (vectorised by the compiler: some GB/s, well above a disk's rate). */
-void st_convert_bf16(uint16_t *dst, const float *src, size_t n) {
-    bf16_round_n(dst, src, n);
-}
-
-/* Writes count floats of chunk in the file's dtype (BF16 through a staging buffer). */
+/* Writes count floats of chunk in the file's dtype (BF16 through a staging buffer, rounded by the
+ * rules of the run's conversions, core/dtype.h: to nearest even, quiet NaN, denormals to signed
+ * zero, so a BF16 file holds exactly the bf16 run's copy of the weights; the plain loop, some
+ * GB/s, well above a disk's rate). */
 static int write_data(int fd, int dtype, const float *chunk, size_t count) {
     if (dtype != ST_BF16) return up_write_all(fd, chunk, count * sizeof(float));
     enum { STAGE = 1 << 16 };
     uint16_t buf[STAGE];
     for (size_t i = 0; i < count; i += STAGE) {
         size_t m = count - i < STAGE ? count - i : STAGE;
-        st_convert_bf16(buf, chunk + i, m);
+        bf16_round_n(buf, chunk + i, m);
         if (up_write_all(fd, buf, m * 2) != 0) return -1;
     }
     return 0;

@@ -222,7 +222,6 @@ static void attn_forward_run(int bf, void *out, float *lse, const void *q, const
     attn_check_docs(doc_start, T);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
     const attn_ops *ops = attn_ops_current();
-    if (bf) (void)bf16_path_current(); // the conversions' path, chosen before the threads use it
     const int nb = (T + ops->fq - 1) / ops->fq; // query blocks
     const long ntasks = (long)NH * nb;
     const int nt = omp_get_max_threads();
@@ -364,7 +363,6 @@ static void attn_backward_run(int bf, void *dq, void *dk, void *dv, const void *
     attn_check_docs(doc_start, T);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
     const attn_ops *ops = attn_ops_current();
-    if (bf) (void)bf16_path_current(); // the conversions' path, chosen before the threads use it
     const int nt = omp_get_max_threads();
     const int buffered = attn_uses_dq_buffers(NKV, nt);
     const size_t tile_floats = bf ? ops->thread_floats_bf16(HS) : ops->thread_floats(HS);

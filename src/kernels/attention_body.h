@@ -33,23 +33,23 @@ enum { ATTN_NOLIM = 1 << 29 }; // klo/khi of attn_kh that never limit
  * guard test can catch an overrun): forward two (HS, FQ) panels, a (B, FQ) tile and two (FQ)
  * vectors; backward two (HS, BKB) panels and two (B, BKB) tiles, and with ATTN_PACK_ROWS a
  * packed (BKB, HS) block and two packed (B, HS) blocks. */
-static size_t attn_thread_floats(int HS) {
+static size_t attn_scratch_floats(int HS, size_t fwd_rows, size_t bwd_rows) {
     size_t fwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDF), (size_t)ATTN_B * ATTN_LDF + 2 * ATTN_FQ);
     size_t bwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDB), 2 * (size_t)ATTN_B * ATTN_LDB);
-    if (ATTN_PACK_ROWS) bwd = up_add(bwd, up_mul((size_t)ATTN_BKB + 2 * ATTN_B, (size_t)HS));
+    fwd = up_add(fwd, up_mul(fwd_rows, (size_t)HS)); // fwd_rows, bwd_rows more (., HS) blocks
+    bwd = up_add(bwd, up_mul(bwd_rows, (size_t)HS));
     return attn_round16(fwd > bwd ? fwd : bwd);
+}
+
+static size_t attn_thread_floats(int HS) {
+    return attn_scratch_floats(HS, 0, ATTN_PACK_ROWS ? (size_t)ATTN_BKB + 2 * ATTN_B : 0);
 }
 
 /* The bf16 kernels' scratch: the fp32 one (without the packed blocks) plus forward K_j and V_j
  * widened (B, HS), backward K_j (BKB), Q_i and dO_i (B) widened (they take the packed blocks'
  * place) and the fp32 dK_j and dV_j (BKB, HS) and dQ_i (B, HS). */
 static size_t attn_thread_floats_bf16(int HS) {
-    size_t fwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDF), (size_t)ATTN_B * ATTN_LDF + 2 * ATTN_FQ);
-    size_t bwd = up_add(up_mul3(2, (size_t)HS, ATTN_LDB), 2 * (size_t)ATTN_B * ATTN_LDB);
-    fwd = up_add(fwd, up_mul(2 * (size_t)ATTN_B, (size_t)HS));
-    bwd = up_add(bwd, up_mul((size_t)ATTN_BKB + 2 * ATTN_B, (size_t)HS));
-    bwd = up_add(bwd, up_mul(2 * (size_t)ATTN_BKB + ATTN_B, (size_t)HS));
-    return attn_round16(fwd > bwd ? fwd : bwd);
+    return attn_scratch_floats(HS, 2 * (size_t)ATTN_B, 3 * (size_t)ATTN_BKB + 3 * ATTN_B);
 }
 
 /* attn_widen_rows (attention_tiles.h) in registers, VEC_W per step, then the tail; exact. */

@@ -33,11 +33,6 @@ typedef struct {
  * NH*HS) and weights of C columns; 0 under f32. */
 size_t typed_workspace_floats(mem_dtype dt, size_t maxw, size_t C);
 
-/* Element i of a tensor of type dt: p + i elements. */
-static inline void *typed_at(mem_dtype dt, const void *p, size_t i) {
-    return (char *)p + i * mem_dtype_size(dt);
-}
-
 /* dst := 0, n elements of t->dt; dst := src (n elements). */
 void typed_zero(const typed_ctx *t, void *dst, size_t n);
 void typed_copy(const typed_ctx *t, void *dst, const void *src, size_t n);

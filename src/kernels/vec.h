@@ -13,7 +13,7 @@
  *   vf_zero() vf_set1(s)        vf_bcast(p): all lanes *p
  *   vf_add vf_sub vf_mul        lane-wise, one rounding each
  *   vf_fma(a, b, c)             a * b + c with one rounding
- *   vf_max(a, b) vf_min(a, b)   the x86 rule: the second operand where either is NaN
+ *   vf_max(a, b)                the x86 rule: the second operand where either is NaN
  *   vf_exp(x)                   the Cephes expf of attention_tiles.h, operation for operation
  *                               (2^n by scalef or by exponent bits: exact either way)
  *   vm_all() vm_below(n)        all lanes; lanes < n (none for n <= 0, all for n >= VEC_W)

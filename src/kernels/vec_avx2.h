@@ -4,6 +4,7 @@
 #ifndef UP_KERNELS_VEC_AVX2_H
 #define UP_KERNELS_VEC_AVX2_H
 
+#include "core/dtype.h"
 #include "kernels/bf16_simd.h"
 #include "kernels/vec.h"
 
@@ -51,9 +52,6 @@ VEC_FN vf vf_fma(vf a, vf b, vf c) {
 }
 VEC_FN vf vf_max(vf a, vf b) {
     return _mm256_max_ps(a, b);
-}
-VEC_FN vf vf_min(vf a, vf b) {
-    return _mm256_min_ps(a, b);
 }
 
 /* The AVX-512 exp bit for bit: the same operations; 2^n is built in the exponent field instead
@@ -136,10 +134,7 @@ VEC_FN vf vf_load_bf16(const uint16_t *p) {
 }
 /* element by element (AVX2 has no 16-bit masked load) */
 VEC_FN void vf_store_bf16_n(float *d, const uint16_t *s, int n) {
-    for (int e = 0; e < n; e++) {
-        const uint32_t u = (uint32_t)s[e] << 16;
-        memcpy(d + e, &u, sizeof u);
-    }
+    bf16_widen_n(d, s, (size_t)n);
 }
 VEC_FN void vbf_store_round(uint16_t *p, vf x) {
     __m256i r = bf16_round_avx2(_mm256_castps_si256(x));

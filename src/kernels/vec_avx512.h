@@ -50,9 +50,6 @@ VEC_FN vf vf_fma(vf a, vf b, vf c) {
 VEC_FN vf vf_max(vf a, vf b) {
     return _mm512_max_ps(a, b);
 }
-VEC_FN vf vf_min(vf a, vf b) {
-    return _mm512_min_ps(a, b);
-}
 
 VEC_FN vf vf_exp(vf x) {
     const __m512 lo = _mm512_set1_ps(ATTN_EXP_LO);

@@ -70,10 +70,6 @@ VEC_FN vf vf_max(vf a, vf b) {
     VEC_LANES(i) a.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
     return a;
 }
-VEC_FN vf vf_min(vf a, vf b) {
-    VEC_LANES(i) a.v[i] = a.v[i] < b.v[i] ? a.v[i] : b.v[i];
-    return a;
-}
 
 /* The exp of vec.h on one float, in plain C (fmaf, round-to-nearest by the 1.5*2^23 trick) so
  * that gcc vectorises it under omp simd (attention_portable.c). */
@@ -163,17 +159,11 @@ VEC_FN vm vm_le(vi v, int j) {
 
 VEC_FN vf vf_load_bf16(const uint16_t *p) {
     vf r;
-    VEC_LANES(i) {
-        const uint32_t u = (uint32_t)p[i] << 16;
-        memcpy(&r.v[i], &u, sizeof u);
-    }
+    VEC_LANES(i) r.v[i] = bf16_widen(p[i]);
     return r;
 }
 VEC_FN void vf_store_bf16_n(float *d, const uint16_t *s, int n) {
-    for (int e = 0; e < n; e++) {
-        const uint32_t u = (uint32_t)s[e] << 16;
-        memcpy(d + e, &u, sizeof u);
-    }
+    bf16_widen_n(d, s, (size_t)n);
 }
 VEC_FN void vbf_store_round(uint16_t *p, vf x) {
     VEC_LANES(i) p[i] = bf16_round(x.v[i]);

@@ -335,7 +335,7 @@ int model_attention_overlaps(const model *m) {
 
 /* Element i of a tensor of the run's type. */
 static void *at(const model *m, const void *p, size_t i) {
-    return typed_at(m->opt.dtype, p, i);
+    return dtype_at(m->opt.dtype, p, i);
 }
 
 /* The (n, F) intermediates of the tile starting at token t0: the shared tile buffers, or the

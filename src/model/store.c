@@ -52,7 +52,6 @@ static void view_fill(mem_dtype wt, void *dst, const float *src, size_t n) {
     enum { PIECE = 1 << 16 };
     long pieces = (long)((n + PIECE - 1) / PIECE);
     uint16_t *d = dst;
-    bf16_path_current(); /* chosen outside the parallel region */
 #pragma omp parallel for schedule(static) if (pieces > 1)
     for (long k = 0; k < pieces; k++) {
         size_t i = (size_t)k * PIECE, m = n - i < PIECE ? n - i : PIECE;

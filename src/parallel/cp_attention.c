@@ -204,7 +204,7 @@ static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
 
 /* Element i of a stage tensor. */
 static void *at(const cp_attention *a, const void *p, size_t i) {
-    return typed_at(a->s.dtype, p, i);
+    return dtype_at(a->s.dtype, p, i);
 }
 
 /* First model query head of block kk of stage j in chunk c (DESIGN.md §3): a block is the
