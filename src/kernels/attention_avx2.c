@@ -21,6 +21,6 @@ enum { ATTN_R = 6, ATTN_RH = 4, ATTN_PACK_ROWS = 1, ATTN_MASK_CHEAP = 0 };
 
 #include "attention_body.h"
 
-const attn_ops attn_ops_avx2 = ATTN_OPS_INIT("avx2", "avx2+fma", ATTN_FQ, ATTN_BKB);
+const attn_ops attn_ops_avx2 = ATTN_OPS_INIT(ATTN_FQ, ATTN_BKB);
 
 #endif

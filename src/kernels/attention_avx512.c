@@ -15,6 +15,6 @@ enum { ATTN_R = 8, ATTN_RH = 8, ATTN_PACK_ROWS = 0, ATTN_MASK_CHEAP = 1 };
 
 #include "attention_body.h"
 
-const attn_ops attn_ops_avx512 = ATTN_OPS_INIT("avx512", "avx512", ATTN_FQ, ATTN_BKB);
+const attn_ops attn_ops_avx512 = ATTN_OPS_INIT(ATTN_FQ, ATTN_BKB);
 
 #endif

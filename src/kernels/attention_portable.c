@@ -268,4 +268,4 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
 
 ATTN_DEFINE_BLOCKS(KERNEL_CLONES)
 
-const attn_ops attn_ops_portable = ATTN_OPS_INIT("portable", "portable", ATTN_B, ATTN_B);
+const attn_ops attn_ops_portable = ATTN_OPS_INIT(ATTN_B, ATTN_B);

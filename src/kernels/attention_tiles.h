@@ -190,9 +190,7 @@ static inline void attn_prefetch_rows(const float *a, int n, int HS, size_t ld) 
  *                  the task), dQ accumulated into dqacc (dq itself or a private buffer,
  *                  (T, NH, HS)). D (NH, T) = rowsum(dO * O). */
 typedef struct {
-    const char *name;  // the UPIPE_KERNEL value
-    const char *label; // what --version and the run summary print
-    int fq, bkb;
+    int fq, bkb; /* (the path's name and label are its row's in dispatch.c) */
     size_t (*thread_floats)(int HS);
     void (*fwd_block)(float *out, float *lse, const float *q, const float *k, const float *v,
                       const attn_shape *sh, int h, int ib, float *tws);
@@ -213,7 +211,7 @@ typedef struct {
 /* A path's entry points from its static attn_fwd_impl and attn_bwd_impl (the per-block bodies
  * with an fp32 / bf16 switch bf, always inlined, so each entry is compiled for its element type),
  * each entry with the function attributes ATTR (the portable path's KERNEL_CLONES), and its
- * table: `const attn_ops attn_ops_<isa> = ATTN_OPS_INIT("<name>", "<label>", fq, bkb);`. */
+ * table: `const attn_ops attn_ops_<isa> = ATTN_OPS_INIT(fq, bkb);`. */
 #define ATTN_DEFINE_BLOCKS(ATTR)                                                                   \
     ATTR static void attn_fwd_block(float *out, float *lse, const float *q, const float *k,        \
                                     const float *v, const attn_shape *sh, int h, int ib,           \
@@ -238,12 +236,11 @@ typedef struct {
         attn_bwd_impl((void *)dqacc, dk, dv, dout, q, k, v, lse, D, sh, kvh, jb, tws, 1);          \
     }
 
-#define ATTN_OPS_INIT(NAME, LABEL, FQ, BKB)                                                        \
+#define ATTN_OPS_INIT(FQ, BKB)                                                                     \
     {                                                                                              \
-        .name = NAME, .label = LABEL, .fq = FQ, .bkb = BKB, .thread_floats = attn_thread_floats,   \
-        .fwd_block = attn_fwd_block, .bwd_block = attn_bwd_block,                                  \
-        .thread_floats_bf16 = attn_thread_floats_bf16, .fwd_block_bf16 = attn_fwd_block_bf16,      \
-        .bwd_block_bf16 = attn_bwd_block_bf16                                                      \
+        .fq = FQ, .bkb = BKB, .thread_floats = attn_thread_floats, .fwd_block = attn_fwd_block,    \
+        .bwd_block = attn_bwd_block, .thread_floats_bf16 = attn_thread_floats_bf16,                \
+        .fwd_block_bf16 = attn_fwd_block_bf16, .bwd_block_bf16 = attn_bwd_block_bf16               \
     }
 
 extern const attn_ops attn_ops_portable;

@@ -202,7 +202,7 @@ const char *kernel_path_name(void) {
     snprintf(line, sizeof line,
              "%s; attention %s, gemm %s, bf16 %s%s, bf16 gemm %s, element-wise %s (CPU), "
              "openblas %s (CPU)",
-             k->row->label, k->row->attn->label, k->row->gemm->name, k->bf16->name,
+             k->row->label, k->row->label, k->row->name, k->bf16->name,
              k->forced ? "" : " (CPU best)", k->route->name, clones_name(kernel_cpu_get()->level),
              core ? core : "unknown");
     return line;

@@ -38,7 +38,7 @@ enum { GEMM_MR = 4 };
 
 /* kc as on the other paths, so that the bits are theirs; mc and nc not measured (no CPU here runs
  * this path for speed). */
-const gemm_packed_ops gemm_packed_portable = GEMM_PACKED_INIT("portable", 128, 512, 4096);
+const gemm_packed_ops gemm_packed_portable = GEMM_PACKED_INIT(128, 512, 4096);
 
 /* ---- driver --------------------------------------------------------------------------------- */
 

@@ -27,10 +27,9 @@
 #endif
 
 typedef struct {
-    const char *name; // the kernel path ("avx512", "avx2", "portable")
-    int mr, nr;       // micro-tile
-    int mc, kc, nc;   // blocks (largest; the driver shrinks them to fit the workspace); kc
-                      // fixes the bits, so every path has the same
+    int mr, nr;     // micro-tile
+    int mc, kc, nc; // blocks (largest; the driver shrinks them to fit the workspace); kc
+                    // fixes the bits, so every path has the same
     /* The full mr x nr tile at c (rows ldc apart), A panel k-major if kmajor else row-major;
      * cout not NULL: the tile also rounded into it (rows ldco apart, bf16_from_f32's bits) from
      * the registers, so that C is not read back. */

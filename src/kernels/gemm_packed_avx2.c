@@ -12,5 +12,5 @@ enum { GEMM_MR = 6 };
 /* Blocks: BLIS's Haswell sgemm ones but kc 512 (its 256 measured slower here): K = 512, the
  * forward's depth, in one block, so C is written once; a (kc, nr) B panel of 32 KiB in L1, the
  * (mc, kc) A block of 336 KiB in L2; nc is cut to fit the workspace (gemm_packed.c). */
-const gemm_packed_ops gemm_packed_avx2 = GEMM_PACKED_INIT("avx2", 168, 512, 4080);
+const gemm_packed_ops gemm_packed_avx2 = GEMM_PACKED_INIT(168, 512, 4080);
 #endif

@@ -12,5 +12,5 @@ enum { GEMM_MR = 12 };
 /* Blocks: BLIS's SkylakeX sgemm ones but kc 512 (384 measured slower here): K = 512, the
  * forward's depth, in one block, so C is written once; the (mc, kc) A block of 960 KiB sits in
  * L2, the (kc, nr) B panel of 64 KiB streams from L2 too; nc is cut to fit the workspace. */
-const gemm_packed_ops gemm_packed_avx512 = GEMM_PACKED_INIT("avx512", 480, 512, 3072);
+const gemm_packed_ops gemm_packed_avx512 = GEMM_PACKED_INIT(480, 512, 3072);
 #endif

@@ -113,10 +113,10 @@ static void gemm_mk_pack_a(float *dst, const uint16_t *A, int lda, int transa, i
 }
 
 /* The path's table: `const gemm_packed_ops gemm_packed_<isa> = GEMM_PACKED_INIT(...)`. */
-#define GEMM_PACKED_INIT(NAME, MC, KC, NC)                                                         \
+#define GEMM_PACKED_INIT(MC, KC, NC)                                                               \
     {                                                                                              \
-        .name = NAME, .mr = GEMM_MR, .nr = GEMM_NR, .mc = MC, .kc = KC, .nc = NC,                  \
-        .kernel = gemm_mk_kernel, .pack_b = gemm_mk_pack_b, .pack_a = gemm_mk_pack_a               \
+        .mr = GEMM_MR, .nr = GEMM_NR, .mc = MC, .kc = KC, .nc = NC, .kernel = gemm_mk_kernel,      \
+        .pack_b = gemm_mk_pack_b, .pack_a = gemm_mk_pack_a                                         \
     }
 
 #endif
