@@ -52,6 +52,15 @@ static int runs_avx512(void) {
     return kernel_cpu_avx512(c) && c->avx2 && c->fma;
 }
 
+static int runs_avx512bf16(void) {
+    return runs_avx512() && kernel_cpu_get()->avx512bf16;
+}
+
+/* VDPBF16PS retires more multiply-adds than FMA (calibrate.c). */
+static int wins_avx512bf16(void) {
+    return kernel_dot_ratio() >= KERNEL_DOT_MIN;
+}
+
 static int runs_avx2(void) {
     const kernel_cpu *c = kernel_cpu_get();
     return c->avx2 && c->fma;
@@ -61,12 +70,16 @@ static int runs_avx2(void) {
 /* Best first: UPIPE_KERNEL unset takes the first one the CPU runs. */
 static const kernel_row rows[] = {
 #if defined(__x86_64__)
-    {"avx512", "avx512", "AVX-512 F, BW, DQ and VL", runs_avx512, &attn_ops_avx512,
+    /* The bf16 products on VDPBF16PS; fp32 runs the avx512 row's kernels (the same bits). */
+    {"avx512bf16", "avx512bf16", "AVX-512 F, BW, DQ, VL and AVX512_BF16", runs_avx512bf16,
+     wins_avx512bf16, &attn_ops_avx512, &gemm_packed_avx512, &bf16_avx512bf16},
+    {"avx512", "avx512", "AVX-512 F, BW, DQ and VL", runs_avx512, NULL, &attn_ops_avx512,
      &gemm_packed_avx512, &bf16_avx512},
-    {"avx2", "avx2+fma", "AVX2 and FMA", runs_avx2, &attn_ops_avx2, &gemm_packed_avx2, &bf16_avx2},
+    {"avx2", "avx2+fma", "AVX2 and FMA", runs_avx2, NULL, &attn_ops_avx2, &gemm_packed_avx2,
+     &bf16_avx2},
 #endif
-    {"portable", "portable", "nothing", kernel_cpu_any, &attn_ops_portable, &gemm_packed_portable,
-     &bf16_portable},
+    {"portable", "portable", "nothing", kernel_cpu_any, NULL, &attn_ops_portable,
+     &gemm_packed_portable, &bf16_portable},
 };
 enum { NROWS = sizeof rows / sizeof rows[0] };
 
@@ -147,7 +160,7 @@ static void choose_default(void) {
         return;
     }
     for (int i = 0; i < NROWS; i++)
-        if (rows[i].runs()) {
+        if (rows[i].runs() && (!rows[i].wins || rows[i].wins())) {
             choose(&rows[i], 0);
             return;
         }
@@ -199,10 +212,17 @@ const char *kernel_path_name(void) {
     static char line[256];
     const kernel_choice *k = kernel_choice_get();
     const char *core = blas_core();
+    /* where the CPU has the dot product: how fast it measured, which decided the row */
+    char dot[64] = "";
+    if (kernel_cpu_get()->avx512bf16)
+        snprintf(dot, sizeof dot, " (vdpbf16ps %.2fx fma%s)", kernel_dot_ratio(),
+                 k->forced                              ? ""
+                 : kernel_dot_ratio() >= KERNEL_DOT_MIN ? ": used"
+                                                        : ": not used");
     snprintf(line, sizeof line,
-             "%s; attention %s, gemm %s, bf16 %s%s, bf16 gemm %s, element-wise %s (CPU), "
+             "%s%s; attention %s, gemm %s, bf16 %s%s, bf16 gemm %s, element-wise %s (CPU), "
              "openblas %s (CPU)",
-             k->row->label, k->row->label, k->row->name, k->bf16->name,
+             k->row->label, dot, k->row->label, k->row->name, k->bf16->name,
              k->forced ? "" : " (CPU best)", k->route->name, clones_name(kernel_cpu_get()->level),
              core ? core : "unknown");
     return line;

@@ -3,7 +3,9 @@
  *
  * A row is what every kernel family runs when UPIPE_KERNEL names it: the attention tiles, the
  * packed GEMM's micro-kernel and the bf16 conversions. Rows best first; UPIPE_KERNEL unset takes
- * the first row this CPU runs. Two explicit "best available" rules:
+ * the first row this CPU runs and that wins where the row has a test of speed (the avx512bf16
+ * row: VDPBF16PS measured faster than FMA, kernel_dot_ratio). Two explicit "best available"
+ * rules:
  *  - bf16 conversions: UPIPE_KERNEL names a row: the row's conversions. Unset: the best
  *    conversions this CPU runs (bf16.h's list, best first), which on an AVX512_BF16 CPU is
  *    "avx512bf16" (VCVTNEPS2BF16), a variant no row names. Every variant gives the same bits.
@@ -26,6 +28,8 @@ typedef struct {
     const char *label;           /* for messages and headers ("avx2+fma") */
     const char *needs;           /* what the CPU needs, for the refusal */
     int (*runs)(void);           /* 1 if this CPU runs it (a test of kernel_cpu_get) */
+    int (*wins)(void);           /* NULL, or 1 if it is faster here than the rows after it:
+                                    the default choice skips a row that runs but does not win */
     const attn_ops *attn;        /* attention tiles */
     const gemm_packed_ops *gemm; /* the packed GEMM's micro-kernel */
     const bf16_ops *bf16;        /* conversions when UPIPE_KERNEL names the row */

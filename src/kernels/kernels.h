@@ -166,6 +166,12 @@ int kernel_path_supported(const char *name);
  * (CPU)"). Chooses first if needed. */
 const char *kernel_path_name(void);
 
+/* VDPBF16PS's multiply-adds per second over fp32 FMA's on one core of this CPU, measured once at
+ * the first call (about 4 ms; calibrate.c); 0 where the CPU lacks AVX512_BF16. The avx512bf16
+ * row is the default only where it is at least KERNEL_DOT_MIN. */
+double kernel_dot_ratio(void);
+#define KERNEL_DOT_MIN 1.3
+
 /* ---- causal GQA attention, FlashAttention-2 style -------------------------------------------- */
 
 /* Layouts: q (T, NH, HS), k and v (T, NKV, HS), out (T, NH, HS), all rows packed.
