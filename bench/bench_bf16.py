@@ -2,7 +2,7 @@
 
 speed: configs/bench.json on 1 rank with 2 threads, fp32 and bf16 tokens/s (median over the steps
   after the first) at each T, run alternately --reps times on this machine's best kernel path
-  and forced onto AVX2 (UPIPE_KERNEL=avx2 and OPENBLAS_CORETYPE=Haswell: what an AVX2-only host
+  and forced onto AVX2 (UPIPE_KERNEL=avx2 and UPIPE_BLAS_CORE=Haswell: what an AVX2-only host
   runs), medians of the runs;
   the ratio bf16 / fp32 per path. Targets: at least 1.6x on an AVX512_BF16 host, at least 1.0x on
   AVX2. Also the peak accounted memory of each run.
@@ -45,7 +45,7 @@ def speed(a, tmp):
         env = dict(os.environ)
         if path:  # what an AVX2-only host runs: upipe's avx2 kernels and OpenBLAS's Haswell ones
             env["UPIPE_KERNEL"] = path
-            env["OPENBLAS_CORETYPE"] = "Haswell"
+            env["UPIPE_BLAS_CORE"] = "Haswell"
         else:
             env.pop("UPIPE_KERNEL", None)
         old = dict(os.environ)

@@ -209,7 +209,7 @@ static const char *clones_name(int level) {
 }
 
 const char *kernel_path_name(void) {
-    static char line[256];
+    static char line[384];
     const kernel_choice *k = kernel_choice_get();
     const char *core = blas_core();
     /* where the CPU has the dot product: how fast it measured, which decided the row */
@@ -221,9 +221,9 @@ const char *kernel_path_name(void) {
                                                         : ": not used");
     snprintf(line, sizeof line,
              "%s%s; attention %s, gemm %s, bf16 %s%s, bf16 gemm %s, element-wise %s (CPU), "
-             "openblas %s (CPU)",
+             "openblas %s (%s), fp32 gemm %s",
              k->row->label, dot, k->row->label, k->row->name, k->bf16->name,
              k->forced ? "" : " (CPU best)", k->route->name, clones_name(kernel_cpu_get()->level),
-             core ? core : "unknown");
+             core ? core : "unknown", blas_core_reason(), sgemm_route());
     return line;
 }

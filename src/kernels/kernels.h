@@ -78,13 +78,24 @@ void blas_set_threads(int n);
 const char *blas_describe(void);
 /* The OpenBLAS core its kernels are for ("Haswell", "SkylakeX", ...: openblas_get_corename). */
 const char *blas_core(void);
-/* OpenBLAS (DYNAMIC_ARCH) picks its kernels by CPU model when it loads, and a release older than
- * the CPU falls back to SSE3 kernels: Debian 12's 0.3.21 chooses "Prescott" on Sapphire and
- * Emerald Rapids, 4.5x slower than its AVX-512 kernels there (65 against 298 GFLOP/s measured).
- * When the core chosen has neither AVX2 nor AVX-512 kernels but the CPU has them, this re-executes
- * the program once (argv as given) with OPENBLAS_CORETYPE naming the matching core (SkylakeX or
- * Haswell). A user's OPENBLAS_CORETYPE is kept as is. Call first thing in main. */
+/* OpenBLAS (DYNAMIC_ARCH) fixes its kernels when it loads, from the CPU model or OPENBLAS_CORETYPE,
+ * and both can be wrong for the host (Debian 12's 0.3.21 takes SSE3 kernels on Sapphire and
+ * Emerald Rapids; OPENBLAS_CORETYPE=Haswell on an AVX-512 host runs at half the rate). Where the
+ * core is narrower than the CPU's vectors, this measures it against the core that matches them
+ * (a child process checks that core's products and reports its rate, blas_core.c) and, if that is
+ * faster by 1.2x, re-executes the program (argv as given) with OPENBLAS_CORETYPE naming it.
+ * UPIPE_BLAS_CORE=NAME forces a core. Call first thing in main, before MPI starts. */
 void blas_check_core(char **argv);
+/* Why the core is the one it is: "CPU" (OpenBLAS's own choice), "OPENBLAS_CORETYPE",
+ * "UPIPE_BLAS_CORE" or "calibrated: 1.93x Haswell of OPENBLAS_CORETYPE" (blas_check_core). */
+const char *blas_core_reason(void);
+/* C = alpha op(A) op(B) + beta C, row-major fp32 (cblas_sgemm's contract, arguments checked by
+ * the caller): every fp32 product of the model. OpenBLAS, or oneDNN's sgemm where it measured
+ * 1.2x faster at the first call (blas_core.c; UPIPE_SGEMM=openblas|onednn forces one). */
+void sgemm_rm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
+/* Which library sgemm_rm runs and why ("openblas (onednn 0.98x openblas, measured)"). */
+const char *sgemm_route(void);
 /* Makes OpenBLAS's per-thread packing buffers resident as a product n columns wide and k deep
  * would (DESIGN.md §5: the `runtime` category measures them). 0, or -1 out of memory. */
 int blas_touch_buffers(int n, int k);

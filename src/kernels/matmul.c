@@ -1,4 +1,5 @@
-/* matmul.c — linear layers through cblas_sgemm (HF weight layout: w (OC, IC), y = x w^T).
+/* matmul.c — linear layers through sgemm_rm (OpenBLAS or oneDNN, blas_core.c; HF weight layout:
+ * w (OC, IC), y = x w^T).
  * OpenBLAS threads each call itself; nothing here adds OpenMP on top. */
 #include "kernels/kernels.h"
 
@@ -28,8 +29,7 @@ void matmul_forward_ld(float *out, int ldo, const float *inp, int ldi, const flo
         return;
     }
     // out (N, OC) = inp (N, IC) @ w^T (IC, OC); beta = 0 never reads out (NaN garbage is fine)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, ldi, w, ldw,
-                acc ? 1.0f : 0.0f, out, ldo);
+    sgemm_rm(0, 1, N, OC, IC, 1.0f, inp, ldi, w, ldw, acc ? 1.0f : 0.0f, out, ldo);
 }
 
 void matmul_forward(float *out, const float *inp, const float *w, int N, int IC, int OC, int acc) {
@@ -44,13 +44,9 @@ void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float 
              "matmul_backward: leading dimensions below the rows (OC=%d IC=%d)", OC, IC);
     if (N == 0 || IC == 0 || OC == 0) return; // every product is empty: nothing to add
     // dinp (N, IC) += dout (N, OC) @ w (OC, IC)
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, ldd, w, ldw,
-                    1.0f, dinp, lddi);
+    if (dinp) sgemm_rm(0, 0, N, IC, OC, 1.0f, dout, ldd, w, ldw, 1.0f, dinp, lddi);
     // dw (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    if (dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, ldd, inp, ldi,
-                    1.0f, dw, lddw);
+    if (dw) sgemm_rm(1, 0, OC, IC, N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, lddw);
 }
 
 void matmul_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
@@ -88,39 +84,4 @@ void blas_set_threads(int n) {
 
 const char *blas_describe(void) {
     return openblas_get_config();
-}
-
-const char *blas_core(void) {
-    return openblas_get_corename();
-}
-
-/* True for the OpenBLAS cores whose sgemm uses AVX2 or AVX-512 (the names openblas_get_corename
- * gives). */
-static int blas_core_is_wide(const char *core) {
-    static const char *const wide[] = {"haswell", "zen", "skylakex", "cooperlake",
-                                       "sapphirerapids"};
-    for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
-        if (strcasecmp(core, wide[i]) == 0) return 1;
-    return 0;
-}
-
-void blas_check_core(char **argv) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    const char *core = openblas_get_corename();
-    if (getenv("OPENBLAS_CORETYPE") != NULL || core == NULL || blas_core_is_wide(core)) return;
-    const kernel_cpu *c = kernel_cpu_get();
-    const char *want = NULL;
-    if (kernel_cpu_avx512(c))
-        want = "SkylakeX";
-    else if (c->avx2 && c->fma)
-        want = "Haswell";
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (want == NULL || n <= 0 || setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
-    self[n] = '\0';
-    execv(self, argv);             /* by its own path, so the process keeps its name (ps, pgrep) */
-    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: run on with the core OpenBLAS chose */
-#else
-    (void)argv;
-#endif
 }

@@ -314,6 +314,16 @@ static const flag_help_line g_train_page[] = {
     {"watchdog", NULL},
     {"threads", NULL},
     {"help", NULL},
+    {NULL,
+     "\nenvironment (the kernels: line of `upipe --version` and of the run header shows the\n"
+     "choices)\n"
+     "  UPIPE_KERNEL=NAME      force a kernel path: avx512bf16, avx512, avx2 or portable\n"
+     "                         (default: the CPU's best; avx512bf16 only where VDPBF16PS\n"
+     "                         measures faster than FMA at start)\n"
+     "  UPIPE_BLAS_CORE=NAME   force OpenBLAS's kernels (SkylakeX, Haswell, ...); by default\n"
+     "                         a core narrower than the CPU (OPENBLAS_CORETYPE=Haswell on an\n"
+     "                         AVX-512 host) is measured against the CPU's and the faster\n"
+     "                         kept"},
 };
 
 void train_print_help(void) {

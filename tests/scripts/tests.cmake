@@ -1,8 +1,8 @@
 upipe_script_test(golden golden)
 upipe_script_test(train_learns train)
 # The whole model once more on each kernel path that is not the default here (the default is the
-# CPU's best, avx512 on an AVX-512 machine); the unit test covers every path's kernels in depth.
-foreach(path avx2 portable)
+# CPU's best: avx512bf16 where VDPBF16PS is fast, else avx512 on an AVX-512 machine); the unit test covers every path's kernels in depth.
+foreach(path avx512 avx2 portable)
   upipe_script_test_kernel(golden golden ${path})
   upipe_script_test_kernel(train_learns train ${path})
 endforeach()
@@ -27,3 +27,4 @@ upipe_script_test(bf16 mpi)
 upipe_script_test(demo slow)
 upipe_script_test(demo_quick train)
 upipe_script_test(lifecycle errors)
+upipe_script_test(blas_core train)

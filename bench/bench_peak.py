@@ -1,0 +1,102 @@
+"""The machine's own speed (issue 25): how close upipe runs to this host's FMA peak.
+
+Prints the CPU model and the kernels line, then, in one run on this machine:
+  peak      bench_bf16dot: fp32 FMA GFLOP/s of one core (x threads = the FMA peak) and
+            VDPBF16PS's rate over it;
+  sgemm     bench_sgemm at 16384x512x1408 on the core upipe chose, and on OpenBLAS's Haswell
+            core (UPIPE_BLAS_CORE=Haswell), as fractions of the peak;
+  attention bench_attention at T (8 heads, 4 KV heads, 64 wide), forward and backward GFLOP/s of
+            fp32 and bf16 as fractions of the FMA peak;
+  training  configs/bench.json at T, fp32 and bf16 taking turns --reps times: model GFLOP/s
+            (the log's flops_per_s) as a fraction of the peak, tokens/s, bf16 over fp32;
+            medians over the steps after the first, then over the runs.
+Targets of the issue on a host whose dot product is >= 1.8x FMA: fp32 >= 0.60 of the peak,
+bf16 >= 1.7x fp32 tokens/s, attention forward and backward >= 0.50 of the peak.
+usage: python3 bench/bench_peak.py [--upipe build/upipe] [--T 16384] [--threads 2] [--reps 2]
+                                   [--steps 3] [--skip-train]
+"""
+import argparse, os, re, statistics, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, make_data, train  # noqa: E402
+
+
+def out(cmd, env=None):
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+
+
+def cpu_model():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--upipe", default=os.path.join(ROOT, "build/upipe"))
+    ap.add_argument("--T", type=int, default=16384)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--skip-train", action="store_true")
+    a = ap.parse_args()
+    bdir = os.path.dirname(os.path.abspath(a.upipe))
+    ver = out([a.upipe, "--version"])
+    kern = next(l for l in ver.splitlines() if l.startswith("kernels:"))
+    print(f"CPU: {cpu_model()}\n{kern}")
+
+    dot = out([os.path.join(bdir, "bench_bf16dot")])
+    fma = float(re.search(r"vfmadd231ps zmm:.*?([0-9.]+) GFLOP/s", dot).group(1))
+    m = re.search(r"fma GFLOP/s: ([0-9.]+)", dot)
+    ratio = float(m.group(1)) if m else 0.0
+    peak = fma * a.threads
+    print(f"FMA peak: {fma:.1f} GFLOP/s a core, {peak:.1f} on {a.threads} threads; "
+          f"vdpbf16ps {ratio:.2f}x fma")
+    rows = []
+
+    def sgemm(env):
+        return float(re.search(r'"gflops": ([0-9.]+)',
+                               out([os.path.join(bdir, "bench_sgemm"), str(a.threads)], env)).group(1))
+
+    env_h = dict(os.environ, UPIPE_BLAS_CORE="Haswell")
+    g, h = sgemm(None), sgemm(env_h)
+    rows += [("sgemm 16384x512x1408, chosen core", g), ("sgemm, OpenBLAS Haswell core", h)]
+
+    att = out([os.path.join(bdir, "bench_attention"), str(a.T), "8", "4", "64", str(a.threads),
+               "3", "1", "both"])
+    dt = None
+    for line in att.splitlines():
+        m = re.match(r"\s*(fp32|bf16) ws=", line)
+        if m:
+            dt = m.group(1)
+        m = re.match(r"\s*(forward|backward)\s*:\s*[0-9.]+ s\s+([0-9.]+) GFLOP/s", line)
+        if m and dt:
+            rows.append((f"attention {dt} {m.group(1)}, T={a.T}", float(m.group(2))))
+
+    print(f"\n| operation | GFLOP/s | of FMA peak |\n|---|---:|---:|")
+    for name, v in rows:
+        print(f"| {name} | {v:.1f} | {v / peak:.2f} |")
+    if a.skip_train:
+        return
+    tmp = tempfile.mkdtemp(prefix="upipe-bench-peak.")
+    cfg = os.path.join(ROOT, "configs/bench.json")
+    data = make_data(a.upipe, a.T * (a.steps + 1) + 1, tmp)
+    res = {"f32": [], "bf16": []}
+    for r in range(a.reps):
+        for d in ("f32", "bf16"):
+            o = train(a.upipe, cfg, data, a.T, threads=a.threads, steps=a.steps,
+                      extra=["--dtype", d], tag=f"{d}{r}", tmp=tmp)
+            res[d].append(o)
+    print(f"\ntraining: configs/bench.json T={a.T}, 1 rank, {a.threads} threads, {a.reps} runs "
+          f"each (taking turns), {a.steps} steps (medians after the first)")
+    print("| dtype | tokens/s | model GFLOP/s | of FMA peak | vs fp32 |\n|---|---:|---:|---:|---:|")
+    base = statistics.median(o["tokens_per_s"] for o in res["f32"])
+    for d in ("f32", "bf16"):
+        tps = statistics.median(o["tokens_per_s"] for o in res[d])
+        fl = statistics.median(o["flops_per_s"] for o in res[d]) / 1e9
+        print(f"| {d} | {tps:.0f} | {fl:.1f} | {fl / peak:.2f} | {tps / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The OpenBLAS core of the fp32 products (blas_check_core, src/kernels/blas_core.c): forced by
+# UPIPE_BLAS_CORE, calibrated where OPENBLAS_CORETYPE names a core narrower than the CPU, and a
+# candidate whose products are wrong refused.
+source "$(dirname "$0")/lib.sh" "$@"
+
+core_line() { env "$@" "$UPIPE" --version | sed -n 's/.*openblas \([A-Za-z0-9]*\) (\([^)]*\)).*/\1 \2/p'; }
+
+# The probe a calibration runs in its child: the core's name and a positive rate.
+out=$(UPIPE_BLAS_PROBE=1 "$UPIPE")
+if [[ $out =~ ^[A-Za-z0-9]+\ ([0-9.]+)$ ]] && awk "BEGIN{exit !(${BASH_REMATCH[1]} > 0)}"; then
+  ok "probe: $out"
+else
+  bad "probe printed '$out'"
+fi
+out=$(UPIPE_BLAS_PROBE=1 UPIPE_BLAS_PROBE_FAULT=1 "$UPIPE")
+[[ $out =~ \ 0\.000$ ]] && ok "a probe with wrong products reports rate 0: $out" ||
+  bad "a probe with wrong products printed '$out'"
+
+l=$(core_line UPIPE_BLAS_CORE=Haswell)
+[ "$l" = "Haswell UPIPE_BLAS_CORE" ] && ok "UPIPE_BLAS_CORE=Haswell: $l" || bad "UPIPE_BLAS_CORE=Haswell gave '$l'"
+
+# The fp32 products on oneDNN's sgemm (UPIPE_SGEMM): named, and the model's golden figures hold.
+l=$(UPIPE_SGEMM=onednn "$UPIPE" --version | grep -o 'fp32 gemm [a-z]* ([^)]*)')
+[ "$l" = "fp32 gemm onednn (UPIPE_SGEMM)" ] && ok "UPIPE_SGEMM=onednn: $l" || bad "UPIPE_SGEMM=onednn gave '$l'"
+if UPIPE_SGEMM=onednn bash "$SRC/tests/scripts/golden.sh" "$UPIPE" "$BUILD" "$SRC" >"$TMP/golden.out" 2>&1; then
+  ok "the golden model on oneDNN's sgemm: $(tail -n 1 "$TMP/golden.out")"
+else
+  bad "the golden model on oneDNN's sgemm"; cat "$TMP/golden.out"
+fi
+out=$(UPIPE_SGEMM=mkl "$UPIPE" --version 2>&1) && bad "UPIPE_SGEMM=mkl accepted" ||
+  ok "UPIPE_SGEMM=mkl refused: $out"
+
+avx512=1
+for f in avx512f avx512bw avx512dq avx512vl; do grep -qw $f /proc/cpuinfo || avx512=0; done
+if [ $avx512 = 0 ]; then
+  echo "skip: this CPU lacks AVX-512, so no core is narrower than it under OPENBLAS_CORETYPE=Haswell"
+  finish; exit
+fi
+l=$(core_line UPIPE_BLAS_CORE=SkylakeX)
+[ "$l" = "SkylakeX UPIPE_BLAS_CORE" ] && ok "UPIPE_BLAS_CORE=SkylakeX: $l" || bad "UPIPE_BLAS_CORE=SkylakeX gave '$l'"
+# Haswell's kernels on an AVX-512 CPU: SkylakeX is measured against them and taken if 1.2x faster.
+l=$(core_line OPENBLAS_CORETYPE=Haswell)
+if [[ $l =~ ^SkylakeX\ calibrated:\ ([0-9.]+)x\ Haswell ]]; then
+  awk "BEGIN{exit !(${BASH_REMATCH[1]} >= 1.2)}" && ok "calibrated: $l" || bad "taken below the margin: $l"
+elif [ "$l" = "Haswell OPENBLAS_CORETYPE" ]; then
+  ok "SkylakeX measured not 1.2x faster here: kept $l"
+else
+  bad "OPENBLAS_CORETYPE=Haswell gave '$l'"
+fi
+# The same with the candidate's products wrong: never taken.
+l=$(core_line OPENBLAS_CORETYPE=Haswell UPIPE_BLAS_PROBE_FAULT=1)
+[ "$l" = "Haswell OPENBLAS_CORETYPE" ] && ok "a candidate with wrong products is refused: $l" ||
+  bad "a candidate with wrong products gave '$l'"
+finish
