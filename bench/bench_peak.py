@@ -7,13 +7,17 @@ Prints the CPU model and the kernels line, then, in one run on this machine:
             core (UPIPE_BLAS_CORE=Haswell), as fractions of the peak;
   attention bench_attention at T (8 heads, 4 KV heads, 64 wide), forward and backward GFLOP/s of
             fp32 and bf16 as fractions of the FMA peak;
+  roofline  bench_typed at T (one layer of configs/bench.json and its LM head, every operation
+            outside attention, fp32 and bf16 taking turns): each product's GFLOP/s as a fraction
+            of the FMA peak, each element-wise operation's GB/s (the bytes it must move) as a
+            fraction of this host's copy bandwidth (measured by bench_typed);
   training  configs/bench.json at T, fp32 and bf16 taking turns --reps times: model GFLOP/s
             (the log's flops_per_s) as a fraction of the peak, tokens/s, bf16 over fp32;
             medians over the steps after the first, then over the runs.
 Targets of the issue on a host whose dot product is >= 1.8x FMA: fp32 >= 0.60 of the peak,
 bf16 >= 1.7x fp32 tokens/s, attention forward and backward >= 0.50 of the peak.
 usage: python3 bench/bench_peak.py [--upipe build/upipe] [--T 16384] [--threads 2] [--reps 2]
-                                   [--steps 3] [--skip-train]
+                                   [--steps 3] [--skip-train] [--skip-roofline]
 """
 import argparse, os, re, statistics, subprocess, sys, tempfile
 
@@ -32,6 +36,63 @@ def cpu_model():
     return "unknown"
 
 
+# One layer of configs/bench.json (C 512, F 1408, 8 heads and 4 KV heads of 64) and its LM head
+# (V 4096) at T tokens: ("flop", count) for a product, ("byte", count per element size e) for an
+# element-wise operation (what it must read and write once; the tables of rope and the fp32
+# statistics of rmsnorm are left out: small).
+def op_work(T):
+    C, F, Q, K, V = 512, 1408, 512, 256, 4096
+    return {
+        "rmsnorm fwd": ("byte", lambda e: 2 * T * C * e),
+        "q,k,v fwd": ("flop", 2 * T * C * (Q + 2 * K)),
+        "rope fwd": ("byte", lambda e: 2 * T * (Q + K) * e),
+        "o fwd": ("flop", 2 * T * Q * C),
+        "gate,up fwd": ("flop", 2 * T * C * 2 * F),
+        "swiglu fwd": ("byte", lambda e: 3 * T * F * e),
+        "down fwd": ("flop", 2 * T * F * C),
+        "residual add": ("byte", lambda e: 3 * T * C * e),
+        "lm head fwd": ("flop", 2 * T * C * V),
+        # fp32 in both types: a copy of the tile's logits (as the step's tile is fresh), then
+        # the fused softmax / loss / gradient reading and writing it
+        "loss tile": ("byte", lambda e: 4 * T * V * 4),
+        "lm head bwd": ("flop", 4 * T * C * V),
+        "down bwd": ("flop", 4 * T * F * C),
+        "swiglu bwd": ("byte", lambda e: 5 * T * F * e),
+        "gate,up bwd": ("flop", 4 * T * C * 2 * F),
+        "o bwd": ("flop", 4 * T * Q * C),
+        "rope bwd": ("byte", lambda e: 2 * T * (Q + K) * e),
+        "q,k,v bwd": ("flop", 4 * T * C * (Q + 2 * K)),
+        "rmsnorm bwd": ("byte", lambda e: 4 * T * C * e),
+    }
+
+
+def roofline(a, bdir, peak):
+    T = a.T
+    txt = out([os.path.join(bdir, "bench_typed"), str(T), str(a.threads), "5"])
+    bw = float(re.search(r"memory: copy ([0-9.]+) GB/s", txt).group(1))
+    print(f"\nroofline: one layer of configs/bench.json + LM head, T={T}, {a.threads} threads, "
+          f"median of 5 (bench_typed); FMA peak {peak:.1f} GFLOP/s, copy bandwidth {bw:.1f} GB/s")
+    print(next(l for l in txt.splitlines() if l.startswith("GEMM 1:")))
+    print("| operation | kind | fp32 ms | fp32 rate | fp32 of roof | bf16 ms | bf16 rate | "
+          "bf16 of roof |\n|---|---|---:|---:|---:|---:|---:|---:|")
+    work = op_work(T)
+    for line in txt.splitlines():
+        m = re.match(r"\| ([a-z ,]+) \| ([0-9.]+) \| ([0-9.]+) \|", line)
+        if not m or m.group(1) not in work:
+            continue
+        name, f_ms, b_ms = m.group(1), float(m.group(2)), float(m.group(3))
+        kind, w = work[name]
+        cells = []
+        for ms, e in ((f_ms, 4), (b_ms, 2)):
+            if kind == "flop":
+                rate = w / (ms / 1e3) / 1e9
+                cells += [f"{ms:.2f}", f"{rate:.0f} GFLOP/s", f"{rate / peak:.2f}"]
+            else:
+                rate = w(e) / (ms / 1e3) / 1e9
+                cells += [f"{ms:.2f}", f"{rate:.1f} GB/s", f"{rate / bw:.2f}"]
+        print(f"| {name} | {'product' if kind == 'flop' else 'memory'} | " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--upipe", default=os.path.join(ROOT, "build/upipe"))
@@ -40,6 +101,7 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--skip-roofline", action="store_true")
     a = ap.parse_args()
     bdir = os.path.dirname(os.path.abspath(a.upipe))
     ver = out([a.upipe, "--version"])
@@ -77,6 +139,8 @@ def main():
     print(f"\n| operation | GFLOP/s | of FMA peak |\n|---|---:|---:|")
     for name, v in rows:
         print(f"| {name} | {v:.1f} | {v / peak:.2f} |")
+    if not a.skip_roofline:
+        roofline(a, bdir, peak)
     if a.skip_train:
         return
     tmp = tempfile.mkdtemp(prefix="upipe-bench-peak.")

@@ -4,8 +4,10 @@
  * turns within each repetition (the machines are shared: a ratio from one run is what counts).
  * Prints each operation's median seconds for f32 and bf16 and their ratio, then the sums.
  * usage: bench_typed [T (4096)] [threads (2)] [reps (7)] [gemm_bf16 paths]: with paths (e.g.
- * "converted,packed") one bf16 column per path, all taking turns. UPIPE_KERNEL and
- * OPENBLAS_CORETYPE apply as in a run. */
+ * "converted,packed") one bf16 column per path, all taking turns. UPIPE_KERNEL, UPIPE_BLAS_CORE
+ * and UPIPE_SGEMM apply as in a run (the OpenBLAS core is chosen as upipe chooses it). Also
+ * prints the memory bandwidth of this host (a copy and a read of 1 GiB on the threads), the
+ * yardstick of the element-wise operations (bench/bench_peak.py's roofline). */
 #include "bench_util.h"
 #include "kernels/bf16.h"
 #include "kernels/gemm_bf16.h"
@@ -24,6 +26,7 @@ typedef struct {
     void *wq, *wk, *wv, *wo, *wg, *wu, *wd, *wn, *wlm;
     float *rstd, *dwq, *dwk, *dwv, *dwo, *dwg, *dwu, *dwd, *dwn, *dwlm, *cos_t, *sin_t;
     float *lin, *logits, *dlogits, *dlin;
+    int32_t *targets;
 } layer;
 
 static void *alloc_fill(mem_dtype dt, size_t n, float scale, unsigned *seed) {
@@ -81,6 +84,9 @@ static void layer_init(layer *L, mem_dtype dt, int T) {
     L->logits = falloc((size_t)LOSS_ROWS * V, 0.0f, &s);
     L->dlogits = falloc((size_t)LOSS_ROWS * V, 0.01f, &s);
     L->dlin = falloc((size_t)LOSS_ROWS * C, 0.0f, &s);
+    L->targets = malloc(sizeof(int32_t) * LOSS_ROWS);
+    for (int i = 0; i < LOSS_ROWS; i++)
+        L->targets[i] = (int32_t)((unsigned)i * 2654435761u % V);
 }
 
 enum {
@@ -93,6 +99,7 @@ enum {
     OP_DOWN_F,
     OP_ADD,
     OP_LM_F,
+    OP_LOSS,
     OP_LM_B,
     OP_DOWN_B,
     OP_SWIGLU_B,
@@ -104,9 +111,9 @@ enum {
     NOPS
 };
 static const char *const op_names[NOPS] = {
-    "rmsnorm fwd", "q,k,v fwd",    "rope fwd",    "o fwd",       "gate,up fwd", "swiglu fwd",
-    "down fwd",    "residual add", "lm head fwd", "lm head bwd", "down bwd",    "swiglu bwd",
-    "gate,up bwd", "o bwd",        "rope bwd",    "q,k,v bwd",   "rmsnorm bwd"};
+    "rmsnorm fwd", "q,k,v fwd",    "rope fwd",    "o fwd",     "gate,up fwd", "swiglu fwd",
+    "down fwd",    "residual add", "lm head fwd", "loss tile", "lm head bwd", "down bwd",
+    "swiglu bwd",  "gate,up bwd",  "o bwd",       "rope bwd",  "q,k,v bwd",   "rmsnorm bwd"};
 
 static void op_run(layer *L, int op, int T) {
     const typed_ctx *t = &L->t;
@@ -144,6 +151,12 @@ static void op_run(layer *L, int op, int T) {
         for (int i0 = 0; i0 < T; i0 += LOSS_ROWS)
             typed_matmul_forward_f32(t, L->logits, L->lin, L->wlm, LOSS_ROWS, C, V);
         break;
+    case OP_LOSS: /* softmax, loss and dlogits in place, a tile at a time (fp32 in both types) */
+        for (int i0 = 0; i0 < T; i0 += LOSS_ROWS) {
+            memcpy(L->dlogits, L->logits, sizeof(float) * LOSS_ROWS * V);
+            cross_entropy_fused(L->dlogits, L->targets, LOSS_ROWS, V, 1.0f / (float)T);
+        }
+        break;
     case OP_LM_B:
         for (int i0 = 0; i0 < T; i0 += LOSS_ROWS)
             typed_matmul_backward_f32(t, L->dlin, L->dwlm, L->dlogits, L->lin, L->wlm, LOSS_ROWS, C,
@@ -177,7 +190,40 @@ static void op_run(layer *L, int op, int T) {
     }
 }
 
+/* GB/s of a copy (bytes read + written) and of a read (a sum) of 1 GiB on the threads, medians
+ * of 5 after a first touch. */
+static void bandwidth(double *copy, double *read) {
+    const size_t n = (size_t)1 << 27; /* floats: 512 MiB each side */
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    *copy = *read = 0.0;
+    if (!a || !b) return;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        a[i] = 1.0f, b[i] = 0.0f;
+    double tc[5], tr[5];
+    volatile float sink = 0.0f;
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            b[i] = a[i];
+        double t1 = now_s();
+        float acc = 0.0f;
+#pragma omp parallel for schedule(static) reduction(+ : acc)
+        for (size_t i = 0; i < n; i++)
+            acc += b[i];
+        sink += acc;
+        tc[r] = t1 - t0, tr[r] = now_s() - t1;
+    }
+    qsort(tc, 5, sizeof *tc, cmp_double);
+    qsort(tr, 5, sizeof *tr, cmp_double);
+    *copy = 2.0 * (double)n * sizeof(float) / tc[2] / 1e9;
+    *read = (double)n * sizeof(float) / tr[2] / 1e9;
+    free(a), free(b);
+}
+
 int main(int argc, char **argv) {
+    blas_check_core(argv); /* the core upipe itself runs on */
     int T = argc > 1 ? atoi(argv[1]) : 4096, threads = argc > 2 ? atoi(argv[2]) : 2,
         reps = argc > 3 ? atoi(argv[3]) : 7;
     /* bf16 columns: one per gemm_bf16 path named in argv[4] (comma-separated), all taking turns
@@ -213,6 +259,10 @@ int main(int argc, char **argv) {
            "median of %d\n",
            T, threads, reps);
     printf("CPU: %s; bf16 conversions: %s\n", cpu, bf16_path_current()->name);
+    printf("kernels: %s\n", kernel_path_name());
+    double bw_copy, bw_read;
+    bandwidth(&bw_copy, &bw_read);
+    printf("memory: copy %.1f GB/s, read %.1f GB/s (%d threads)\n", bw_copy, bw_read, threads);
     for (int i = 0; i < np; i++) {
         if (paths[i]) gemm_bf16_path_set(paths[i]);
         printf("GEMM %d: %s\n", i + 1, gemm_bf16_path());
