@@ -55,7 +55,7 @@ static int imin(int a, int b) {
 
 enum {
     WS_ALIGN = 16,   // floats: panels start on cache lines
-    KB_DEPTH = 1024, // the depth of K that one packed B block covers, at most
+    KB_DEPTH = 1024, // the depth of K that one packed B block covers, at most (pairs: twice)
 };
 
 static size_t round_up(size_t x, size_t to) {
@@ -128,7 +128,8 @@ static void packed(int transa, int transb, int M, int N, int K, float alpha, con
     kc = imin(K, (int)round_up((size_t)((K + kblocks - 1) / kblocks), 8));
     /* B is packed kb = S kc deep at a time (S kc blocks per pair of barriers: a barrier waits
      * for the slowest thread, and on a shared host that is often a descheduled one). */
-    int S = imin(kblocks, imin(K, KB_DEPTH) / kc > 1 ? imin(K, KB_DEPTH) / kc : 1);
+    const int kb_max = o->pairs ? 2 * KB_DEPTH : KB_DEPTH; // the same bytes
+    int S = imin(kblocks, imin(K, kb_max) / kc > 1 ? imin(K, kb_max) / kc : 1);
     size_t kb = (size_t)S * (size_t)kc;
     size_t panels_a = (size_t)nth * ((size_t)MR * depth(o, (size_t)kc) + WS_ALIGN);
     UP_CHECK(avail > panels_a + (size_t)NR * depth(o, kb) + WS_ALIGN,
