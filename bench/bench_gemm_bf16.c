@@ -4,24 +4,30 @@
  *   fwd   out (T, OC) = inp (T, IC) @ W^T          (A plain, B transposed, beta 0)
  *   dinp  dinp (T, IC) = dout (T, OC) @ W          (plain, plain, beta 1)
  *   dW    dW (OC, IC) += dout^T (OC, T) @ inp      (transposed, plain, beta 1)
- * at T = 4096 and at a row tile of 256. Columns, GFLOP/s (2 M N K per product), the median of
- * the repetitions after a warm-up, the methods taking turns:
+ * at T = 4096 and at a row tile of 256 unless told (bench.json's T is 16384). Columns, GFLOP/s
+ * (2 M N K per product), the median of the repetitions after a warm-up, the methods taking turns:
  *   sgemm      cblas_sgemm on fp32 operands (the fp32 run's matmuls: the baseline)
  *   onednn     dnnl_gemm_bf16bf16f32 as the library picks its kernels (DNNL_MAX_CPU_ISA caps it)
- *   packed     gemm_bf16's packed path: BLIS loops, bf16 widened while packing, our micro-kernel
- *              of the UPIPE_KERNEL path
+ *   packed     gemm_bf16's packed path with the micro-kernel of the chosen kernel path
+ *              (UPIPE_KERNEL, or this CPU's default)
+ *   fma        the packed path on the avx512 row: bf16 widened while packing, fp32 FMA 12 x 32
+ *   dp         the packed path on the avx512bf16 row: bf16 pairs, VDPBF16PS 12 x 32
  *   conv       gemm_bf16's converted panels (fp32 in its workspace, cblas_sgemm): K and N blocks
  *              up to 1024, A's rows filling the rest of the 8 MiB
  *   conv512, conv2048   the same with square 512 and 2048 blocks (the block size measurement)
- * Then determinism (bits of 1 against 2 threads, and of repeated calls) and the resident memory
- * oneDNN's first call adds. usage: bench_gemm_bf16 [threads (2)] [reps (7)]. UPIPE_KERNEL and
- * DNNL_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA apply as in a run. libxsmm 1.17 is not here: its
+ * and dp/fma, the ratio of those two columns. A row the CPU cannot run reads n/a. Then
+ * determinism (bits of 1 against 2 threads, and of repeated calls; T = 4096) and the resident
+ * memory oneDNN's first call adds. usage: bench_gemm_bf16 [threads (2)] [reps (7)] [T,T,...
+ * (4096,256)] [methods (all), e.g. sgemm,fma,dp]. UPIPE_KERNEL and DNNL_MAX_CPU_ISA /
+ * ONEDNN_MAX_CPU_ISA apply as in a run; UPIPE_BENCH_BLOCKS=mc,nc,kc runs packed, fma and dp at
+ * those blocks (gemm_bf16_packed_blocks: the block measurement). libxsmm 1.17 is not here: its
  * libxsmm_xgemm refuses bf16 in, fp32 out ("unsupported data-type"), and its bf16 JIT kernels
  * (libxsmm_bsmmdispatch) are small column-major blocks that need A packed in VNNI pairs, so it
  * would need a GEMM of our own around them (DESIGN.md §5.1). */
 #include "bench_util.h"
 #include "kernels/bf16.h"
 #include "kernels/gemm_bf16.h"
+#include "kernels/kernel_path.h"
 #include "kernels/kernels.h"
 
 #include <cblas.h>
@@ -56,11 +62,26 @@ typedef struct {
     float *C, *ws;
 } product;
 
-enum { M_SGEMM, M_ONEDNN, M_PACKED, M_CONV, M_CONV512, M_CONV2048, NMETHODS };
-static const char *const method_names[NMETHODS] = {"sgemm", "onednn",  "packed",
-                                                   "conv",  "conv512", "conv2048"};
+enum { M_SGEMM, M_ONEDNN, M_PACKED, M_FMA, M_DP, M_CONV, M_CONV512, M_CONV2048, NMETHODS };
+static const char *const method_names[NMETHODS] = {"sgemm", "onednn", "packed",  "fma",
+                                                   "dp",    "conv",   "conv512", "conv2048"};
+/* The kernel path (dispatch row) each packed method runs; NULL: the chosen one. */
+static const char *const method_row[NMETHODS] = {[M_FMA] = "avx512", [M_DP] = "avx512bf16"};
 
-static int g_onednn_ok = 1; // the last oneDNN call succeeded
+static int g_onednn_ok = 1;   // the last oneDNN call succeeded
+static int g_use[NMETHODS];   // the methods timed
+static char g_row[32];        // the kernel path chosen at the start
+static int g_mc, g_nc, g_kc;  // UPIPE_BENCH_BLOCKS, or 0: the path's own
+static int runs(int method) { // 1 if this CPU runs the method
+    if (method == M_ONEDNN) return g_onednn_ok;
+    return !method_row[method] || kernel_path_supported(method_row[method]);
+}
+
+static void set_row(const char *name) {
+    char err[256];
+    if (kernel_path_set(name, err, sizeof err))
+        fprintf(stderr, "bench_gemm_bf16: %s\n", err), exit(1);
+}
 
 static void run(int method, const product *p) {
     switch (method) {
@@ -75,9 +96,18 @@ static void run(int method, const product *p) {
                                   p->A, p->lda, p->B, p->ldb, p->beta, p->C, p->N) == dnnl_success;
         break;
     case M_PACKED:
+    case M_FMA:
+    case M_DP:
+        if (method_row[method]) set_row(method_row[method]);
         gemm_bf16_path_set("packed");
-        gemm_bf16(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B, p->ldb, p->beta, p->C,
-                  p->N, p->ws);
+        if (g_mc || g_nc || g_kc)
+            gemm_bf16_packed_blocks(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B,
+                                    p->ldb, p->beta, p->C, p->N, NULL, NULL, 0, p->ws, g_mc, g_nc,
+                                    g_kc);
+        else
+            gemm_bf16(p->ta, p->tb, p->M, p->N, p->K, 1.0f, p->A, p->lda, p->B, p->ldb, p->beta,
+                      p->C, p->N, p->ws);
+        if (method_row[method]) set_row(g_row);
         break;
     default: {
         int b = method == M_CONV ? 0 : method == M_CONV512 ? 512 : 2048;
@@ -94,18 +124,20 @@ static void run(int method, const product *p) {
 
 static int g_reps = 7;
 
-/* GFLOP/s of every method on p: median of g_reps after a warm-up. The methods take turns within
- * each repetition, so that a busy host slows them alike. */
+/* GFLOP/s of every method timed on p: median of g_reps after a warm-up. The methods take turns
+ * within each repetition, so that a busy host slows them alike. */
 static void gflops_all(const product *p, double *out) {
     double r[NMETHODS][64];
     for (int k = -1; k < g_reps; k++)
         for (int m = 0; m < NMETHODS; m++) {
+            if (!g_use[m] || !runs(m)) continue;
             double t0 = now_s();
             run(m, p);
             double t = now_s() - t0;
             if (k >= 0) r[m][k] = 2.0 * p->M * (double)p->N * p->K / t / 1e9;
         }
     for (int m = 0; m < NMETHODS; m++) {
+        if (!g_use[m] || !runs(m)) continue;
         qsort(r[m], (size_t)g_reps, sizeof r[m][0], cmp_double);
         out[m] = r[m][g_reps / 2];
     }
@@ -114,25 +146,24 @@ static void gflops_all(const product *p, double *out) {
 /* Operands large enough for every product: bf16 values in [-1, 1) and their fp32 widening. */
 static uint16_t *g_a, *g_b;
 static float *g_af, *g_bf, *g_c, *g_ws;
-enum { MAXE = 4096 * 4096 };
 
-static void fill(void) {
-    g_a = malloc(MAXE * sizeof(uint16_t)), g_b = malloc(MAXE * sizeof(uint16_t));
-    g_af = malloc(MAXE * sizeof(float)), g_bf = malloc(MAXE * sizeof(float));
-    g_c = malloc(MAXE * sizeof(float));
+static void fill(size_t maxe) {
+    g_a = malloc(maxe * sizeof(uint16_t)), g_b = malloc(maxe * sizeof(uint16_t));
+    g_af = malloc(maxe * sizeof(float)), g_bf = malloc(maxe * sizeof(float));
+    g_c = malloc(maxe * sizeof(float));
     g_ws = malloc((size_t)2 * 2048 * 2048 * sizeof(float)); // the largest blocks timed
     if (!g_a || !g_b || !g_af || !g_bf || !g_c || !g_ws)
         fprintf(stderr, "bench_gemm_bf16: out of memory\n"), exit(1);
     uint64_t s = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i < MAXE; i++) {
+    for (size_t i = 0; i < maxe; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         g_af[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         g_bf[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
     }
-    bf16_from_f32(g_af, g_a, MAXE), bf16_from_f32(g_bf, g_b, MAXE);
-    f32_from_bf16(g_a, g_af, MAXE), f32_from_bf16(g_b, g_bf, MAXE);
-    memset(g_c, 0, MAXE * sizeof(float));
+    bf16_from_f32(g_af, g_a, maxe), bf16_from_f32(g_bf, g_b, maxe);
+    f32_from_bf16(g_a, g_af, maxe), f32_from_bf16(g_b, g_bf, maxe);
+    memset(g_c, 0, maxe * sizeof(float));
 }
 
 /* The product `kind` (0 fwd, 1 dinp, 2 dW) of a layer IC -> OC over T rows. */
@@ -155,24 +186,31 @@ static const struct {
     {"gate/up 512->1408", 512, 1408}, {"down 1408->512", 1408, 512},
     {"lm_head 512->4096", 512, 4096},
 };
+enum { NLAYERS = sizeof layers / sizeof layers[0], VMAX = 4096 }; // VMAX: the widest layer
+
 static const char *const kinds[] = {"fwd", "dinp", "dW"};
 
 static void table(int T) {
+    int ratio = g_use[M_FMA] && g_use[M_DP] && runs(M_FMA) && runs(M_DP);
     printf("\nT = %d rows\n%-18s %-5s %5s %5s %5s", T, "layer", "prod", "M", "N", "K");
     for (int m = 0; m < NMETHODS; m++)
-        printf(" %9s", method_names[m]);
+        if (g_use[m]) printf(" %9s", method_names[m]);
+    if (ratio) printf(" %7s", "dp/fma");
     printf("\n");
-    for (size_t l = 0; l < sizeof layers / sizeof *layers; l++)
+    for (int l = 0; l < NLAYERS; l++)
         for (int k = 0; k < 3; k++) {
             product p = layer_product(k, T, layers[l].ic, layers[l].oc);
             printf("%-18s %-5s %5d %5d %5d", layers[l].name, kinds[k], p.M, p.N, p.K);
             double g[NMETHODS];
             gflops_all(&p, g);
             for (int m = 0; m < NMETHODS; m++)
-                if (m == M_ONEDNN && !g_onednn_ok)
+                if (!g_use[m])
+                    continue;
+                else if (!runs(m))
                     printf(" %9s", "n/a");
                 else
                     printf(" %9.1f", g[m]);
+            if (ratio) printf(" %7.2f", g[M_DP] / g[M_FMA]);
             printf("\n");
             fflush(stdout);
         }
@@ -180,10 +218,10 @@ static void table(int T) {
 
 /* 1 if the method gives the same bits with 1 and nthreads threads and over repeated calls. */
 static void determinism(int method, int nthreads) {
-    size_t n = (size_t)4096 * 4096;
+    size_t n = (size_t)4096 * VMAX;
     float *c1 = malloc(n * sizeof(float)), *c2 = malloc(n * sizeof(float));
     int same_threads = 1, same_calls = 1;
-    for (size_t l = 0; l < sizeof layers / sizeof *layers; l++)
+    for (int l = 0; l < NLAYERS; l++)
         for (int k = 0; k < 3; k++) {
             product p = layer_product(k, 4096, layers[l].ic, layers[l].oc);
             p.beta = 0.0f; // plain products: the C left by earlier timings does not matter
@@ -201,16 +239,42 @@ static void determinism(int method, int nthreads) {
     free(c1), free(c2);
 }
 
+static int usage(void) {
+    fprintf(stderr, "usage: bench_gemm_bf16 [threads] [reps <= 64] [T,T,...] [method,...]\n");
+    return 2;
+}
+
 int main(int argc, char **argv) {
     blas_check_core(argv); /* the core upipe itself runs on */
     int threads = argc > 1 ? atoi(argv[1]) : 2;
     if (argc > 2) g_reps = atoi(argv[2]);
-    if (threads < 1 || g_reps < 1 || g_reps > 64)
-        return fprintf(stderr, "usage: bench_gemm_bf16 [threads] [reps <= 64]\n"), 2;
+    int Ts[16], nT = 0;
+    for (char *t = strtok(argc > 3 ? argv[3] : (char[]){"4096,256"}, ","); t && nT < 16;
+         t = strtok(NULL, ","))
+        Ts[nT++] = atoi(t);
+    for (int m = 0; m < NMETHODS; m++)
+        g_use[m] = argc <= 4;
+    for (char *t = argc > 4 ? strtok(argv[4], ",") : NULL; t; t = strtok(NULL, ",")) {
+        int m = 0;
+        while (m < NMETHODS && strcmp(method_names[m], t))
+            m++;
+        if (m == NMETHODS) return fprintf(stderr, "bench_gemm_bf16: no method '%s'\n", t), usage();
+        g_use[m] = 1;
+    }
+    if (threads < 1 || g_reps < 1 || g_reps > 64 || nT == 0) return usage();
+    int Tmax = 4096; // the determinism products
+    for (int i = 0; i < nT; i++) {
+        if (Ts[i] < 1) return usage();
+        Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
+    }
+    const char *blocks = getenv("UPIPE_BENCH_BLOCKS");
+    if (blocks && sscanf(blocks, "%d,%d,%d", &g_mc, &g_nc, &g_kc) != 3)
+        return fprintf(stderr, "bench_gemm_bf16: UPIPE_BENCH_BLOCKS wants mc,nc,kc\n"), 2;
+    snprintf(g_row, sizeof g_row, "%s", kernel_choice_get()->row->name);
     char model[192];
     cpu_model(model, sizeof model);
     omp_set_num_threads(threads), blas_set_threads(threads);
-    fill();
+    fill((size_t)Tmax * VMAX);
     const char *isa =
         getenv("DNNL_MAX_CPU_ISA") ? getenv("DNNL_MAX_CPU_ISA") : getenv("ONEDNN_MAX_CPU_ISA");
     // oneDNN's first call: its JIT kernels, thread-local buffers; resident memory it adds
@@ -222,18 +286,19 @@ int main(int argc, char **argv) {
     run(M_ONEDNN, &p);
     long rss2 = rss_kib();
     printf("cpu: %s\n%d threads; GFLOP/s, median of %d after a warm-up\n", model, threads, g_reps);
-    printf("gemm_bf16 chooses: %s\nonednn max ISA: %s\nblas: %s\n", gemm_bf16_path(),
-           isa ? isa : "(library default)", blas_describe());
+    printf("gemm_bf16 chooses: %s\nkernels: %s\nonednn max ISA: %s\nblas: %s\n", gemm_bf16_path(),
+           kernel_path_name(), isa ? isa : "(library default)", blas_describe());
+    if (g_mc || g_nc || g_kc)
+        printf("packed methods at blocks mc %d, nc %d, kc %d (UPIPE_BENCH_BLOCKS)\n", g_mc, g_nc,
+               g_kc);
     if (!g_onednn_ok) printf("onednn: dnnl_gemm_bf16bf16f32 returns unimplemented at this ISA\n");
     printf("resident memory oneDNN's first calls added: %ld KiB (first), %ld KiB (after a dW)\n",
            rss1 - rss0, rss2 - rss0);
-    table(4096);
-    table(256);
+    for (int i = 0; i < nT; i++)
+        table(Ts[i]);
     printf("\ndeterminism on the T = 4096 products (beta 0):\n");
-    if (g_onednn_ok) determinism(M_ONEDNN, threads);
-    determinism(M_PACKED, threads);
-    determinism(M_CONV, threads);
-    determinism(M_SGEMM, threads);
+    for (int m = 0; m < NMETHODS; m++)
+        if (g_use[m] && m != M_CONV512 && m != M_CONV2048 && runs(m)) determinism(m, threads);
     printf("resident memory now: %ld KiB above the start of the measurement\n", rss_kib() - rss0);
     return 0;
 }

@@ -4,7 +4,9 @@
  *  - "packed": our own BLIS-style product (gemm_packed.c) whose packing widens bf16 to fp32, with
  *    the micro-kernel of the UPIPE_KERNEL path (avx512, avx2, portable); any CPU. 0.82-1.16x of
  *    fp32 sgemm per shape of the model (2 threads; median 1.0), ahead of "converted" on the
- *    AVX-512 and AVX2 paths alike, and the same bits for any thread count.
+ *    AVX-512 and AVX2 paths alike, and the same bits for any thread count. On the avx512bf16
+ *    path its panels hold bf16 pairs and the micro-kernel is VDPBF16PS (about 1.9x the avx512
+ *    path on Zen 5; its own bits, gemm_packed_avx512bf16.c).
  *  - "converted": panels of A and B widened to fp32 in the caller's workspace, cblas_sgemm on
  *    them; any CPU. 0.74-1.0x of fp32 sgemm on the model's shapes (2 threads).
  *  - "onednn": oneDNN 2.6's dnnl_gemm_bf16bf16f32, JIT kernels from avx512_core up (VDPBF16PS on

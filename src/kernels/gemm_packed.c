@@ -3,15 +3,17 @@
  * GotoBLAS / BLIS loops in one OpenMP region per product (each region and barrier costs a time
  * slice on a busy host): jc over N in nc blocks; over K in blocks of up to KB_DEPTH, where the
  * threads pack that B block together as (kc, nc) blocks, widening bf16 to fp32 on the way (a
- * shift by 16), and meet at a barrier; then, for each kc block (pc) in it, each thread walks its
- * own rows of C (a contiguous share of A's mr-row panels), mc rows at a time: it packs that A block
- * into its part of the workspace and runs the micro-kernel over the tiles, B panel outer (reused
- * from L1 or L2), A panel inner (the A block in L2). Threads split M only, and every tile is summed
- * the same way wherever it falls, so the bits do not depend on the thread count. The first kc block
- * starts C from beta C (or the widened cin), the later ones add to it; in the last, the kernel
- * rounds each tile into cout from its registers (rounding C afterwards reads it back from memory).
- * Edge tiles (m < mr or n < nr) run the kernel into a scratch tile with beta 0 and apply C =
- * fma(beta, C, t) element by element: the kernel's own formula, so they give its bits. */
+ * shift by 16) or, for a kernel on bf16 pairs (ops.pairs), interleaving them (the panels then
+ * take half the words: depth()), and meet at a barrier; then, for each kc block (pc) in it, each
+ * thread walks its own rows of C (a contiguous share of A's mr-row panels), mc rows at a time: it
+ * packs that A block into its part of the workspace and runs the micro-kernel over the tiles, B
+ * panel outer (reused from L1 or L2), A panel inner (the A block in L2). Threads split M only, and
+ * every tile is summed the same way wherever it falls, so the bits do not depend on the thread
+ * count. The first kc block starts C from beta C (or the widened cin), the later ones add to it; in
+ * the last, the kernel rounds each tile into cout from its registers (rounding C afterwards reads
+ * it back from memory). Edge tiles (m < mr or n < nr) run the kernel into a scratch tile with beta
+ * 0 and apply C = fma(beta, C, t) element by element: the kernel's own formula, so they give its
+ * bits. */
 #include "kernels/gemm_packed.h"
 
 #include "kernels/bf16.h"
@@ -53,7 +55,7 @@ static int imin(int a, int b) {
 
 enum {
     WS_ALIGN = 16,   // floats: panels start on cache lines
-    KB_DEPTH = 1024, // the depth of K that one packed B block covers, at most
+    KB_DEPTH = 1024, // the depth of K that one packed B block covers, at most (pairs: twice)
 };
 
 static size_t round_up(size_t x, size_t to) {
@@ -100,42 +102,51 @@ static void pack_a_f32(float *dst, const float *A, int lda, int transa, int i0, 
     }
 }
 
+/* Workspace words per row of a panel kk deep: floats, or bf16 pairs (gemm_packed.h). */
+static size_t depth(const gemm_packed_ops *o, size_t kk) {
+    return o->pairs ? (kk + 1) / 2 : kk;
+}
+
 /* The product, A bf16 or (a_f32) fp32. */
 static void packed(int transa, int transb, int M, int N, int K, float alpha, const void *A,
                    int a_f32, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
                    const uint16_t *cin, uint16_t *cout, int ldco, float *ws, int mc, int nc,
                    int kc) {
     const gemm_packed_ops *o = ops_current();
+    if (a_f32 && o->f32) o = o->f32; /* fp32 A stays exact: a pairs kernel would round it */
+    UP_CHECK(!(a_f32 && o->pairs), "gemm_f32_bf16 packed: a pairs kernel without fp32 ops");
     const int MR = o->mr, NR = o->nr, nth = omp_get_max_threads();
     UP_CHECK(MR * NR <= 32 * 32, "gemm_bf16 packed: tile %dx%d too large", MR, NR);
     /* Blocks that fit the workspace for any thread count: kc first, then nc leaving every thread
      * at least one A panel, then mc from what is left (whole panels). */
     size_t avail = GEMM_BF16_WS_FLOATS - WS_ALIGN;
     /* K in equal blocks of at most kc (multiples of 8): at kc 384, K = 512 as 2 x 256 rather than
-     * 384 + 128, whose short block would pay a whole pass over C for little work. */
+     * 384 + 128, whose short block would pay a whole pass over C for little work. Only a block
+     * that is all of K can be odd, so pair panels start on even k. */
     kc = kc > 0 ? kc : o->kc;
     int kblocks = (K + kc - 1) / kc;
     kc = imin(K, (int)round_up((size_t)((K + kblocks - 1) / kblocks), 8));
     /* B is packed kb = S kc deep at a time (S kc blocks per pair of barriers: a barrier waits
      * for the slowest thread, and on a shared host that is often a descheduled one). */
-    int S = imin(kblocks, imin(K, KB_DEPTH) / kc > 1 ? imin(K, KB_DEPTH) / kc : 1);
+    const int kb_max = o->pairs ? 2 * KB_DEPTH : KB_DEPTH; // the same bytes
+    int S = imin(kblocks, imin(K, kb_max) / kc > 1 ? imin(K, kb_max) / kc : 1);
     size_t kb = (size_t)S * (size_t)kc;
-    size_t panels_a = (size_t)nth * ((size_t)MR * (size_t)kc + WS_ALIGN);
-    UP_CHECK(avail > panels_a + (size_t)NR * kb + WS_ALIGN,
+    size_t panels_a = (size_t)nth * ((size_t)MR * depth(o, (size_t)kc) + WS_ALIGN);
+    UP_CHECK(avail > panels_a + (size_t)NR * depth(o, kb) + WS_ALIGN,
              "gemm_bf16 packed: the workspace cannot hold the panels of %d threads", nth);
-    size_t nc_fit = (avail - panels_a - WS_ALIGN) / kb / (size_t)NR * (size_t)NR;
+    size_t nc_fit = (avail - panels_a - WS_ALIGN) / depth(o, kb) / (size_t)NR * (size_t)NR;
     /* N in equal blocks of at most nc too (whole micro-panels): N = 4096 as 2 x 2048, not
      * 4080 + 16, whose thin block would pack all of A again for 16 columns. */
     nc = (int)(nc > 0 ? (size_t)nc : (size_t)o->nc);
     if ((size_t)nc > nc_fit) nc = (int)nc_fit;
     int nblocks = (N + nc - 1) / nc;
     nc = (int)round_up((size_t)((N + nblocks - 1) / nblocks), (size_t)NR);
-    size_t bfloats = round_up(kb * (size_t)nc, WS_ALIGN);
-    size_t a_fit =
-        ((avail - bfloats) / (size_t)nth - WS_ALIGN) / ((size_t)MR * (size_t)kc) * (size_t)MR;
+    size_t bfloats = round_up(depth(o, kb) * (size_t)nc, WS_ALIGN);
+    size_t a_fit = ((avail - bfloats) / (size_t)nth - WS_ALIGN) /
+                   ((size_t)MR * depth(o, (size_t)kc)) * (size_t)MR;
     mc = (int)round_up((size_t)(mc > 0 ? mc : o->mc), (size_t)MR);
     if ((size_t)mc > a_fit) mc = (int)a_fit;
-    size_t afloats = round_up((size_t)mc * (size_t)kc, WS_ALIGN);
+    size_t afloats = round_up((size_t)mc * depth(o, (size_t)kc), WS_ALIGN);
 
     float *pb = (float *)round_up((size_t)ws, WS_ALIGN * sizeof(float));
     (void)bf16_path_current(); /* the conversions' path, chosen before the threads use it */
@@ -154,25 +165,26 @@ static void packed(int transa, int transb, int M, int N, int K, float alpha, con
                 }
                 for (int pc = p0; pc < imin(K, p0 + (int)kb); pc += kc) {
                     int kk = imin(kc, K - pc);
-                    float *pbs = pb + (size_t)(pc - p0) * (size_t)nc;
+                    float *pbs = pb + depth(o, (size_t)(pc - p0)) * (size_t)nc;
                     for (int q = nbp * tid / th; q < nbp * (tid + 1) / th; q++)
-                        o->pack_b(pbs + (size_t)q * (size_t)NR * (size_t)kk, B, ldb, transb, pc,
-                                  jc + q * NR, kk, imin(NR, nn - q * NR));
+                        o->pack_b(pbs + (size_t)q * (size_t)NR * depth(o, (size_t)kk), B, ldb,
+                                  transb, pc, jc + q * NR, kk, imin(NR, nn - q * NR));
                 }
 #pragma omp barrier /* the B block is whole */
                 for (int pc = p0; pc < imin(K, p0 + (int)kb); pc += kc) {
                     int kk = imin(kc, K - pc);
                     int first = pc == 0, last = pc + kk == K;
-                    const float *pbs = pb + (size_t)(pc - p0) * (size_t)nc;
+                    const float *pbs = pb + depth(o, (size_t)(pc - p0)) * (size_t)nc;
+                    const size_t kd = depth(o, (size_t)kk); // words per panel row
                     for (int ic = r0; ic < r1; ic += mc) {
                         int mm = imin(mc, r1 - ic);
                         for (int ir = 0; ir < mm; ir += MR)
                             if (a_f32)
-                                pack_a_f32(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir,
-                                           pc, kk, imin(MR, mm - ir), MR);
+                                pack_a_f32(pa + (size_t)ir * kd, A, lda, transa, ic + ir, pc, kk,
+                                           imin(MR, mm - ir), MR);
                             else
-                                o->pack_a(pa + (size_t)ir * (size_t)kk, A, lda, transa, ic + ir, pc,
-                                          kk, imin(MR, mm - ir));
+                                o->pack_a(pa + (size_t)ir * kd, A, lda, transa, ic + ir, pc, kk,
+                                          imin(MR, mm - ir));
                         /* cin into this block of C (beta 1 then), whole rows at a time */
                         float b = first ? beta : 1.0f;
                         if (first && cin) {
@@ -184,9 +196,9 @@ static void packed(int transa, int transb, int M, int N, int K, float alpha, con
                         for (int jr = 0; jr < nn; jr += NR)
                             for (int ir = 0; ir < mm; ir += MR) {
                                 size_t row = (size_t)(ic + ir), col = (size_t)(jc + jr);
-                                tile(o, kk, pa + (size_t)ir * (size_t)kk, transa,
-                                     pbs + (size_t)jr * (size_t)kk, C + row * (size_t)ldc + col,
-                                     ldc, imin(MR, mm - ir), imin(NR, nn - jr), alpha, b,
+                                tile(o, kk, pa + (size_t)ir * kd, transa, pbs + (size_t)jr * kd,
+                                     C + row * (size_t)ldc + col, ldc, imin(MR, mm - ir),
+                                     imin(NR, nn - jr), alpha, b,
                                      last && cout ? cout + row * (size_t)ldco + col : NULL, ldco);
                             }
                     }

@@ -1,9 +1,10 @@
 /* gemm_packed.h — private to src/kernels: the "packed" bf16 GEMM path (gemm_bf16.c), a
- * BLIS-style product whose packing widens bf16 to fp32 (gemm_packed.c has the driver).
+ * BLIS-style product whose packing widens bf16 to fp32 (gemm_packed.c has the driver), or packs
+ * bf16 pairs for a dot-product micro-kernel.
  *
  * Per kernel path (UPIPE_KERNEL, kernels.h) a micro-kernel and its packing routines, each file
- * compiled with its instruction sets (CMakeLists.txt): gemm_packed_avx512.c, gemm_packed_avx2.c,
- * and the plain C one in gemm_packed.c.
+ * compiled with its instruction sets (CMakeLists.txt): gemm_packed_avx512bf16.c (pairs),
+ * gemm_packed_avx512.c, gemm_packed_avx2.c, and the plain C one in gemm_packed.c.
  *
  * Packed layouts (fp32, zero-padded to whole panels so the kernel never reads garbage):
  *  - B micro-panel: kc rows of nr floats, p[k*nr + j] = B(k, j) (op(B), k-major).
@@ -14,7 +15,18 @@
  * Micro-kernel: acc(i, j) = sum over k ascending of a(i, k) b(k, j), fp32 FMA from 0; then
  * t = alpha acc and C = t (beta 0: C never read) or fma(beta, C, t). Every path sums in this
  * order with the same kc (the K blocks through which C accumulates), so every path gives the same
- * bits (test_gemm_bf16 checks). */
+ * bits (test_gemm_bf16 checks).
+ *
+ * Pair layouts (ops.pairs): the same panels with k in pairs, each 32-bit word of the workspace
+ * holding two bf16, op(X)(k, .) in its low half and op(X)(k + 1, .) in its high half (k even,
+ * counted from the block's k0), a block of kc rows padded with a zero row when kc is odd: so a
+ * panel of kc rows takes ceil(kc/2) words per row of the fp32 layout (B: ceil(kc/2) * nr; A
+ * row-major: mr rows of ceil(kc/2) words, a plain copy of A's rows; k-major: ceil(kc/2) rows of mr
+ * words, rows k and k+1 interleaved). The driver keeps block starts even (kc even unless one
+ * block is all of K). The micro-kernel adds a(i, k) b(k, j) + a(i, k+1) b(k+1, j) per step (a dot
+ * product instruction: its own order within a pair, gemm_packed_avx512bf16.c), the same epilogue;
+ * its bits differ from the fp32 paths'. The products with fp32 A (gemm_f32_bf16) run the ops in
+ * .f32 instead, which keep A exact. */
 #ifndef UP_KERNELS_GEMM_PACKED_H
 #define UP_KERNELS_GEMM_PACKED_H
 
@@ -26,10 +38,11 @@
 #include <immintrin.h>
 #endif
 
-typedef struct {
+typedef struct gemm_packed_ops {
     int mr, nr;     // micro-tile
     int mc, kc, nc; // blocks (largest; the driver shrinks them to fit the workspace); kc
-                    // fixes the bits, so every path has the same
+                    // fixes the bits, so every fp32 path has the same
+    int pairs;      // the panels hold bf16 pairs (above), not fp32
     /* The full mr x nr tile at c (rows ldc apart), A panel k-major if kmajor else row-major;
      * cout not NULL: the tile also rounded into it (rows ldco apart, bf16_from_f32's bits) from
      * the registers, so that C is not read back. */
@@ -42,11 +55,14 @@ typedef struct {
      * k-major exactly when transa. */
     void (*pack_a)(float *dst, const uint16_t *A, int lda, int transa, int i0, int k0, int kc,
                    int m);
+    /* NULL, or the ops that run the products with fp32 A (a pairs kernel would round A to bf16):
+     * all of such a product, B's packing included, so it has that path's bits. */
+    const struct gemm_packed_ops *f32;
 } gemm_packed_ops;
 
 extern const gemm_packed_ops gemm_packed_portable;
 #if defined(__x86_64__)
-extern const gemm_packed_ops gemm_packed_avx512, gemm_packed_avx2;
+extern const gemm_packed_ops gemm_packed_avx512bf16, gemm_packed_avx512, gemm_packed_avx2;
 #endif
 
 /* The generic packing loops, inlined into each kernel file with its constant mr / nr (so that
