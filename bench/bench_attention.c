@@ -15,7 +15,10 @@
  *
  * dtype: fp32 (attention_forward/backward, the default), bf16 (attention_forward_bf16/
  * backward_bf16 on the same values rounded to bf16), or both (each rep fp32 then bf16, on one
- * input, and the bf16 / fp32 ratios of the median times: < 1 means bf16 is faster). */
+ * input, and the bf16 / fp32 ratios of the median times: < 1 means bf16 is faster).
+ * Each phase also reports the median CPU time of the process (all threads) during it: on a host
+ * shared with other work the wall times include waiting for a core, the CPU times much less
+ * (the ratios line gives both). */
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
 
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_util.h"
 
@@ -64,25 +68,33 @@ static uint16_t *bench_alloc16(size_t n) {
     return p;
 }
 
-/* One forward and one backward of one dtype: their times. */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One forward and one backward of one dtype: their wall times and CPU times. */
 static void bench_once(const bench_bufs *b, int bf, const int32_t *doc_start, int T, int NH,
-                       int NKV, int HS, double *tf, double *tb) {
-    double t0 = omp_get_wtime();
+                       int NKV, int HS, double *tf, double *tb, double *cf, double *cb) {
+    double c0 = cpu_s(), t0 = omp_get_wtime();
     if (bf)
         attention_forward_bf16(b->out16, b->lse, b->q16, b->k16, b->v16, doc_start, T, NH, NKV, HS,
                                b->ws);
     else
         attention_forward(b->out, b->lse, b->q, b->k, b->v, doc_start, T, NH, NKV, HS, b->ws);
-    double t1 = omp_get_wtime();
+    double t1 = omp_get_wtime(), c1 = cpu_s();
     if (bf)
         attention_backward_bf16(b->dq16, b->dk16, b->dv16, b->dout16, b->q16, b->k16, b->v16,
                                 b->out16, b->lse, doc_start, T, NH, NKV, HS, b->ws);
     else
         attention_backward(b->dq, b->dk, b->dv, b->dout, b->q, b->k, b->v, b->out, b->lse,
                            doc_start, T, NH, NKV, HS, b->ws);
-    double t2 = omp_get_wtime();
+    double t2 = omp_get_wtime(), c2 = cpu_s();
     *tf = t1 - t0;
     *tb = t2 - t1;
+    *cf = c1 - c0;
+    *cb = c2 - c1;
 }
 
 int main(int argc, char **argv) {
@@ -155,33 +167,38 @@ int main(int argc, char **argv) {
            docs, reps);
     // Each rep runs the dtypes back to back (fp32 then bf16), so that both see the same load
     // on a shared machine; one warm-up rep first. Medians per dtype and phase.
-    double t[2][2][101]; // [fp32, bf16][forward, backward][rep]
+    double t[2][2][101], c[2][2][101]; // [fp32, bf16][forward, backward][rep]: wall, CPU
     for (int r = -1; r < reps; r++)
         for (int bf = 0; bf < 2; bf++) {
             if (!(bf ? do16 : do32)) continue;
-            double tf, tb;
-            bench_once(&b, bf, doc_start, T, NH, NKV, HS, &tf, &tb);
-            if (r >= 0) t[bf][0][r] = tf, t[bf][1][r] = tb;
+            double tf, tb, cf, cb;
+            bench_once(&b, bf, doc_start, T, NH, NKV, HS, &tf, &tb, &cf, &cb);
+            if (r >= 0) t[bf][0][r] = tf, t[bf][1][r] = tb, c[bf][0][r] = cf, c[bf][1][r] = cb;
         }
-    double m[2][2] = {{0}}; // [fp32, bf16][forward, backward] medians
+    double m[2][2] = {{0}}, mc[2][2] = {{0}}; // [fp32, bf16][forward, backward] medians
     for (int bf = 0; bf < 2; bf++) {
         if (!(bf ? do16 : do32)) continue;
         for (int ph = 0; ph < 2; ph++) {
             qsort(t[bf][ph], (size_t)reps, sizeof(double), bench_cmp);
+            qsort(c[bf][ph], (size_t)reps, sizeof(double), bench_cmp);
             m[bf][ph] = t[bf][ph][reps / 2];
+            mc[bf][ph] = c[bf][ph][reps / 2];
         }
         const double mf = m[bf][0], mb = m[bf][1];
         printf(" %s ws=%.1f MiB\n", bf ? "bf16" : "fp32",
                (double)(bf ? nws16 : nws32) * 4.0 / (1 << 20));
-        printf("  forward : %9.4f s  %7.1f GFLOP/s  (%.1f per thread)\n", mf,
-               4.0 * pairs / mf / 1e9, 4.0 * pairs / mf / 1e9 / threads);
-        printf("  backward: %9.4f s  %7.1f GFLOP/s  (%.1f per thread)\n", mb,
-               10.0 * pairs / mb / 1e9, 10.0 * pairs / mb / 1e9 / threads);
+        printf("  forward : %9.4f s  %7.1f GFLOP/s  (%.1f per thread)  cpu %.4f s\n", mf,
+               4.0 * pairs / mf / 1e9, 4.0 * pairs / mf / 1e9 / threads, mc[bf][0]);
+        printf("  backward: %9.4f s  %7.1f GFLOP/s  (%.1f per thread)  cpu %.4f s\n", mb,
+               10.0 * pairs / mb / 1e9, 10.0 * pairs / mb / 1e9 / threads, mc[bf][1]);
         printf("  fwd+bwd : %9.4f s  %7.0f tokens/s\n", mf + mb, T / (mf + mb));
     }
-    if (do32 && do16)
+    if (do32 && do16) {
         printf(" bf16/fp32 time: forward %.3f backward %.3f fwd+bwd %.3f\n", m[1][0] / m[0][0],
                m[1][1] / m[0][1], (m[1][0] + m[1][1]) / (m[0][0] + m[0][1]));
+        printf(" bf16/fp32 cpu:  forward %.3f backward %.3f fwd+bwd %.3f\n", mc[1][0] / mc[0][0],
+               mc[1][1] / mc[0][1], (mc[1][0] + mc[1][1]) / (mc[0][0] + mc[0][1]));
+    }
     double cs = 0.0;
     for (size_t i = 0; i < nq; i++)
         cs += do32 ? b.dq[i] : bf16_widen(b.dq16[i]);

@@ -89,6 +89,17 @@ static inline void attn_progress(int tid) {
     if (g_progress) g_progress(g_progress_arg);
 }
 
+static const attn_ops *g_ops_override; // attention_ops_override (tests only)
+
+void attention_ops_override(const attn_ops *ops) {
+    g_ops_override = ops;
+}
+
+/* The path's table: the chosen one (dispatch.c) unless a test overrides it. */
+static const attn_ops *attn_ops_in_use(void) {
+    return g_ops_override ? g_ops_override : attn_ops_current();
+}
+
 /* Second backward scheme (private dQ buffers) when the KV heads cannot be split evenly. */
 static int attn_uses_dq_buffers(int NKV, int nt) {
     return nt > 1 && NKV % nt != 0;
@@ -148,7 +159,7 @@ static size_t attn_workspace(int T, int NH, int NKV, int HS, int bf) {
              "attention: bad sizes T=%d NH=%d NKV=%d HS=%d", T, NH, NKV, HS);
     const int nt = omp_get_max_threads();
     const size_t nq = up_mul3((size_t)T, (size_t)NH, (size_t)HS);
-    size_t n = up_mul((size_t)nt, attn_thread_part(attn_ops_current(), bf, NH, HS));
+    size_t n = up_mul((size_t)nt, attn_thread_part(attn_ops_in_use(), bf, NH, HS));
     n = up_add(n, attn_round16(up_mul((size_t)NH, (size_t)T))); // D (NH, T)
     if (bf) n = up_add(n, attn_round16((nq + 1) / 2));          // dQ's low halves (uint16)
     if (attn_uses_dq_buffers(NKV, nt)) n = up_add(n, up_mul((size_t)(nt - 1), nq));
@@ -221,7 +232,7 @@ static void attn_forward_run(int bf, void *out, float *lse, const void *q, const
     attn_check_args(out, lse, q, k, v, T, NH, NKV, HS, ws);
     attn_check_docs(doc_start, T);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
-    const attn_ops *ops = attn_ops_current();
+    const attn_ops *ops = attn_ops_in_use();
     const int nb = (T + ops->fq - 1) / ops->fq; // query blocks
     const long ntasks = (long)NH * nb;
     const int nt = omp_get_max_threads();
@@ -362,7 +373,7 @@ static void attn_backward_run(int bf, void *dq, void *dk, void *dv, const void *
     UP_CHECK(k && v && out && lse, "attention: NULL buffer");
     attn_check_docs(doc_start, T);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
-    const attn_ops *ops = attn_ops_current();
+    const attn_ops *ops = attn_ops_in_use();
     const int nt = omp_get_max_threads();
     const int buffered = attn_uses_dq_buffers(NKV, nt);
     const size_t tile_floats = bf ? ops->thread_floats_bf16(HS) : ops->thread_floats(HS);

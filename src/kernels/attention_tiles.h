@@ -245,8 +245,23 @@ typedef struct {
 
 extern const attn_ops attn_ops_portable;
 #if defined(__x86_64__)
-extern const attn_ops attn_ops_avx512, attn_ops_avx2;
+extern const attn_ops attn_ops_avx512, attn_ops_avx2, attn_ops_avx512bf16;
+
+/* The avx512 path's blocks and fp32 entries (attention_avx512.c), which the avx512bf16 path's
+ * table takes as its own fp32 entries (one table holds one pair of block sizes for both types). */
+enum { ATTN_AVX512_FQ = 256, ATTN_AVX512_BKB = 256 };
+size_t attn_avx512_thread_floats(int HS);
+void attn_avx512_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const attn_shape *sh, int h, int ib, float *tws);
+void attn_avx512_bwd_block(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
+                           const float *k, const float *v, const float *lse, const float *D,
+                           const attn_shape *sh, int kvh, int jb, float *tws);
 #endif
+
+/* Tests only: the drivers of attention.c run `ops` instead of the chosen path's until called
+ * with NULL (test_attention_bf16 runs a deliberately broken copy of a path through them). Call
+ * between attention calls, from one thread; size the workspace after it. */
+void attention_ops_override(const attn_ops *ops);
 
 /* The path in use (dispatch.c): chosen at the first call, see kernel_path_init in kernels.h. */
 const attn_ops *attn_ops_current(void);

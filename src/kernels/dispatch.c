@@ -72,7 +72,7 @@ static const kernel_row rows[] = {
 #if defined(__x86_64__)
     /* The bf16 products on VDPBF16PS; fp32 runs the avx512 row's kernels (the same bits). */
     {"avx512bf16", "avx512bf16", "AVX-512 F, BW, DQ, VL and AVX512_BF16", runs_avx512bf16,
-     wins_avx512bf16, &attn_ops_avx512, &gemm_packed_avx512bf16, &bf16_avx512bf16},
+     wins_avx512bf16, &attn_ops_avx512bf16, &gemm_packed_avx512bf16, &bf16_avx512bf16},
     {"avx512", "avx512", "AVX-512 F, BW, DQ and VL", runs_avx512, NULL, &attn_ops_avx512,
      &gemm_packed_avx512, &bf16_avx512},
     {"avx2", "avx2+fma", "AVX2 and FMA", runs_avx2, NULL, &attn_ops_avx2, &gemm_packed_avx2,
