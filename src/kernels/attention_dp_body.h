@@ -12,17 +12,14 @@
  * ranges, causal and document masks), the products are pair dot products: each operand is laid
  * out with pairs of bf16 along the reduction dimension, once per tile (the fixed operand once
  * per task), and every product is an fp32 accumulation of exact bf16 x bf16 products. What is
- * summed or exponentiated stays fp32 as in the fp32 kernel; what is rounded to bf16, FlashAttention-2's
- * bf16 recipe:
- *   forward   S^T = K_j Q_i^T           pairs along the head dimension (q, k are bf16), times
- *                                        scale in fp32 when stored
- *             max, exp, sum, alpha, lse in fp32 (the sum of the fp32 P, as the fp32 kernel)
- *             O^T += V_j^T P^T          P rounded to bf16 (pairs along keys)
- *   backward  S = Q_i K_j^T, dP = dO_i V_j^T       pairs along the head dimension
- *             P = exp(scale S - lse), dS = scale P (dP - D) in fp32
- *             dV_j^T += dO_i^T P, dK_j^T += Q_i^T dS   P, dS rounded to bf16, pairs along queries
- *             dQ_i += dS K_j                         the same bf16 dS, pairs along keys
- * so the bf16 results differ from bf16_round of the fp32 kernel by the rounding of P and dS
+ * summed or exponentiated stays fp32 as in the fp32 kernel; what is rounded to bf16,
+ * FlashAttention-2's bf16 recipe: forward   S^T = K_j Q_i^T           pairs along the head
+ * dimension (q, k are bf16), times scale in fp32 when stored max, exp, sum, alpha, lse in fp32 (the
+ * sum of the fp32 P, as the fp32 kernel) O^T += V_j^T P^T          P rounded to bf16 (pairs along
+ * keys) backward  S = Q_i K_j^T, dP = dO_i V_j^T       pairs along the head dimension P = exp(scale
+ * S - lse), dS = scale P (dP - D) in fp32 dV_j^T += dO_i^T P, dK_j^T += Q_i^T dS   P, dS rounded to
+ * bf16, pairs along queries dQ_i += dS K_j                         the same bf16 dS, pairs along
+ * keys so the bf16 results differ from bf16_round of the fp32 kernel by the rounding of P and dS
  * (2^-9 relative per term, DESIGN.md §5.1; test_attention_bf16 derives the bound). dK_j and dV_j
  * accumulate transposed, (HS, keys), so that their products run along keys like P and dS, and
  * are transposed when rounded into dk, dv. Sums over a pair add the high element's product then
@@ -39,7 +36,11 @@
 
 #define ATTN_INLINE static inline __attribute__((always_inline))
 enum { ATTN_QC = 2 * VEC_W }; // the chunk of a tile: two vectors
-enum { ATTN_LDF = ATTN_FQ + ATTN_PAD, ATTN_LDB = ATTN_BKB + ATTN_PAD, ATTN_LDC = ATTN_QC + ATTN_PAD };
+enum {
+    ATTN_LDF = ATTN_FQ + ATTN_PAD,
+    ATTN_LDB = ATTN_BKB + ATTN_PAD,
+    ATTN_LDC = ATTN_QC + ATTN_PAD
+};
 #define ATTN_RCLAMP(r, R) ((r) <= (R) ? (r) : (R))
 
 /* Deliberate faults, for test_attention_bf16 only: it compiles a copy of this unit with
@@ -99,14 +100,16 @@ static inline void attn_dp_pack_t(uint32_t *dst, int width, const uint16_t *src,
         memset(dst + (size_t)p * width + n, 0, (size_t)(width - n) * sizeof(uint32_t));
 }
 
-/* Rows in pairs dst (n, H2): row r of src (HS bf16, strided by ld) with a 0 after an odd HS. */
+/* Rows 0 .. n-1 of src (HS bf16, strided by ld) packed contiguous as pairs of the head
+ * dimension, dst (n, H2), with a 0 after an odd HS. The products broadcast a pair of each of 8
+ * rows per step: in place, rows 0.5-2 KiB apart fall into a few L1 sets and evict each other
+ * (packed K_j made the forward 1.1x faster than in place). */
 static inline void attn_dp_pack_rows(uint32_t *dst, const uint16_t *src, size_t ld, int n, int HS) {
     const int h2 = attn_pairs(HS);
-    for (int r = 0; r < n; r++) {
-        uint32_t *d = dst + (size_t)r * h2;
-        d[h2 - 1] = 0; // (HS odd: the high half of the last pair, element HS, stays 0)
-        memcpy(d, src + (size_t)r * ld, (size_t)HS * sizeof(uint16_t));
-    }
+    for (int r = 0; r < n; r++)
+        for (int p = 0; p < h2; p += VEC_W)
+            vbp_store_m(dst + (size_t)r * h2 + p, vm_below(h2 - p),
+                        vbp_load_bf16_n(src + (size_t)r * ld + 2 * p, HS - 2 * p));
 }
 
 /* Pairs along rows dst (np, HS): dst[p * HS + e] = (row 2p, row 2p+1) of src at column e, rows
@@ -136,9 +139,10 @@ static inline void attn_dp_pack_pairs(uint32_t *dst, const uint16_t *src, size_t
 
 /* Pair product on a chunk of ATTN_QC columns:
  *     C (M, QC) = mul * A (M, K) B (K, QC)  (acc = 0)  or  C += A B  (acc = 1),
- * K pairs; A(m, k) = A[m*sam + k*sak] a pair (any strides), B rows of pairs strided by ldb, C
- * rows by ldc. R rows at a time: 2R accumulators, per pair two B loads and R broadcasts. */
-ATTN_INLINE void attn_dp_kq_tile(float *C, size_t ldc, const uint32_t *A, size_t sam, size_t sak,
+ * K pairs; A(m, k) the pair of bf16 at A + m*sam + k*sak (strides in bf16 elements: a row of
+ * the tensor read in place, or a packed tile), B rows of pairs strided by ldb, C rows by ldc.
+ * R rows at a time: 2R accumulators, per pair two B loads and R broadcasts. */
+ATTN_INLINE void attn_dp_kq_tile(float *C, size_t ldc, const uint16_t *A, size_t sam, size_t sak,
                                  const uint32_t *B, size_t ldb, int K, int acc, vf mul,
                                  const int R) {
     vf c0[ATTN_R], c1[ATTN_R];
@@ -149,7 +153,7 @@ ATTN_INLINE void attn_dp_kq_tile(float *C, size_t ldc, const uint32_t *A, size_t
     for (int k = 0; k < K; k++) {
         const vbp b0 = vbp_load(B + (size_t)k * ldb);
         const vbp b1 = vbp_load(B + (size_t)k * ldb + VEC_W);
-        const uint32_t *ak = A + (size_t)k * sak;
+        const uint16_t *ak = A + (size_t)k * sak;
         for (int i = 0; i < R; i++) {
             const vbp a = vbp_bcast(ak + (size_t)i * sam);
             c0[i] = vf_dot2(c0[i], a, b0);
@@ -162,14 +166,14 @@ ATTN_INLINE void attn_dp_kq_tile(float *C, size_t ldc, const uint32_t *A, size_t
     }
 }
 
-static void attn_dp_kq(float *C, size_t ldc, const uint32_t *A, size_t sam, size_t sak,
+static void attn_dp_kq(float *C, size_t ldc, const uint16_t *A, size_t sam, size_t sak,
                        const uint32_t *B, size_t ldb, int M, int K, int acc, vf mul) {
     int m = 0;
     for (; m + ATTN_R <= M; m += ATTN_R)
         attn_dp_kq_tile(C + (size_t)m * ldc, ldc, A + (size_t)m * sam, sam, sak, B, ldb, K, acc,
                         mul, ATTN_R);
     float *Cm = C + (size_t)m * ldc;
-    const uint32_t *Am = A + (size_t)m * sam;
+    const uint16_t *Am = A + (size_t)m * sam;
     switch (M - m) { // remainder rows (< ATTN_R), each count its own unrolled instance
 #define ATTN_KQ_CASE(r)                                                                            \
     case r:                                                                                        \
@@ -190,9 +194,9 @@ static void attn_dp_kq(float *C, size_t ldc, const uint32_t *A, size_t sam, size
 
 /* Pair product, accumulate: C (M, N) += A (M, K) B (K, N), N = HS in chunks of ATTN_QC (NV = 1
  * or 2 vectors of the chunk in use, loaded and stored through the lane masks m0, m1), K pairs,
- * A(m, k) = A[m*sam + k] a pair, B rows of pairs strided by ldb, C rows by ldc; the register
- * tile runs the pairs [0, k1). */
-ATTN_INLINE void attn_dp_kh_tile(float *C, size_t ldc, const uint32_t *A, size_t sam,
+ * A(m, k) the pair at A + m*sam + 2k (bf16 rows strided by sam), B rows of pairs strided by
+ * ldb, C rows by ldc; the register tile runs the pairs [0, k1). */
+ATTN_INLINE void attn_dp_kh_tile(float *C, size_t ldc, const uint16_t *A, size_t sam,
                                  const uint32_t *B, size_t ldb, int k1, vm m0, vm m1, const int R,
                                  const int NV) {
     vf c0[ATTN_R], c1[ATTN_R];
@@ -205,7 +209,7 @@ ATTN_INLINE void attn_dp_kh_tile(float *C, size_t ldc, const uint32_t *A, size_t
         const vbp b0 = vbp_load_m(bk, m0);
         const vbp b1 = NV == 2 ? vbp_load_m(bk + VEC_W, m1) : b0;
         for (int i = 0; i < R; i++) {
-            const vbp a = vbp_bcast(A + (size_t)i * sam + k);
+            const vbp a = vbp_bcast(A + (size_t)i * sam + 2 * (size_t)k);
             c0[i] = vf_dot2(c0[i], a, b0);
             if (NV == 2) c1[i] = vf_dot2(c1[i], a, b1);
         }
@@ -219,7 +223,7 @@ ATTN_INLINE void attn_dp_kh_tile(float *C, size_t ldc, const uint32_t *A, size_t
 /* Causal limit per register tile of rows [m, m + r): its last row sees elements below
  * m + r + khi, so the pairs [0, min(K, (m + r + khi + 1) / 2)) (the entries past a row's limit
  * are zero by the mask). */
-static void attn_dp_kh(float *C, size_t ldc, const uint32_t *A, size_t sam, const uint32_t *B,
+static void attn_dp_kh(float *C, size_t ldc, const uint16_t *A, size_t sam, const uint32_t *B,
                        size_t ldb, int M, int N, int K, int khi) {
     for (int n0 = 0; n0 < N; n0 += ATTN_QC) {
         const int nn = attn_min(ATTN_QC, N - n0);
@@ -229,7 +233,7 @@ static void attn_dp_kh(float *C, size_t ldc, const uint32_t *A, size_t sam, cons
             const int r = attn_min(ATTN_R, M - m);
             const int k1 = attn_min(K, (m + r + khi + 1) / 2);
             float *Cm = C + (size_t)m * ldc + n0;
-            const uint32_t *Am = A + (size_t)m * sam;
+            const uint16_t *Am = A + (size_t)m * sam;
             switch (r * 2 + (nn > VEC_W)) {
 #define ATTN_KH_CASE(r)                                                                            \
     case 2 * r:                                                                                    \
@@ -276,31 +280,43 @@ ATTN_INLINE void attn_dp_fwd_softmax_v(const float *st, uint32_t *xp, float *ot,
         cut ? vi_load_m(sh->doc + i0 + qv, vm_below(attn_min(VEC_W, bq - qv))) : vi_zero();
     const int any = masked || cut;
     const vf m_old = vf_load(mrow + qv);
-    vf mx = m_old;
-    for (int m = ml; m < mc; m++) {
-        const vf s = vf_load(st + (size_t)m * LC + col);
-        mx = any ? vf_max_m(mx, attn_dp_fwd_lanes(masked, cut, dsv, dk, m, qv, j0 + m), s)
-                 : vf_max(mx, s);
+    vf ma = m_old, mb = m_old; // two chains (rows m, m+1): a max is exact in any order
+    int m = ml;
+    for (; m + 1 < mc; m += 2) {
+        const vf sa = vf_load(st + (size_t)m * LC + col),
+                 sb = vf_load(st + (size_t)(m + 1) * LC + col);
+        ma = any ? vf_max_m(ma, attn_dp_fwd_lanes(masked, cut, dsv, dk, m, qv, j0 + m), sa)
+                 : vf_max(ma, sa);
+        mb = any ? vf_max_m(mb, attn_dp_fwd_lanes(masked, cut, dsv, dk, m + 1, qv, j0 + m + 1), sb)
+                 : vf_max(mb, sb);
     }
+    if (m < mc) {
+        const vf sa = vf_load(st + (size_t)m * LC + col);
+        ma = any ? vf_max_m(ma, attn_dp_fwd_lanes(masked, cut, dsv, dk, m, qv, j0 + m), sa)
+                 : vf_max(ma, sa);
+    }
+    const vf mx = vf_max(ma, mb);
     const vf mxe = sh->doc ? vf_neginf_to_zero(mx) : mx; // (attention_body.h says why)
     const vf alpha = vf_exp(vf_sub(m_old, mxe));
     vf sum = vf_zero();
-    for (int m = ml & ~1; m < mc; m += 2) {
+    for (m = ml & ~1; m < mc; m += 2) {
         vf p[2] = {vf_zero(), vf_zero()};
         for (int e = 0; e < 2; e++) {
             const int below = m + e < ml; // the partner of key ml: 0 (fault 3: unmasked)
             if ((below && !ATTN_DP_FAULT(3)) || m + e >= mc) continue;
             p[e] = vf_exp(vf_sub(vf_load(st + (size_t)(m + e) * LC + col), mxe));
             if (any && !below)
-                p[e] = vf_maskz(attn_dp_fwd_lanes(masked, cut, dsv, dk, m + e, qv, j0 + m + e),
-                                p[e]);
+                p[e] =
+                    vf_maskz(attn_dp_fwd_lanes(masked, cut, dsv, dk, m + e, qv, j0 + m + e), p[e]);
             sum = vf_add(sum, p[e]);
         }
         vbp_store(xp + (size_t)(m / 2) * LC + col, vbp_round2(p[0], p[1]));
     }
     vf_store(lrow + qv, vf_fma(vf_load(lrow + qv), alpha, sum));
     vf_store(mrow + qv, mx);
-    if (j0 > 0)
+    // alpha is exactly 1 where the max did not move (exp(0) = 1), and O^T is 0 where it stays
+    // -inf (no key seen yet): then the rescale would change nothing
+    if (j0 > 0 && !vf_same(mx, m_old))
         for (int d = 0; d < sh->HS; d++) {
             float *o = ot + (size_t)d * ATTN_LDF + qv;
             vf_store(o, vf_mul(vf_load(o), alpha));
@@ -319,14 +335,14 @@ ATTN_INLINE void attn_dp_fwd_impl(uint16_t *out, float *lse, const uint16_t *q, 
     const int i0 = ib * FQ;
     const int bq = attn_min(FQ, T - i0);
     const size_t kvoff = (size_t)(h / sh->G) * HS;
-    uint32_t *qt = (uint32_t *)tws;            // (H2, FQ) Q_i^T pairs, zero past bq; rows LD
-    float *ot = tws + (size_t)h2 * LD;         // (HS, FQ) O_i^T, unnormalised; rows LD
-    float *st = ot + (size_t)HS * LD;          // (B, QC) S^T then P^T of a chunk; rows LC
-    uint32_t *xp = (uint32_t *)st + B * LC;    // (B/2, QC) P^T rounded, pairs of keys; rows LC
-    float *mrow = (float *)xp + B / 2 * LC;    // (FQ) running max per query
-    float *lrow = mrow + FQ;                   // (FQ) running sum per query
-    uint32_t *kp = (uint32_t *)(lrow + FQ);    // (B, H2) K_j, pairs of the head dimension
-    uint32_t *vp = kp + (size_t)B * h2;        // (B/2, HS) V_j, pairs of keys
+    uint32_t *qt = (uint32_t *)tws;         // (H2, FQ) Q_i^T pairs, zero past bq; rows LD
+    float *ot = tws + (size_t)h2 * LD;      // (HS, FQ) O_i^T, unnormalised; rows LD
+    float *st = ot + (size_t)HS * LD;       // (B, QC) S^T then P^T of a chunk; rows LC
+    uint32_t *xp = (uint32_t *)st + B * LC; // (B/2, QC) P^T rounded, pairs of keys; rows LC
+    float *mrow = (float *)xp + B / 2 * LC; // (FQ) running max per query
+    float *lrow = mrow + FQ;                // (FQ) running sum per query
+    uint32_t *kp = (uint32_t *)(lrow + FQ); // (B, H2) K_j, pairs of the head dimension
+    uint32_t *vp = kp + (size_t)B * h2;     // (B/2, HS) V_j, pairs of keys
     const vf vscale = vf_set1(sh->scale);
     const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
     attn_dp_pack_t(qt, LD, q + qoff, sh->ldq, bq, HS);
@@ -340,7 +356,8 @@ ATTN_INLINE void attn_dp_fwd_impl(uint16_t *out, float *lse, const uint16_t *q, 
         const int bk = attn_min(B, T - j0);
         const int dk = j0 - i0;
         const int masked = j0 + bk - 1 > i0; // some key of the block is after the first query
-        const uint16_t *kj = k + (size_t)j0 * sh->ldk + kvoff, *vj = v + (size_t)j0 * sh->ldk + kvoff;
+        const uint16_t *kj = k + (size_t)j0 * sh->ldk + kvoff,
+                       *vj = v + (size_t)j0 * sh->ldk + kvoff;
         if (j0 + B < i0 + bq) { // the next key block into L2 while this one computes
             const int nn = attn_min(B, T - j0 - B);
             attn_prefetch_rows_bf16(kj + (size_t)B * sh->ldk, nn, HS, sh->ldk);
@@ -355,20 +372,20 @@ ATTN_INLINE void attn_dp_fwd_impl(uint16_t *out, float *lse, const uint16_t *q, 
             if (mc <= ml) continue;
             // S^T (rows ml .. mc-1, QC) = scale K_j Q_i^T
             const int ms = ATTN_DP_FAULT(3) ? ml & ~1 : ml;
-            attn_dp_kq(st + (size_t)ms * LC, LC, kp + (size_t)ms * h2, h2, 1, qt + q0, LD, mc - ms,
-                       h2, 0, vscale);
+            attn_dp_kq(st + (size_t)ms * LC, LC, (const uint16_t *)(kp + (size_t)ms * h2),
+                       2 * (size_t)h2, 2, qt + q0, LD, mc - ms, h2, 0, vscale);
             for (int c = 0; c < ATTN_QC; c += VEC_W)
                 attn_dp_fwd_softmax_v(st, xp, ot, mrow, lrow, sh, i0, j0, bq, q0 + c, c, ml, mc,
                                       masked);
             // O^T (HS, QC) += V_j^T (HS, keys) P^T (keys, QC), over the key pairs of [ml, mc)
             const int p0 = ml / 2, p1 = (mc + 1) / 2;
-            attn_dp_kq(ot + q0, LD, vp + (size_t)p0 * HS, 1, HS, xp + (size_t)p0 * LC, LC, HS,
-                       p1 - p0, 1, vscale);
+            attn_dp_kq(ot + q0, LD, (const uint16_t *)(vp + (size_t)p0 * HS), 2, 2 * (size_t)HS,
+                       xp + (size_t)p0 * LC, LC, HS, p1 - p0, 1, vscale);
         }
     }
     for (int r = 0; r < bq; r++) {
         const float inv = 1.0f / lrow[r]; // l >= 1: the row maximum contributes exp(0)
-        for (int d = 0; d < HS; d++) // the row in fp32 in the free score tile, rounded once
+        for (int d = 0; d < HS; d++)      // the row in fp32 in the free score tile, rounded once
             st[d] = ot[(size_t)d * LD + r] * inv;
         bf16_from_f32(st, out + qoff + (size_t)r * sh->ldq, (size_t)HS);
         lse[(size_t)h * T + i0 + r] = mrow[r] + logf(lrow[r]);
@@ -431,6 +448,8 @@ ATTN_INLINE void attn_dp_bwd_qblock(const attn_dq *dqacc, float *dkt, float *dvt
     }
     attn_dp_pack_rows(qp, qi, sh->ldq, bq, HS);
     attn_dp_pack_rows(dop, doi, sh->ldq, bq, HS);
+    const uint16_t *qa = (const uint16_t *)qp, *da = (const uint16_t *)dop;
+    const size_t qst = 2 * (size_t)h2, dst = qst;
     attn_dp_pack_pairs(qr, qi, sh->ldq, bq, np, HS, 0);
     attn_dp_pack_pairs(dor, doi, sh->ldq, bq, np, HS, 0);
     for (int c0 = 0; c0 < bk; c0 += ATTN_QC) {
@@ -438,9 +457,9 @@ ATTN_INLINE void attn_dp_bwd_qblock(const attn_dq *dqacc, float *dkt, float *dvt
         const int r0 = c0 - dq > 0 ? c0 - dq : 0;
         if (r0 >= bq) break; // and so for the later chunks
         const int nr = bq - r0;
-        attn_dp_kq(sc + (size_t)r0 * LC, LC, qp + (size_t)r0 * h2, h2, 1, kt + c0, LD, nr, h2, 0,
+        attn_dp_kq(sc + (size_t)r0 * LC, LC, qa + (size_t)r0 * qst, qst, 2, kt + c0, LD, nr, h2, 0,
                    vscale); // S = scale Q_i K_j^T (nr, QC)
-        attn_dp_kq(dpc + (size_t)r0 * LC, LC, dop + (size_t)r0 * h2, h2, 1, vt + c0, LD, nr, h2, 0,
+        attn_dp_kq(dpc + (size_t)r0 * LC, LC, da + (size_t)r0 * dst, dst, 2, vt + c0, LD, nr, h2, 0,
                    one); // dP = dO_i V_j^T (nr, QC)
         for (int c = 0; c < ATTN_QC; c += VEC_W) {
             const int cv = c0 + c, edge = cv + VEC_W > bk;
@@ -464,16 +483,16 @@ ATTN_INLINE void attn_dp_bwd_qblock(const attn_dq *dqacc, float *dkt, float *dvt
         const int r0 = c0 - dq > 0 ? c0 - dq : 0;
         if (r0 >= bq) break;
         const int p0 = r0 / 2;
-        attn_dp_kq(dvt + c0, LD, dor + (size_t)p0 * HS, 1, HS, xp + (size_t)p0 * LD + c0, LD, HS,
-                   np - p0, 1, one);
-        attn_dp_kq(dkt + c0, LD, qr + (size_t)p0 * HS, 1, HS, xs + (size_t)p0 * LD + c0, LD, HS,
-                   np - p0, 1, one);
+        const size_t po = (size_t)p0 * HS;
+        attn_dp_kq(dvt + c0, LD, (const uint16_t *)(dor + po), 2, 2 * (size_t)HS,
+                   xp + (size_t)p0 * LD + c0, LD, HS, np - p0, 1, one);
+        attn_dp_kq(dkt + c0, LD, (const uint16_t *)(qr + po), 2, 2 * (size_t)HS,
+                   xs + (size_t)p0 * LD + c0, LD, HS, np - p0, 1, one);
     }
     // dQ_i (bq, HS) += dS (bq, bk) K_j (bk, HS): row r sees the keys below r + 1 + dq (the
     // register tile's rows never straddle two chunks: ATTN_R divides ATTN_QC, dq is a multiple)
     attn_dq_get(dqt, dqacc, qoff, sh->ldq, bq, HS);
-    attn_dp_kh(dqt, (size_t)HS, (const uint32_t *)ys, LD / 2, kr, (size_t)HS, bq, HS,
-               (bk + 1) / 2, dq);
+    attn_dp_kh(dqt, (size_t)HS, ys, LD, kr, (size_t)HS, bq, HS, (bk + 1) / 2, dq);
     attn_dq_put(dqacc, qoff, sh->ldq, dqt, bq, HS);
 }
 
@@ -489,13 +508,13 @@ ATTN_INLINE void attn_dp_bwd_impl(const attn_dq *dqacc, uint16_t *dk, uint16_t *
     const int j0 = jb * BK;
     const int bk = attn_min(BK, sh->T - j0);
     const size_t koff = (size_t)j0 * sh->ldk + (size_t)kvh * HS;
-    uint32_t *kt = (uint32_t *)tws;                // (H2, BK) K_j^T pairs, zero past bk; rows LD
-    uint32_t *vt = kt + (size_t)h2 * LD;           // (H2, BK) V_j^T pairs
-    uint32_t *kr = vt + (size_t)h2 * LD;           // (BK/2, HS) K_j, pairs of keys
-    float *dkt = (float *)kr + (size_t)BK / 2 * HS; // (HS, BK) dK_j^T in fp32; rows LD
-    float *dvt = dkt + (size_t)HS * LD;            // (HS, BK) dV_j^T
-    float *sc = dvt + (size_t)HS * LD;             // (B, QC) S of a chunk; rows LC
-    float *dpc = sc + (size_t)B * LC;              // (B, QC) dP of a chunk
+    uint32_t *kt = (uint32_t *)tws;                  // (H2, BK) K_j^T pairs, zero past bk; rows LD
+    uint32_t *vt = kt + (size_t)h2 * LD;             // (H2, BK) V_j^T pairs
+    uint32_t *kr = vt + (size_t)h2 * LD;             // (BK/2, HS) K_j, pairs of keys
+    float *dkt = (float *)kr + (size_t)BK / 2 * HS;  // (HS, BK) dK_j^T in fp32; rows LD
+    float *dvt = dkt + (size_t)HS * LD;              // (HS, BK) dV_j^T
+    float *sc = dvt + (size_t)HS * LD;               // (B, QC) S of a chunk; rows LC
+    float *dpc = sc + (size_t)B * LC;                // (B, QC) dP of a chunk
     uint32_t *xp = (uint32_t *)dpc + (size_t)B * LC; // (B/2, BK) P, pairs of queries; rows LD
     uint32_t *xs = xp + (size_t)B / 2 * LD;          // (B/2, BK) scale * dS, pairs of queries
     uint16_t *ys = (uint16_t *)(xs + (size_t)B / 2 * LD); // (B, BK) the same dS bf16; rows LD
@@ -508,7 +527,7 @@ ATTN_INLINE void attn_dp_bwd_impl(const attn_dq *dqacc, uint16_t *dk, uint16_t *
     attn_dp_pack_t(vt, LD, v + koff, sh->ldk, bk, HS);
     attn_dp_pack_pairs(kr, k + koff, sh->ldk, bk, (bk + 1) / 2, HS, 0);
     memset(dkt, 0, 2 * (size_t)HS * LD * sizeof(float)); // dkt and dvt
-    const int qend = attn_doc_query_end(sh, j0 + bk); // T without documents
+    const int qend = attn_doc_query_end(sh, j0 + bk);    // T without documents
     for (int g = 0; g < sh->G; g++) // query blocks from the first one seeing key j0 to the last
         for (int i0 = j0; i0 < qend; i0 += B) { // one seeing key j0 + bk - 1
             if (ATTN_DP_FAULT(2) && g == 0 && i0 == j0 + B) continue;

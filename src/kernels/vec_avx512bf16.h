@@ -10,7 +10,9 @@
  * instruction adds the two to the accumulator with fp32 rounding, denormal inputs and results
  * flushed to zero (Intel SDM, VDPBF16PS: "DAZ, FTZ, RNE, no exceptions").
  *   vbp_load(p) vbp_store(p, x)  VEC_W pairs, unaligned; vbp_load_m: the lanes of m, 0 elsewhere
- *   vbp_bcast(p)                 the pair at p in every lane
+ *   vbp_load_bf16_n(p, n)        the pairs of the first n <= 2 VEC_W bf16 at p (any alignment),
+ *                                0 after them (and no read there)
+ *   vbp_bcast(p)                 the pair p[0], p[1] (bf16) in every lane
  *   vbp_store_m(p, m, x)         the lanes of m stored, memory of the others untouched
  *   vbp_interleave(a, b)         lane i = (a[i], b[i]): VEC_W bf16 of two rows made pairs;
  *                                vbp_interleave_m(a, ma, b, mb): a[i] on the lanes of ma and
@@ -18,7 +20,8 @@
  *   vbp_round2(a, b)             lane i = (bf16 of a_i, bf16 of b_i), bf16.h's rounding
  *                                (VCVTNE2PS2BF16: nearest even, denormals to zero)
  *   vbp_store_halves(pa, pb, x)  the VEC_W low halves of x to pa, the high halves to pb (bf16)
- *   vf_dot2(acc, a, b)           acc + a.lo * b.lo + a.hi * b.hi, lane by lane */
+ *   vf_dot2(acc, a, b)           acc + a.lo * b.lo + a.hi * b.hi, lane by lane
+ *   vf_same(a, b)                1 if every lane of a equals b's (an ordered compare) */
 #ifndef UP_KERNELS_VEC_AVX512BF16_H
 #define UP_KERNELS_VEC_AVX512BF16_H
 
@@ -40,7 +43,11 @@ VEC_FN void vbp_store(uint32_t *p, vbp x) {
 VEC_FN void vbp_store_m(uint32_t *p, vm m, vbp x) {
     _mm512_mask_storeu_epi32(p, m, (__m512i)x);
 }
-VEC_FN vbp vbp_bcast(const uint32_t *p) {
+VEC_FN vbp vbp_load_bf16_n(const uint16_t *p, int n) {
+    if (n >= 32) return (vbp)_mm512_loadu_si512(p);
+    return (vbp)_mm512_maskz_loadu_epi16((__mmask32)((1u << n) - 1), p);
+}
+VEC_FN vbp vbp_bcast(const uint16_t *p) {
     uint32_t x;
     memcpy(&x, p, sizeof x);
     return (vbp)_mm512_set1_epi32((int)x);
@@ -66,6 +73,9 @@ VEC_FN void vbp_store_halves(uint16_t *pa, uint16_t *pb, vbp x) {
     const __m512i u = (__m512i)x;
     _mm256_storeu_si256((__m256i *)pa, _mm512_cvtepi32_epi16(u));
     _mm256_storeu_si256((__m256i *)pb, _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+}
+VEC_FN int vf_same(vf a, vf b) {
+    return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ) == 0xFFFF;
 }
 VEC_FN vf vf_dot2(vf acc, vbp a, vbp b) {
     return _mm512_dpbf16_ps(acc, a, b);
