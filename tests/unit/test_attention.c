@@ -21,10 +21,12 @@
  *  8. a packed window equals its documents run one by one (doc_start NULL): out, lse, dq, dk, dv
  *     within fp32 rounding, bit-for-bit when every document starts on a 256 boundary.
  *  9. path selection: an unknown name is refused with a message; portable runs everywhere.
- * 10. avx2 and avx512 give the same bits where they share the schedule.
+ * 10. avx2 and avx512 give the same bits where they share the schedule; avx512bf16's fp32
+ *     kernels are avx512's (the same functions): the same bits everywhere.
  * Every call gets a workspace and outputs filled with NaN first ("any content" / overwrite), and
  * guard floats after each of them that must survive (the workspace covers all scratch).
- * Every check runs on each kernel path this CPU runs (avx512, avx2, portable: kernels.h), each
+ * Every check runs on each kernel path this CPU runs (avx512bf16, avx512, avx2, portable:
+ * kernels.h), each
  * against the same double reference (computed once per problem) and finite differences; a path
  * the CPU lacks is reported as skipped. The paths are one algorithm on
  * different blocks and vector widths: the same fp32 error sources, hence the same tolerances.
@@ -46,8 +48,8 @@ enum { CANARY = 64 }; // guard floats after outputs and workspace
 
 /* The kernel paths (kernels.h). Every check runs on each path this CPU runs, against one
  * reference computed once per problem. */
-enum { NPATHS = 3 };
-static const char *const path_names[NPATHS] = {"avx512", "avx2", "portable"};
+enum { NPATHS = 4 };
+static const char *const path_names[NPATHS] = {"avx512bf16", "avx512", "avx2", "portable"};
 static const char *g_path = ""; // the path under test, for the messages
 static int g_pi;                // and its index
 
@@ -649,21 +651,23 @@ static void test_selection(void) {
  * the schedule, in the forward always and in the backward when each thread owns whole KV heads
  * (NKV % threads == 0), their results are the same bits. T = 700 (several blocks of either
  * size, a partial last one), GQA, HS 64 and 24 (masked column tails), with and without
- * documents, 1 and 2 threads. A lane mask off by one changes bits at once. */
-static void test_paths_agree(void) {
-    if (!kernel_path_supported("avx512") || !kernel_path_supported("avx2")) {
-        printf("avx2 vs avx512: skipped (this CPU lacks one of them)\n");
+ * documents, 1 and 2 threads. A lane mask off by one changes bits at once. The avx512bf16
+ * path's fp32 kernels are the avx512 path's functions (attention_avx512bf16.c): the same bits
+ * in every one of these cases, 3 threads (the private dQ buffers) included. */
+static void paths_agree(const char *a, const char *b, int threads_max) {
+    if (!kernel_path_supported(a) || !kernel_path_supported(b)) {
+        printf("%s vs %s: skipped (this CPU lacks one of them)\n", a, b);
         return;
     }
     const int HSs[] = {64, 24};
     for (int c = 0; c < 2; c++)
         for (int d = 0; d < 2; d++)
-            for (int th = 1; th <= 2; th++) {
+            for (int th = 1; th <= threads_max; th++) {
                 problem p;
                 problem_init(&p, 700, 8, 4, HSs[c], 1000 + (uint64_t)c, 1.0f);
                 int32_t *doc = d ? docs_make(&layouts[5], p.T) : NULL;
                 p.doc = doc;
-                const char *paths[2] = {"avx512", "avx2"};
+                const char *paths[2] = {a, b};
                 float *res[2];
                 const size_t nl = (size_t)p.NH * p.T;
                 for (int i = 0; i < 2; i++) {
@@ -678,7 +682,7 @@ static void test_paths_agree(void) {
                         memcpy(res[i] + off, srcs[t], ns[t] * sizeof(float));
                 }
                 CHECK(memcmp(res[0], res[1], (2 * p.nq + nl + 2 * p.nk) * sizeof(float)) == 0,
-                      "avx2 vs avx512 HS=%d docs=%s threads=%d: not bit-identical", p.HS,
+                      "%s vs %s HS=%d docs=%s threads=%d: not bit-identical", a, b, p.HS,
                       d ? layouts[5].name : "NULL", th);
                 free(res[0]);
                 free(res[1]);
@@ -686,7 +690,12 @@ static void test_paths_agree(void) {
                 free(doc);
             }
     omp_set_num_threads(2);
-    printf("avx2 vs avx512: bit-identical where they share the schedule\n");
+    printf("%s vs %s: bit-identical where they share the schedule\n", a, b);
+}
+
+static void test_paths_agree(void) {
+    paths_agree("avx512", "avx2", 2);
+    paths_agree("avx512bf16", "avx512", 3);
 }
 
 int main(void) {

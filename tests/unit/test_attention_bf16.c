@@ -3,8 +3,9 @@
  *
  * Inputs are random bf16 (uniform values rounded by bf16_from_f32); "widened" are their exact
  * fp32 values. Per kernel path this CPU runs, for T in {7, 300, 519} (none a multiple of 128),
- * (NH, NKV) in {(4, 4), (4, 2), (8, 2)} (G = 1, 2, 4), HS in {32, 64, 128} (and 24 at T = 300:
- * not a multiple of the vector width), without documents
+ * (NH, NKV) in {(4, 4), (4, 2), (8, 2)} (G = 1, 2, 4), HS in {32, 64, 128} (and 24 and 25 at
+ * T = 300: not a multiple of the vector width; odd, a pair of the head dimension with a zero
+ * partner on the dot-product path), without documents
  * and with documents cut one off the tile boundaries:
  *  1. exact (the widening paths avx512, avx2, portable): the bf16 kernels' outputs are
  *     bf16_round of the same path's fp32 kernels on the widened inputs (the backward given the
@@ -288,8 +289,8 @@ static void exact_check(const problem *p, const result *b, const result *f, cons
  * (else why says where it first fails); worst[] gets the largest |x - r| / bound. */
 #define E32_REL 1e-5
 
-static int bound_check(const problem *p, const result *b, int dot, const char *tag,
-                       double worst[5], char *why, size_t len) {
+static int bound_check(const problem *p, const result *b, int dot, const char *tag, double worst[5],
+                       char *why, size_t len) {
     const int T = p->T, NH = p->NH, NKV = p->NKV, HS = p->HS, G = NH / NKV;
     const double scale = 1.0 / sqrt((double)HS), u = 1.0 / 256.0, c = 1.0 + u;
     const size_t row = (size_t)NH * HS, krow = (size_t)NKV * HS;
@@ -364,8 +365,8 @@ static int bound_check(const problem *p, const result *b, int dot, const char *t
             if (bound > 0 && d / bound > excess) excess = d / bound;
         }
         if (bad >= 0 && ok) {
-            snprintf(why, len, "%s: %s[%ld] = %.9g vs reference %.9g: outside the bound %.3g",
-                     tag, names[t], bad, (double)bf16_widen(bs[t][bad]), rs[t][bad], bad_bound);
+            snprintf(why, len, "%s: %s[%ld] = %.9g vs reference %.9g: outside the bound %.3g", tag,
+                     names[t], bad, (double)bf16_widen(bs[t][bad]), rs[t][bad], bad_bound);
             ok = 0;
         }
         if (excess > worst[t + (t > 0)]) worst[t + (t > 0)] = excess;
@@ -426,8 +427,9 @@ static void test_faults(void) {
             result_init(&r, &p);
             for (int f = 0; f < 4; f++) {
                 char tag[160], why[320] = "";
-                snprintf(tag, sizeof tag, "avx512bf16 fault %d (%s) T=%d NH=%d NKV=%d HS=%d docs=%s",
-                         f, fault_names[f], T, p.NH, p.NKV, p.HS, d ? "yes" : "NULL");
+                snprintf(tag, sizeof tag,
+                         "avx512bf16 fault %d (%s) T=%d NH=%d NKV=%d HS=%d docs=%s", f,
+                         fault_names[f], T, p.NH, p.NKV, p.HS, d ? "yes" : "NULL");
                 attn_dp_fault = f;
                 attention_ops_override(&attn_ops_avx512bf16_faulty);
                 run_bf16(&p, &r, 2, tag);
@@ -454,7 +456,7 @@ int main(void) {
                kernel_path_supported(path_names[i]) ? "tested" : "skipped (this CPU lacks it)");
     const int Ts[] = {7, 300, 519};
     const int heads[][2] = {{4, 4}, {4, 2}, {8, 2}};
-    const int HSs[] = {32, 64, 128, 24}; // 24 (T = 300 only): widening with a tail
+    const int HSs[] = {32, 64, 128, 24, 25}; // 24, 25 (T = 300 only): tails, an odd HS
     /* UPIPE_TEST_QUICK (the sanitizer run, tools/ci-sanitize.sh, where the double reference is
      * tens of times slower): T = 7 and 300, HS = 32 and 24 only; every path, GQA shape, document
      * case and check still runs */
@@ -463,9 +465,9 @@ int main(void) {
     uint64_t seed = 1;
     for (int a = 0; a < 3; a++)
         for (int hb = 0; hb < 3; hb++)
-            for (int c = 0; c < 4; c++)
+            for (int c = 0; c < 5; c++)
                 for (int d = 0; d < 2; d++) {
-                    if (c == 3 && a != 1) continue;
+                    if (c >= 3 && a != 1) continue;
                     if (quick && (a == 2 || c == 1 || c == 2)) continue;
                     const int T = Ts[a];
                     int32_t *doc = d ? docs_make(T) : NULL;
