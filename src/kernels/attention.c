@@ -39,7 +39,7 @@
  * finite. Without documents (NULL) the code and the order of every sum are those of the plain
  * causal kernel, so results are bit-identical to it.
  *
- * Three implementations of the per-block work ("paths", one algorithm; DESIGN.md §8.1), reached
+ * Four implementations of the per-block work ("paths", one algorithm; DESIGN.md §8.1), reached
  * through the attn_ops table of attention_tiles.h that dispatch.c chooses at run time:
  *   - avx512: our own register-blocked micro-kernels (attn_kq, attn_kh). The vectors run along
  *     the dimension a task keeps fixed: in the forward 16 queries fill a vector (scores are kept
@@ -53,6 +53,9 @@
  *     attention_body.h, over the primitives of vec.h (vec_avx512.h, vec_avx2.h).
  *   - portable: cblas_sgemm on (B, B) tiles (single-threaded inside our OpenMP region with
  *     Debian's OpenMP OpenBLAS) and plain loops that gcc vectorises; any CPU.
+ *   - avx512bf16: fp32 the avx512 path's functions; bf16 the same blocks with the products on
+ *     AVX512_BF16's dot product (attention_dp_body.h: operands in bf16 pairs, P and dS rounded
+ *     to bf16 for the second products, statistics in fp32).
  * The schedule below reads a path's block sizes (fq queries per forward task, bkb keys per
  * backward task) and scratch size from its table.
  *
@@ -109,16 +112,17 @@ static int attn_uses_dq_buffers(int NKV, int nt) {
  * One driver of each kind (workspace, forward, backward, greedy schedule) serves both element
  * types of q, k, v, out, dout, dq, dk, dv: bf = 0 fp32 (attention_forward, attention_backward),
  * bf = 1 bf16 (the _bf16 functions). A path's table has a block function per type; these hooks
- * pick it. The bf16 blocks widen their operands per tile and round their outputs once
- * (attention_tiles.h); what is summed stays fp32 here too: D is attn_row_dots on the widened
- * rows of out and dout (the fp32 kernel's D on those values, bit for bit), and dQ accumulates in
- * fp32 (every key block adds to it), rounded into dq once, after the last addition. The fp32 dQ
- * of the owner scheme (and of thread 0 in the second) is stored split (attn_dq,
+ * pick it. The bf16 blocks of the widening paths widen their operands per tile and round their
+ * outputs once (attention_tiles.h), the dot-product path's read them as bf16 pairs and round P
+ * and dS too (attention_dp_body.h); what is summed stays fp32 here too: D is attn_row_dots on the
+ * widened rows of out and dout (the fp32 kernel's D on those values, bit for bit), and dQ
+ * accumulates in fp32 (every key block adds to it), rounded into dq once, after the last addition.
+ * The fp32 dQ of the owner scheme (and of thread 0 in the second) is stored split (attn_dq,
  * attention_tiles.h): its top 16 bits in dq itself, which is free until the end, its low 16 in
  * the workspace, so it costs 2 bytes per element beyond dq rather than 4; the private buffers of
  * threads 1.. stay fp32 as in the fp32 kernel. Schedule, schemes and sums are the same for both
- * types: the bf16 results are bf16_round of the fp32 kernel's on the widened inputs, and as
- * reproducible across thread counts as those.
+ * types: the widening paths' bf16 results are bf16_round of the fp32 kernel's on the widened
+ * inputs, and every path's as reproducible across thread counts as the fp32 kernel's.
  *
  * Workspace (floats): per thread the path's scratch (bf16: its bf16 scratch and two widened
  * token rows, 2 NH*HS, for D); D (NH, T); bf16: the low halves of dQ (T*NH*HS uint16,

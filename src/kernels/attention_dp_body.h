@@ -67,6 +67,9 @@ static inline int attn_pairs(int HS) {
  * dS (B/2, LDB) pairs, dS (B, LDB) bf16, Q_i and dO_i (B, H2) pairs and (B/2, HS) pairs, dQ_i
  * (B, HS). At HS = 64: 0.17 and 0.56 MiB. */
 static size_t attn_dp_thread_floats(int HS) {
+    // (the forward's output row and the backward's transposed rows use a chunk tile)
+    UP_CHECK(HS <= ATTN_B * ATTN_LDC, "attention: HS=%d exceeds %d (avx512bf16 path)", HS,
+             ATTN_B * ATTN_LDC);
     const size_t B = ATTN_B, hs = (size_t)HS, h2 = (size_t)attn_pairs(HS);
     size_t fwd = up_mul(up_add(h2, hs), ATTN_LDF);
     fwd = up_add(fwd, B * ATTN_LDC + B / 2 * ATTN_LDC + 2 * (size_t)ATTN_FQ);

@@ -1,9 +1,11 @@
 /* attention_tiles.h — private to the attention kernel: the shape of a call, the fp32 exp
  * constants, helpers shared by the tile paths, and the table through which attention.c's drivers
- * run one path's per-block work. Three paths implement the blocks, each in its own unit compiled
+ * run one path's per-block work. Four paths implement the blocks, each in its own unit compiled
  * with its own instruction-set flags (CMakeLists.txt): attention_avx512.c, attention_avx2.c
- * (x86-64 only; one body, attention_body.h, over their primitives header) and
- * attention_portable.c (any CPU; sgemm on square tiles). dispatch.c chooses one at run time. */
+ * (x86-64 only; one body, attention_body.h, over their primitives header),
+ * attention_avx512bf16.c (x86-64; the avx512 fp32 blocks, and bf16 blocks on VDPBF16PS,
+ * attention_dp_body.h) and attention_portable.c (any CPU; sgemm on square tiles). dispatch.c
+ * chooses one at run time. */
 #ifndef UP_ATTENTION_TILES_H
 #define UP_ATTENTION_TILES_H
 
@@ -85,8 +87,9 @@ static inline void attn_pack_t(float *dst, int width, const float *src, size_t l
 }
 
 /* ---- bf16 operands (attention_forward_bf16, attention_backward_bf16) --------------------------
- * The bf16 kernels run each path's fp32 block code on fp32 copies of their bf16 operands, made
- * per tile in the thread's scratch: the packed panels widen as they pack, the streamed blocks
+ * The widening paths (avx512, avx2, portable; the avx512bf16 path's products read bf16 pairs
+ * instead, attention_dp_body.h) run their fp32 block code on fp32 copies of their bf16 operands,
+ * made per tile in the thread's scratch: the packed panels widen as they pack, the streamed blocks
  * (K_j, V_j; Q_i, dO_i) are widened into contiguous (rows, HS) tiles once per tile, and the
  * outputs (out; dK_j, dV_j) accumulate in fp32 tiles that are rounded to bf16 once, at the end
  * (bf16.h's rounding). Widening is exact, so every fp32 sum is that of the fp32 kernel on the

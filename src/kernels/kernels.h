@@ -216,9 +216,11 @@ void attention_backward(float *dq, float *dk, float *dv, const float *dout, cons
 /* The same with bf16 operands (--dtype bf16, DESIGN.md §5.1): q, k, v, out, dout, dq, dk, dv are
  * bf16 (uint16_t, src/kernels/bf16.h), same layouts, documents, masking, progress hook and
  * contracts; lse stays fp32. Everything summed or exponentiated is fp32 (scores, softmax state,
- * accumulators, D, the dQ sums); each output element is rounded to bf16 once, at the end. The
- * results are bf16_round of the fp32 kernels' results on the widened inputs, bit for bit (same
- * path, same thread count), lse equal. ws: attention_workspace_floats_bf16(T, NH, NKV, HS) fp32
+ * accumulators, D, the dQ sums); each output element is rounded to bf16 once, at the end. On the
+ * widening paths (avx512, avx2, portable) the results are bf16_round of the fp32 kernels' results
+ * on the widened inputs, bit for bit (same path, same thread count), lse equal; the avx512bf16
+ * path's products take P and dS rounded to bf16 (VDPBF16PS, FlashAttention-2's recipe), within
+ * the bound of DESIGN.md §5.1. ws: attention_workspace_floats_bf16(T, NH, NKV, HS) fp32
  * floats (per thread the path's tiles and the widened blocks; D (NH, T); the low 16 bits of the
  * fp32 dQ accumulator, (T, NH, HS) uint16, whose top 16 bits live in dq until the end; (nt-1)
  * fp32 (T, NH, HS) buffers where the fp32 backward has its private dQ buffers), same rules as ws
