@@ -57,7 +57,7 @@
  *     AVX512_BF16's dot product (attention_dp_body.h: operands in bf16 pairs, P and dS rounded
  *     to bf16 for the second products, statistics in fp32).
  * The schedule below reads a path's block sizes (fq queries per forward task, bkb keys per
- * backward task) and scratch size from its table.
+ * backward task; each type its own) and scratch size from its table.
  *
  * Workspace (floats, attention_workspace_floats): per thread the path's scratch (avx512: two
  * (HS, 256) panels and two (128, 256) tiles, 0.4 MiB at HS = 64); D (NH, T); and, in the second
@@ -136,6 +136,15 @@ static size_t attn_rows_floats(int NH, int HS) {
 static size_t attn_thread_part(const attn_ops *ops, int bf, int NH, int HS) {
     if (!bf) return ops->thread_floats(HS);
     return up_add(ops->thread_floats_bf16(HS), attn_rows_floats(NH, HS));
+}
+
+/* Queries per forward task and keys per backward task of the path for the type. */
+static int attn_fq(const attn_ops *ops, int bf) {
+    return bf ? ops->fq_bf16 : ops->fq;
+}
+
+static int attn_bkb(const attn_ops *ops, int bf) {
+    return bf ? ops->bkb_bf16 : ops->bkb;
 }
 
 static void attn_fwd_call(const attn_ops *ops, int bf, void *out, float *lse, const void *q,
@@ -237,7 +246,7 @@ static void attn_forward_run(int bf, void *out, float *lse, const void *q, const
     attn_check_docs(doc_start, T);
     const attn_shape sh = attn_shape_of(T, NH, NKV, HS, doc_start);
     const attn_ops *ops = attn_ops_in_use();
-    const int nb = (T + ops->fq - 1) / ops->fq; // query blocks
+    const int fq = attn_fq(ops, bf), nb = (T + fq - 1) / fq; // query blocks
     const long ntasks = (long)NH * nb;
     const int nt = omp_get_max_threads();
     const size_t per_thread = attn_thread_part(ops, bf, NH, HS);
@@ -301,9 +310,9 @@ static void attn_bwd_greedy(const attn_ops *ops, int bf, const attn_dq *dqacc, v
                             int tid, int nth) {
     attn_greedy g;
     attn_greedy_init(&g, nth);
-    const int nb = (sh->T + ops->bkb - 1) / ops->bkb;
+    const int bkb = attn_bkb(ops, bf), nb = (sh->T + bkb - 1) / bkb;
     for (int jb = 0; jb < nb; jb++) {
-        const int j0 = jb * ops->bkb, j1 = attn_min(sh->T, j0 + ops->bkb);
+        const int j0 = jb * bkb, j1 = attn_min(sh->T, j0 + bkb);
         const long work = attn_doc_query_end(sh, j1) - j0;
         for (int kvh = 0; kvh < sh->NKV; kvh++) {
             if (attn_greedy_take(&g, work) == tid) {
@@ -386,7 +395,7 @@ static void attn_backward_run(int bf, void *dq, void *dk, void *dv, const void *
     const size_t nq = (size_t)T * row;
     float *D = ws + (size_t)nt * per_thread; // (NH, T)
     const attn_dq_store st = attn_dq_store_of(bf, dq, D + attn_round16((size_t)NH * T), nq);
-    const int nb = (T + ops->bkb - 1) / ops->bkb; // key blocks
+    const int bkb = attn_bkb(ops, bf), nb = (T + bkb - 1) / bkb; // key blocks
 #pragma omp parallel num_threads(nt)
     {
         const int tid = omp_get_thread_num();

@@ -185,6 +185,7 @@ static inline void attn_prefetch_rows(const float *a, int n, int HS, size_t ld) 
  * rounding; attention.c schedules the blocks and sizes the workspace from these fields).
  *   fq             queries per forward task (query block)
  *   bkb            keys per backward task (key block); the other dimension of a tile is ATTN_B
+ *                  (fq_bf16, bkb_bf16: the same for the bf16 entries)
  *   thread_floats  floats of one thread's scratch (the larger of the forward's and the
  *                  backward's needs; exact, so that the guard test can catch an overrun)
  *   fwd_block      forward of one (query head h, query block ib): rows of out and lse.
@@ -200,8 +201,9 @@ typedef struct {
     void (*bwd_block)(float *dqacc, float *dk, float *dv, const float *dout, const float *q,
                       const float *k, const float *v, const float *lse, const float *D,
                       const attn_shape *sh, int kvh, int jb, float *tws);
-    /* The same on bf16 operands (see above): scratch of thread_floats_bf16(HS) floats; dQ
-     * accumulates in fp32 (attn_dq), lse and D are fp32. */
+    /* The same on bf16 operands (see above), with their own block sizes: scratch of
+     * thread_floats_bf16(HS) floats; dQ accumulates in fp32 (attn_dq), lse and D are fp32. */
+    int fq_bf16, bkb_bf16;
     size_t (*thread_floats_bf16)(int HS);
     void (*fwd_block_bf16)(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
                            const uint16_t *v, const attn_shape *sh, int h, int ib, float *tws);
@@ -214,7 +216,8 @@ typedef struct {
 /* A path's entry points from its static attn_fwd_impl and attn_bwd_impl (the per-block bodies
  * with an fp32 / bf16 switch bf, always inlined, so each entry is compiled for its element type),
  * each entry with the function attributes ATTR (the portable path's KERNEL_CLONES), and its
- * table: `const attn_ops attn_ops_<isa> = ATTN_OPS_INIT(fq, bkb);`. */
+ * table: `const attn_ops attn_ops_<isa> = ATTN_OPS_INIT(fq, bkb);` (the same blocks for both
+ * types). */
 #define ATTN_DEFINE_BLOCKS(ATTR)                                                                   \
     ATTR static void attn_fwd_block(float *out, float *lse, const float *q, const float *k,        \
                                     const float *v, const attn_shape *sh, int h, int ib,           \
@@ -242,8 +245,9 @@ typedef struct {
 #define ATTN_OPS_INIT(FQ, BKB)                                                                     \
     {                                                                                              \
         .fq = FQ, .bkb = BKB, .thread_floats = attn_thread_floats, .fwd_block = attn_fwd_block,    \
-        .bwd_block = attn_bwd_block, .thread_floats_bf16 = attn_thread_floats_bf16,                \
-        .fwd_block_bf16 = attn_fwd_block_bf16, .bwd_block_bf16 = attn_bwd_block_bf16               \
+        .bwd_block = attn_bwd_block, .fq_bf16 = FQ, .bkb_bf16 = BKB,                               \
+        .thread_floats_bf16 = attn_thread_floats_bf16, .fwd_block_bf16 = attn_fwd_block_bf16,      \
+        .bwd_block_bf16 = attn_bwd_block_bf16                                                      \
     }
 
 extern const attn_ops attn_ops_portable;
@@ -251,7 +255,7 @@ extern const attn_ops attn_ops_portable;
 extern const attn_ops attn_ops_avx512, attn_ops_avx2, attn_ops_avx512bf16;
 
 /* The avx512 path's blocks and fp32 entries (attention_avx512.c), which the avx512bf16 path's
- * table takes as its own fp32 entries (one table holds one pair of block sizes for both types). */
+ * table takes as its own fp32 entries. */
 enum { ATTN_AVX512_FQ = 256, ATTN_AVX512_BKB = 256 };
 size_t attn_avx512_thread_floats(int HS);
 void attn_avx512_fwd_block(float *out, float *lse, const float *q, const float *k, const float *v,
