@@ -9,22 +9,24 @@
  *
  * The algorithm and the schedule are attention_body.h's (FlashAttention-2; vectors along the
  * dimension a task keeps fixed, queries in the forward and keys in the backward; the same block
- * ranges, causal and document masks), the products are pair dot products: each operand is laid
- * out with pairs of bf16 along the reduction dimension, once per tile (the fixed operand once
- * per task), and every product is an fp32 accumulation of exact bf16 x bf16 products. What is
- * summed or exponentiated stays fp32 as in the fp32 kernel; what is rounded to bf16,
- * FlashAttention-2's bf16 recipe: forward   S^T = K_j Q_i^T           pairs along the head
- * dimension (q, k are bf16), times scale in fp32 when stored max, exp, sum, alpha, lse in fp32 (the
- * sum of the fp32 P, as the fp32 kernel) O^T += V_j^T P^T          P rounded to bf16 (pairs along
- * keys) backward  S = Q_i K_j^T, dP = dO_i V_j^T       pairs along the head dimension P = exp(scale
- * S - lse), dS = scale P (dP - D) in fp32 dV_j^T += dO_i^T P, dK_j^T += Q_i^T dS   P, dS rounded to
- * bf16, pairs along queries dQ_i += dS K_j                         the same bf16 dS, pairs along
- * keys so the bf16 results differ from bf16_round of the fp32 kernel by the rounding of P and dS
- * (2^-9 relative per term, DESIGN.md §5.1; test_attention_bf16 derives the bound). dK_j and dV_j
+ * ranges, causal and document masks); the products are pair dot products: each operand is laid
+ * out with pairs of bf16 along the reduction dimension, once per tile (the fixed operand once per
+ * task), and every product is an fp32 accumulation of exact bf16 x bf16 products. What is summed
+ * or exponentiated stays fp32 as in the fp32 kernel; FlashAttention-2's bf16 recipe decides what
+ * is rounded to bf16:
+ *   - forward: S^T = K_j Q_i^T on pairs of the head dimension (q, k are bf16), times scale in
+ *     fp32 when stored; max, exp, sum, alpha and lse in fp32 (l sums the fp32 P, as the fp32
+ *     kernel); O^T += V_j^T P^T with P rounded to bf16 (pairs of keys);
+ *   - backward: S = Q_i K_j^T and dP = dO_i V_j^T on pairs of the head dimension; P =
+ *     exp(scale S - lse) and dS = scale P (dP - D) in fp32; dV_j^T += dO_i^T P and dK_j^T +=
+ *     Q_i^T dS with P and dS rounded to bf16 (pairs of queries), dQ_i += dS K_j with the same
+ *     bf16 dS (pairs of keys).
+ * So the bf16 results differ from bf16_round of the fp32 kernel by the rounding of P and dS (at
+ * most 2^-8 of each term, DESIGN.md §5.1; test_attention_bf16 derives the bound). dK_j and dV_j
  * accumulate transposed, (HS, keys), so that their products run along keys like P and dS, and
- * are transposed when rounded into dk, dv. Sums over a pair add the high element's product then
- * the low one's (the instruction's order), pairs ascending: the same bits for any thread count
- * where the fp32 kernel's are (the schedule is the same). */
+ * are transposed when rounded into dk, dv. The sums run pairs ascending, one instruction per
+ * pair, in the same schedule as the fp32 kernel: the same bits for any thread count where the
+ * fp32 kernel's are. */
 #ifndef UP_ATTENTION_DP_BODY_H
 #define UP_ATTENTION_DP_BODY_H
 
@@ -120,12 +122,13 @@ static inline void attn_dp_pack_rows(uint32_t *dst, const uint16_t *src, size_t 
 static inline void attn_dp_pack_pairs(uint32_t *dst, const uint16_t *src, size_t ld, int n, int np,
                                       int HS, int swap) {
     for (int p = 0; p < np; p++) {
-        const uint16_t *a = src + (size_t)(2 * p) * ld, *b = a + ld;
+        const uint16_t *a = src + (size_t)(2 * p) * ld, *b = 2 * p + 1 < n ? a + ld : a;
+        vm ma = 2 * p < n ? vm_all() : 0, mb = 2 * p + 1 < n ? vm_all() : 0;
         if (swap) { // (fault 1 only)
             const uint16_t *t = a;
-            a = b, b = t;
+            const vm tm = ma;
+            a = b, b = t, ma = mb, mb = tm;
         }
-        const vm ma = 2 * p < n ? vm_all() : 0, mb = 2 * p + 1 < n ? vm_all() : 0;
         uint32_t *d = dst + (size_t)p * HS;
         int e = 0;
         if (ma == vm_all() && mb == vm_all())
@@ -142,9 +145,9 @@ static inline void attn_dp_pack_pairs(uint32_t *dst, const uint16_t *src, size_t
 
 /* Pair product on a chunk of ATTN_QC columns:
  *     C (M, QC) = mul * A (M, K) B (K, QC)  (acc = 0)  or  C += A B  (acc = 1),
- * K pairs; A(m, k) the pair of bf16 at A + m*sam + k*sak (strides in bf16 elements: a row of
- * the tensor read in place, or a packed tile), B rows of pairs strided by ldb, C rows by ldc.
- * R rows at a time: 2R accumulators, per pair two B loads and R broadcasts. */
+ * K pairs; A(m, k) the pair of bf16 at A + m*sam + k*sak (strides in bf16 elements, so that
+ * one kernel reads pairs along either dimension of a tile), B rows of pairs strided by ldb, C
+ * rows by ldc. R rows at a time: 2R accumulators, per pair two B loads and R broadcasts. */
 ATTN_INLINE void attn_dp_kq_tile(float *C, size_t ldc, const uint16_t *A, size_t sam, size_t sak,
                                  const uint32_t *B, size_t ldb, int K, int acc, vf mul,
                                  const int R) {
