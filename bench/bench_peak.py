@@ -10,7 +10,9 @@ Prints the CPU model and the kernels line, then, in one run on this machine:
   roofline  bench_typed at T (one layer of configs/bench.json and its LM head, every operation
             outside attention, fp32 and bf16 taking turns): each product's GFLOP/s as a fraction
             of the FMA peak, each element-wise operation's GB/s (the bytes it must move) as a
-            fraction of this host's copy bandwidth (measured by bench_typed);
+            fraction of this host's memory bandwidth (an update in place of 512 MiB, read and
+            written: bench_typed; an operation that writes a fresh buffer also pays a
+            write-allocate read its byte count leaves out);
   training  configs/bench.json at T, fp32 and bf16 taking turns --reps times: model GFLOP/s
             (the log's flops_per_s) as a fraction of the peak, tokens/s, bf16 over fp32;
             medians over the steps after the first, then over the runs.
@@ -69,9 +71,11 @@ def op_work(T):
 def roofline(a, bdir, peak):
     T = a.T
     txt = out([os.path.join(bdir, "bench_typed"), str(T), str(a.threads), "5"])
-    bw = float(re.search(r"memory: copy ([0-9.]+) GB/s", txt).group(1))
+    bw = float(re.search(r"update in place ([0-9.]+) GB/s", txt).group(1))
+    print("\n" + next(l for l in txt.splitlines() if l.startswith("memory:")))
     print(f"\nroofline: one layer of configs/bench.json + LM head, T={T}, {a.threads} threads, "
-          f"median of 5 (bench_typed); FMA peak {peak:.1f} GFLOP/s, copy bandwidth {bw:.1f} GB/s")
+          f"median of 5 (bench_typed); FMA peak {peak:.1f} GFLOP/s, memory roof {bw:.1f} GB/s "
+          f"(an update in place)")
     print(next(l for l in txt.splitlines() if l.startswith("GEMM 1:")))
     print("| operation | kind | fp32 ms | fp32 rate | fp32 of roof | bf16 ms | bf16 rate | "
           "bf16 of roof |\n|---|---|---:|---:|---:|---:|---:|---:|")

@@ -190,17 +190,19 @@ static void op_run(layer *L, int op, int T) {
     }
 }
 
-/* GB/s of a copy (bytes read + written) and of a read (a sum) of 1 GiB on the threads, medians
- * of 5 after a first touch. */
-static void bandwidth(double *copy, double *read) {
+/* GB/s of a copy (bytes read + written; the write-allocate read of the destination not counted,
+ * as the operations' byte counts do not count it), of an update in place (read + written, no
+ * write-allocate: the roof of the element-wise operations in bench_peak.py) and of a read (a sum)
+ * of 512 MiB buffers on the threads, medians of 5 after a first touch. */
+static void bandwidth(double *copy, double *update, double *read) {
     const size_t n = (size_t)1 << 27; /* floats: 512 MiB each side */
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
-    *copy = *read = 0.0;
+    *copy = *update = *read = 0.0;
     if (!a || !b) return;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++)
         a[i] = 1.0f, b[i] = 0.0f;
-    double tc[5], tr[5];
+    double tc[5], tu[5], tr[5];
     volatile float sink = 0.0f;
     for (int r = 0; r < 5; r++) {
         double t0 = now_s();
@@ -213,10 +215,16 @@ static void bandwidth(double *copy, double *read) {
         for (size_t i = 0; i < n; i++)
             acc += b[i];
         sink += acc;
-        tc[r] = t1 - t0, tr[r] = now_s() - t1;
+        double t2 = now_s();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            a[i] = a[i] * 0.999f;
+        tc[r] = t1 - t0, tr[r] = t2 - t1, tu[r] = now_s() - t2;
     }
     qsort(tc, 5, sizeof *tc, cmp_double);
     qsort(tr, 5, sizeof *tr, cmp_double);
+    qsort(tu, 5, sizeof *tu, cmp_double);
+    *update = 2.0 * (double)n * sizeof(float) / tu[2] / 1e9;
     *copy = 2.0 * (double)n * sizeof(float) / tc[2] / 1e9;
     *read = (double)n * sizeof(float) / tr[2] / 1e9;
     free(a), free(b);
@@ -260,9 +268,10 @@ int main(int argc, char **argv) {
            T, threads, reps);
     printf("CPU: %s; bf16 conversions: %s\n", cpu, bf16_path_current()->name);
     printf("kernels: %s\n", kernel_path_name());
-    double bw_copy, bw_read;
-    bandwidth(&bw_copy, &bw_read);
-    printf("memory: copy %.1f GB/s, read %.1f GB/s (%d threads)\n", bw_copy, bw_read, threads);
+    double bw_copy, bw_update, bw_read;
+    bandwidth(&bw_copy, &bw_update, &bw_read);
+    printf("memory: copy %.1f GB/s, update in place %.1f GB/s, read %.1f GB/s (%d threads)\n",
+           bw_copy, bw_update, bw_read, threads);
     for (int i = 0; i < np; i++) {
         if (paths[i]) gemm_bf16_path_set(paths[i]);
         printf("GEMM %d: %s\n", i + 1, gemm_bf16_path());
