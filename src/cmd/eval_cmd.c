@@ -261,6 +261,7 @@ static void eval_setup(eval_job *j) {
         up_die_all("--loss-mask %s", err);
     setup_model_options(&j->cfg, j->P, &o->front.mopt);
     comm_init(&j->comm, MPI_COMM_WORLD, j->P);
+    front_check_kernels(&j->comm);
     j->T_loc = (int)(o->front.T / j->P);
     j->src = (eval_source){.m = NULL /* eval_alloc_all */,
                            .shard = &j->shard,

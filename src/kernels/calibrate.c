@@ -5,8 +5,9 @@
  *
  * One thread, 16 independent accumulator chains in registers (no memory traffic), the two
  * instructions interleaved REPS times so both see the same load, the median of each: about 4 ms
- * in all. A busy host slows both alike; the decision (kernel_path.h) sits far from both measured
- * ratios (1.3 against 0.5 and 2.0), so noise does not flip it. */
+ * in all. Thread CPU time, so that ranks starting together on shared cores measure what they would
+ * alone; and the decision (kernel_path.h) sits far from both measured ratios (1.3 against 0.5 and
+ * 2.0), so noise does not flip it. */
 #include "kernels/kernels.h"
 
 #include "kernels/dispatch.h"
@@ -56,7 +57,7 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) static float run_dot(int
 
 static double now(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); /* another process on the core does not count */
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 

@@ -85,8 +85,8 @@ const char *blas_core(void);
  * and both can be wrong for the host (Debian 12's 0.3.21 takes SSE3 kernels on Sapphire and
  * Emerald Rapids; OPENBLAS_CORETYPE=Haswell on an AVX-512 host runs at half the rate). Where the
  * core is narrower than the CPU's vectors, this measures it against the core that matches them
- * (a child process checks that core's products and reports its rate, blas_core.c) and, if that is
- * faster by 1.2x, re-executes the program (argv as given) with OPENBLAS_CORETYPE naming it.
+ * (a child process checks that core's products and reports its rate, blas_core.c) and, unless
+ * that is below 0.8x, re-executes the program (argv as given) with OPENBLAS_CORETYPE naming it.
  * UPIPE_BLAS_CORE=NAME forces a core. Call first thing in main, before MPI starts. */
 void blas_check_core(char **argv);
 /* Why the core is the one it is: "CPU" (OpenBLAS's own choice), "OPENBLAS_CORETYPE",
@@ -94,7 +94,7 @@ void blas_check_core(char **argv);
 const char *blas_core_reason(void);
 /* C = alpha op(A) op(B) + beta C, row-major fp32 (cblas_sgemm's contract, arguments checked by
  * the caller): every fp32 product of the model. OpenBLAS, or oneDNN's sgemm where it measured
- * 1.2x faster at the first call (blas_core.c; UPIPE_SGEMM=openblas|onednn forces one). */
+ * 1.5x faster at the first call (blas_core.c; UPIPE_SGEMM=openblas|onednn forces one). */
 void sgemm_rm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 /* Which library sgemm_rm runs and why ("openblas (onednn 0.98x openblas, measured)"). */

@@ -3,6 +3,7 @@
 #include "train/front.h"
 
 #include "core/check.h"
+#include "kernels/kernels.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -173,4 +174,22 @@ void front_require_data(const front_options *o) {
     if (!o->data)
         up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "
                    "--output data.bin`)");
+}
+
+void front_check_kernels(comm_ctx *c) {
+    /* FNV-1a of the line without digits and dots (the measured ratios; the names keep their
+     * letters), and its complement: the maximum of both equals a rank's own only if all agree */
+    const char *line = kernel_path_name();
+    unsigned long long h[2] = {1469598103934665603ull, 0};
+    for (const char *p = line; *p; p++)
+        if ((*p < '0' || *p > '9') && *p != '.')
+            h[0] = (h[0] ^ (unsigned char)*p) * 1099511628211ull;
+    h[1] = ~h[0];
+    unsigned long long m[2] = {h[0], h[1]};
+    comm_max_u64(c, m, 2);
+    if (m[0] != h[0] || m[1] != h[1])
+        up_die_all("the ranks chose different kernels (they measure their CPU at start; one rank "
+                   "has: %s): force the same on every rank with UPIPE_KERNEL, UPIPE_BLAS_CORE and "
+                   "UPIPE_SGEMM (upipe train --help)",
+                   line);
 }

@@ -6,6 +6,7 @@
 #ifndef UP_TRAIN_FRONT_H
 #define UP_TRAIN_FRONT_H
 
+#include "comm/comm.h"
 #include "core/flags.h"
 #include "model/model.h"
 
@@ -34,5 +35,9 @@ flag_table front_table(front_options *o);
 void front_finish(front_options *o);
 /* Stops every rank when --data is missing, with the command that makes a shard. */
 void front_require_data(const front_options *o);
+/* Stops every rank unless all ranks of c chose the same kernels (the kernels line, its measured
+ * ratios left out): the choices that depend on measurement (blas_core.c, calibrate.c) set a
+ * run's bits, so ranks that differed would break the exactness across layouts. Collective. */
+void front_check_kernels(comm_ctx *c);
 
 #endif

@@ -263,6 +263,7 @@ void run_setup(train_run *r) {
     setup_model_options(&r->cfg, P, &o->front.mopt);
 
     comm_init(&r->comm, MPI_COMM_WORLD, P);
+    front_check_kernels(&r->comm);
     r->T_loc = (int)(o->front.T / P);
     check_outputs(r);
 }
