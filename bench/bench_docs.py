@@ -5,7 +5,8 @@ medians over the steps after the first; the speed-up against the single document
 8 documents its FLOP bound 1 / (1 - a + a/8) (a: attention's share of the step's model FLOPs,
 upipe's own count, model_flops_per_step) and the fraction of that bound reached (issue 25's
 target: at least 0.85 on any model shape).
-usage: bench/bench_docs.py [--upipe build/upipe] [--threads 2] [--steps 3] [--config C] [T ...]"""
+usage: bench/bench_docs.py [--upipe build/upipe] [--threads 2] [--steps 3] [--config C]
+                           [--dtype f32|bf16] [T ...]"""
 import argparse, json, os, random, statistics, struct, tempfile
 from common import ROOT, run
 
@@ -45,6 +46,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--config", default=os.path.join(ROOT, "configs/bench.json"))
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     ap.add_argument("T", nargs="*", type=int, default=[32768])
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="upipe-bench-docs.")
@@ -52,7 +54,8 @@ def main():
     cfg = json.load(open(a.config))
     print(f"{os.path.basename(a.config)}: hidden {cfg['hidden_size']}, ffn "
           f"{cfg['intermediate_size']}, {cfg['num_hidden_layers']} layers, "
-          f"{cfg['num_attention_heads']} heads ({cfg['num_key_value_heads']} KV), {a.threads} threads")
+          f"{cfg['num_attention_heads']} heads ({cfg['num_key_value_heads']} KV), {a.dtype}, "
+          f"{a.threads} threads")
     print(f"{'T':>6} | {'window':>24} | {'docs':>5} | {'tok/s':>7} | {'attention':>9} | "
           f"{'vs 1 doc':>8} | {'bound':>6} | {'of bound':>8}", flush=True)
     for T in a.T:
@@ -74,7 +77,8 @@ def main():
             log = os.path.join(tmp, "log.jsonl")
             run([a.upipe, "train", "--config", a.config,
                  "--data", data, "--seq-len", str(T), "--steps", str(a.steps), "--lr", "1e-4",
-                 "--threads", str(a.threads), "--doc-sep", str(SEP), "--quiet", "--log", log])
+                 "--threads", str(a.threads), "--doc-sep", str(SEP), "--quiet", "--log", log,
+                 "--dtype", a.dtype])
             recs = [json.loads(l) for l in open(log)]
             later = recs[1:] if len(recs) > 1 else recs
             tps = statistics.median(r["tokens_per_s"] for r in later)

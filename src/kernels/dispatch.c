@@ -6,9 +6,18 @@
 #include "core/check.h"
 
 #include <pthread.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- the probe ------------------------------------------------------------------------------ */
 
@@ -25,6 +34,14 @@ static void cpu_probe(void) {
     cpu.avx512dq = __builtin_cpu_supports("avx512dq") != 0;
     cpu.avx512vl = __builtin_cpu_supports("avx512vl") != 0;
     cpu.avx512bf16 = __builtin_cpu_supports("avx512bf16") != 0;
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1)) {
+#if defined(__linux__)
+        /* Linux hands out the AMX tile data state only on request (5.16 on) */
+        cpu.amx_bf16 = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                               18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+    }
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
     /* the test the loader's resolver of KERNEL_CLONES makes (dispatch.h) */
@@ -125,6 +142,55 @@ static const gemm_bf16_ops *route_best(void) {
     up_die("gemm_bf16: no route runs on this CPU");
 }
 
+/* oneDNN's bf16 gemm over our packed product where the CPU has AMX-BF16 (oneDNN's tile kernels;
+ * ours have none): measured, as blas_core.c measures the fp32 products (thread CPU time on one
+ * thread, the model's forward shape, the fastest of 5 each, taken at 1.5x). Elsewhere the packed
+ * route measured ahead (oneDNN 0.6-0.85x on Emerald Rapids, DESIGN.md §5.1) and is kept without
+ * measuring. UPIPE_BF16_CALIBRATE=1 measures on any CPU oneDNN's bf16 gemm runs on (tests). */
+static double route_ratio; /* oneDNN's rate over packed's, 0 if not measured */
+
+static double route_seconds(const gemm_bf16_ops *r, const uint16_t *a, const uint16_t *b, float *c,
+                            float *ws, int M, int N, int K) {
+    double best = 0.0;
+    for (int i = -1; i < 5; i++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+        r->fn(0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N, ws);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+        double t = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (i >= 0 && (best == 0.0 || t < best)) best = t;
+    }
+    return best;
+}
+
+static const gemm_bf16_ops *route_measured(const gemm_bf16_ops *packed) {
+    const gemm_bf16_ops *onednn = NULL;
+    for (int i = 0; i < gemm_bf16_path_count(); i++)
+        if (!strcmp(gemm_bf16_path_at(i)->name, "onednn") && gemm_bf16_path_at(i)->runs())
+            onednn = gemm_bf16_path_at(i);
+    const char *force = getenv("UPIPE_BF16_CALIBRATE");
+    if (!onednn || !(kernel_cpu_get()->amx_bf16 || (force && !strcmp(force, "1")))) return packed;
+    enum { M = 256, K = 512, N = 1408 };
+    uint16_t *a = malloc(sizeof(uint16_t) * M * K), *b = malloc(sizeof(uint16_t) * N * K);
+    float *c = malloc(sizeof(float) * M * N), *ws = malloc(sizeof(float) * GEMM_BF16_WS_FLOATS);
+    const gemm_bf16_ops *r = packed;
+    if (a && b && c && ws) {
+        for (size_t i = 0; i < (size_t)M * K; i++)
+            a[i] = (uint16_t)(0x3f00 + i % 127);
+        for (size_t i = 0; i < (size_t)N * K; i++)
+            b[i] = (uint16_t)(0xbe00 + i % 113);
+        int omp = omp_get_max_threads();
+        omp_set_num_threads(1);
+        double tp = route_seconds(packed, a, b, c, ws, M, N, K);
+        double to = route_seconds(onednn, a, b, c, ws, M, N, K);
+        omp_set_num_threads(omp);
+        route_ratio = to > 0.0 ? tp / to : 0.0;
+        if (route_ratio >= 1.5) r = onednn;
+    }
+    free(a), free(b), free(c), free(ws);
+    return r;
+}
+
 /* Makes row (named: forced) the choice, with the rules of kernel_path.h. */
 static void choose(const kernel_row *row, int forced) {
     current.row = row;
@@ -179,8 +245,22 @@ const kernel_choice *kernel_choice_get(void) {
     return chosen;
 }
 
+static pthread_once_t route_once = PTHREAD_ONCE_INIT;
+static int route_set; /* kernel_choice_set_route named one: nothing to measure */
+
+static void route_measure(void) {
+    if (!route_set) current.route = route_measured(current.route);
+}
+
+const gemm_bf16_ops *kernel_choice_route(void) {
+    kernel_choice_get();
+    pthread_once(&route_once, route_measure);
+    return current.route;
+}
+
 void kernel_choice_set_route(const gemm_bf16_ops *route) {
     kernel_choice_get();
+    route_set = 1;
     current.route = route;
 }
 
@@ -213,7 +293,13 @@ const char *kernel_path_name(void) {
     const kernel_choice *k = kernel_choice_get();
     const char *core = blas_core();
     /* where the CPU has the dot product: how fast it measured, which decided the row */
-    char dot[64] = "";
+    char dot[64] = "", route_name[64];
+    const gemm_bf16_ops *route = kernel_choice_route();
+    if (route_ratio > 0.0)
+        snprintf(route_name, sizeof route_name, "%s (onednn %.2fx packed, measured)", route->name,
+                 route_ratio);
+    else
+        snprintf(route_name, sizeof route_name, "%s", route->name);
     if (kernel_cpu_get()->avx512bf16)
         snprintf(dot, sizeof dot, " (vdpbf16ps %.2fx fma%s)", kernel_dot_ratio(),
                  k->forced                              ? ""
@@ -223,7 +309,7 @@ const char *kernel_path_name(void) {
              "%s%s; attention %s, gemm %s, bf16 %s%s, bf16 gemm %s, element-wise %s (CPU), "
              "openblas %s (%s), fp32 gemm %s",
              k->row->label, dot, k->row->label, k->row->name, k->bf16->name,
-             k->forced ? "" : " (CPU best)", k->route->name, clones_name(kernel_cpu_get()->level),
+             k->forced ? "" : " (CPU best)", route_name, clones_name(kernel_cpu_get()->level),
              core ? core : "unknown", blas_core_reason(), sgemm_route());
     return line;
 }

@@ -25,7 +25,9 @@
 typedef struct {
     int avx2, fma;
     int avx512f, avx512bw, avx512dq, avx512vl, avx512bf16;
-    int level; /* the x86-64 level whose KERNEL_CLONES clone runs: 4, 3, or 1 (the baseline) */
+    int amx_bf16; /* AMX tiles with BF16 (CPUID 7.0 EDX bits 22 and 24), and the kernel granted
+                     this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM) */
+    int level;    /* the x86-64 level whose KERNEL_CLONES clone runs: 4, 3, or 1 (the baseline) */
 } kernel_cpu;
 
 /* The probe (made at the first call; any thread). */

@@ -263,7 +263,7 @@ int gemm_bf16_path_set(const char *name) {
 }
 
 static const gemm_bf16_ops *route(void) {
-    return kernel_choice_get()->route;
+    return kernel_choice_route();
 }
 
 const char *gemm_bf16_path(void) {

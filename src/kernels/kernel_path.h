@@ -46,6 +46,9 @@ typedef struct {
 /* The choice, made at the first call (any thread) from UPIPE_KERNEL and the probe; a refused
  * UPIPE_KERNEL stops the process with its message (front ends call kernel_path_init first). */
 const kernel_choice *kernel_choice_get(void);
+/* The GEMM route of the bf16 products: the choice's, where the CPU has AMX-BF16 measured against
+ * oneDNN's at the first call (dispatch.c, route_measured). Main thread only. */
+const gemm_bf16_ops *kernel_choice_route(void);
 /* Makes route the GEMM route of the bf16 products (gemm_bf16_path_set). Main thread only. */
 void kernel_choice_set_route(const gemm_bf16_ops *route);
 

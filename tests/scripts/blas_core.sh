@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The OpenBLAS core of the fp32 products (blas_check_core, src/kernels/blas_core.c): forced by
-# UPIPE_BLAS_CORE, calibrated where OPENBLAS_CORETYPE names a core narrower than the CPU, and a
-# candidate whose products are wrong refused.
+# The kernel choices made by measurement: the OpenBLAS core of the fp32 products (blas_check_core,
+# src/kernels/blas_core.c) forced by UPIPE_BLAS_CORE, calibrated where OPENBLAS_CORETYPE names a
+# core narrower than the CPU, a candidate whose products are wrong refused; oneDNN's sgemm
+# (UPIPE_SGEMM); the bf16 products' route (dispatch.c); ranks that chose differently stopped.
 source "$(dirname "$0")/lib.sh" "$@"
 
 core_line() { env "$@" "$UPIPE" --version | sed -n 's/.*openblas \([A-Za-z0-9]*\) (\([^)]*\)).*/\1 \2/p'; }
@@ -42,6 +43,19 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "the ranks chose different kernel
   ok "ranks with different kernels refused (rc $rc): $(grep -m1 'different kernels' "$TMP/mix.out" | cut -c1-90)..."
 else
   bad "ranks with different kernels: rc $rc"; cat "$TMP/mix.out"
+fi
+
+# The bf16 products' route measured (where the CPU has AMX-BF16; here forced): named with its
+# ratio, and oneDNN's taken exactly when that ratio reaches 1.5.
+grep -qw amx_bf16 /proc/cpuinfo || echo "note: this CPU has no AMX-BF16; the route is measured only under UPIPE_BF16_CALIBRATE=1 here"
+l=$(UPIPE_BF16_CALIBRATE=1 "$UPIPE" --version | grep -o 'bf16 gemm [a-z]* ([^)]*)')
+if [[ $l =~ ^bf16\ gemm\ ([a-z]+)\ \(onednn\ ([0-9.]+)x\ packed,\ measured\)$ ]]; then
+  want=$(awk "BEGIN{print (${BASH_REMATCH[2]} >= 1.5) ? \"onednn\" : \"packed\"}")
+  [ "${BASH_REMATCH[1]}" = "$want" ] && ok "bf16 route measured: $l" || bad "bf16 route: $l"
+elif UPIPE_BF16_CALIBRATE=1 "$UPIPE" --version | grep -q 'bf16 gemm packed,'; then
+  ok "oneDNN's bf16 gemm does not run on this CPU: packed, not measured"
+else
+  bad "bf16 route under UPIPE_BF16_CALIBRATE=1: '$l'"
 fi
 
 avx512=1
