@@ -17,11 +17,10 @@
 /* ---- filter, test, function and method numbers ---- */
 
 static const char *const filter_names[] = {
-    "trim",    "length", "count",      "tojson",     "string",     "list",   "first",   "last",
-    "default", "d",      "upper",      "lower",      "capitalize", "title",  "replace", "join",
-    "select",  "reject", "selectattr", "rejectattr", "map",        "items",  "reverse", "int",
-    "float",   "abs",    "safe",       "e",          "escape",     "unique", "min",     "max",
-    "sum",     "round",  "wordcount",  "indent",     "batch",      "sort",   NULL};
+    "trim",    "length", "count",      "tojson",     "string",     "list",  "first",   "last",
+    "default", "d",      "upper",      "lower",      "capitalize", "title", "replace", "join",
+    "select",  "reject", "selectattr", "rejectattr", "map",        "items", "reverse", "int",
+    "float",   "abs",    "safe",       "e",          "escape",     NULL};
 enum {
     F_TRIM,
     F_LENGTH,
@@ -52,15 +51,6 @@ enum {
     F_SAFE,
     F_E,
     F_ESCAPE,
-    F_UNIQUE,
-    F_MIN,
-    F_MAX,
-    F_SUM,
-    F_ROUND,
-    F_WORDCOUNT,
-    F_INDENT,
-    F_BATCH,
-    F_SORT
 };
 
 static const char *const test_names[] = {
@@ -366,9 +356,8 @@ static jinja_value *str_split(R *r, const jnode *at, const jinja_value *s, const
             i += len;
         if (i >= n) break;
         if (maxsplit >= 0 && k >= maxsplit) {
-            /* the rest, right-stripped, is the last piece */
-            jinja_value *rest = jv_sub(r->a, s, i, n);
-            jinja_list_push(r->a, l, str_strip(r, rest, NULL, 2));
+            /* the rest, as it is, is the last piece */
+            jinja_list_push(r->a, l, jv_sub(r->a, s, i, n));
             return l;
         }
         size_t j = i;
@@ -1075,6 +1064,7 @@ static jinja_value *call_func(R *r, const jnode *at, jinja_value *f, cargs *c) {
         for (size_t i = 0; i < self->u.dict.n; i++) {
             if (id == M_ITEMS) {
                 jinja_value *t = jinja_new_list(r->a);
+                t->is_tuple = 1;
                 jinja_list_push(r->a, t, self->u.dict.keys[i]);
                 jinja_list_push(r->a, t, self->u.dict.vals[i]);
                 jinja_list_push(r->a, l, t);
@@ -1511,6 +1501,7 @@ static jinja_value *eval(R *r, const jnode *x) {
     case JN_LIST:
     case JN_TUPLE: {
         jinja_value *l = jinja_new_list(r->a);
+        l->is_tuple = x->kind == JN_TUPLE;
         for (size_t i = 0; i < x->nkids; i++)
             jinja_list_push(r->a, l, eval(r, x->kids[i]));
         return l;

@@ -38,6 +38,7 @@ typedef jinja_run jv_run;
 struct jinja_value {
     jv_kind kind;
     int is_ns;        /* a namespace() object: its attributes may be assigned */
+    int is_tuple;     /* a list that is a Python tuple (repr in parentheses) */
     int turn;         /* dict: the turn mark, -1 none */
     const char *name; /* undefined: the missing name (for messages); func: its name */
     union {

@@ -605,6 +605,8 @@ static jnode *parse_postfix(P *p, jnode *x) {
         } else if (is_op(t, "(")) {
             jnode *y = mk(p, JN_CALL, t);
             y->a = x;
+            y->line = x->line; /* a call is where its callee starts */
+            y->col = x->col;
             parse_call_args(p, y);
             x = y;
         } else {
@@ -674,6 +676,8 @@ static jnode *parse_filter_expr(P *p, jnode *x) {
         } else if (is_op(t, "(")) {
             jnode *y = mk(p, JN_CALL, t);
             y->a = x;
+            y->line = x->line; /* a call is where its callee starts */
+            y->col = x->col;
             parse_call_args(p, y);
             x = y;
         } else {
@@ -1127,8 +1131,11 @@ static jnode *parse_body(P *p, const char *const *ends, const char **found) {
         tok *t = cur(p);
         if (t->t == T_EOF) {
             if (ends) {
+                size_t last = 0;
+                while (ends[last + 1])
+                    last++;
                 char what[64];
-                snprintf(what, sizeof what, "'{%% %s %%}'", ends[0]);
+                snprintf(what, sizeof what, "'{%% %s %%}'", ends[last]);
                 P_fail_tok(p, t, what);
             }
             break;

@@ -394,7 +394,7 @@ int jv_equal(const jinja_value *x, const jinja_value *y) {
     case JV_STR:
         return x->u.str.len == y->u.str.len && memcmp(x->u.str.s, y->u.str.s, x->u.str.len) == 0;
     case JV_LIST:
-        if (x->u.list.n != y->u.list.n) return 0;
+        if (x->u.list.n != y->u.list.n || x->is_tuple != y->is_tuple) return 0;
         for (size_t i = 0; i < x->u.list.n; i++)
             if (!jv_equal(x->u.list.items[i], y->u.list.items[i])) return 0;
         return 1;
@@ -547,12 +547,12 @@ void jv_repr_into(jv_sb *b, const jinja_value *v) {
         repr_str(b, v);
         break;
     case JV_LIST:
-        put_data(b, "[");
+        put_data(b, v->is_tuple ? "(" : "[");
         for (size_t i = 0; i < v->u.list.n; i++) {
             if (i) put_data(b, ", ");
             jv_repr_into(b, v->u.list.items[i]);
         }
-        put_data(b, "]");
+        put_data(b, v->is_tuple ? (v->u.list.n == 1 ? ",)" : ")") : "]");
         break;
     case JV_DICT:
         if (v->is_ns) {
