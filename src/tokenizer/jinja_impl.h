@@ -96,7 +96,9 @@ jinja_value *jv_sub(jinja_arena *a, const jinja_value *v, size_t from, size_t to
  * decodes as itself). */
 uint32_t utf8_next(const char *s, size_t n, size_t i, size_t *len);
 size_t utf8_count(const char *s, size_t n); /* code points */
-int py_isspace(uint32_t c);                 /* str.isspace() */
+/* the first occurrence of nd (nn bytes) in h (hn bytes); h itself for an empty nd; or NULL */
+const char *jv_memfind(const char *h, size_t hn, const char *nd, size_t nn);
+int py_isspace(uint32_t c); /* str.isspace() */
 
 /* ---- Python semantics ---- */
 int jv_truthy(const jinja_value *v);

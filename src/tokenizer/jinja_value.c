@@ -733,3 +733,11 @@ int jv_json_into(jv_sb *b, const jinja_value *v, int indent, const char *item_se
     *bad = jv_type_name(v);
     return -1;
 }
+
+const char *jv_memfind(const char *h, size_t hn, const char *nd, size_t nn) {
+    if (nn == 0) return h;
+    if (nn > hn) return NULL;
+    for (size_t i = 0; i + nn <= hn; i++)
+        if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0) return h + i;
+    return NULL;
+}
