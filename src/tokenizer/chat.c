@@ -199,17 +199,25 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
     UP_CHECK(mark, "out of memory");
     o->spans = calloc(nm ? nm : 1, sizeof *o->spans);
     UP_CHECK(o->spans, "out of memory");
+    /* each message's first and last run, in one pass (nr: none) */
+    size_t *first_run = malloc((nm ? nm : 1) * sizeof *first_run);
+    size_t *last_run = malloc((nm ? nm : 1) * sizeof *last_run);
+    UP_CHECK(first_run && last_run, "out of memory");
+    for (size_t k = 0; k < nm; k++)
+        first_run[k] = last_run[k] = nr;
+    for (size_t i = 0; i < nr; i++) {
+        if (run[i].tag < JINJA_TAG_USER) continue;
+        size_t k = (size_t)(run[i].tag - JINJA_TAG_USER);
+        if (k >= nm) continue;
+        if (first_run[k] == nr) first_run[k] = i;
+        last_run[k] = i;
+    }
     int rc = 0;
     for (size_t k = 0; k < nm && rc == 0; k++) {
         const char *role = json_string_value(json_object_get(json_array_get(msgs, k), "role"));
         if (strcmp(role, "assistant") != 0) continue;
         int tag = JINJA_TAG_USER + (int)k;
-        size_t first = nr, last = 0;
-        for (size_t i = 0; i < nr; i++)
-            if (run[i].tag == tag) {
-                if (first == nr) first = i;
-                last = i;
-            }
+        size_t first = first_run[k], last = last_run[k];
         if (first == nr) {
             rc = up_errf(err, errlen, NULL,
                          "message %zu (assistant): the template does not write its content, so "
@@ -261,6 +269,8 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
         }
     }
     free(mark);
+    free(first_run);
+    free(last_run);
     return rc;
 }
 

@@ -113,6 +113,10 @@ void jv_repr_into(jv_sb *b, const jinja_value *v);
 int jv_json_into(jv_sb *b, const jinja_value *v, int indent, const char *item_sep,
                  const char *key_sep, int sort_keys, int depth, const char **bad);
 void py_float_repr(char *buf, size_t len, double f);
+/* out (a string made from src by tojson or str()) gets the tag of src's strings when they all
+ * carry one caller's tag (>= JINJA_TAG_USER): a message's tool call as JSON is that message's
+ * text, not data. */
+void jv_retag_from(jinja_value *out, const jinja_value *src);
 jinja_value *jv_dict_get(const jinja_value *d, const char *key, size_t klen);
 void jv_dict_put(jinja_arena *a, jinja_value *d, jinja_value *key, jinja_value *v);
 jinja_value *jv_dict_find(const jinja_value *d, const jinja_value *key);

@@ -138,7 +138,9 @@ jinja_value *jr_to_str(R *r, const jinja_value *v) {
     jv_sb b;
     sb_init(&b, r->a);
     jv_str_into(&b, v);
-    return sb_finish(&b);
+    jinja_value *res = sb_finish(&b);
+    jv_retag_from(res, v);
+    return res;
 }
 
 /* does code point c occur in chars (a UTF-8 set) */
@@ -723,7 +725,9 @@ jinja_value *jr_apply_filter(R *r, const jnode *at, int id, jinja_value *v, carg
         const char *bad = NULL;
         if (jv_json_into(&b, v, indent, isep, ksep, sk && jv_truthy(sk), 0, &bad))
             jr_fail(r, at, "tojson: %s is not JSON serializable", bad);
-        return sb_finish(&b);
+        jinja_value *res = sb_finish(&b);
+        jv_retag_from(res, v);
+        return res;
     }
     case F_STRING:
         jr_check_args(r, at, c, nm, 0, NULL);

@@ -741,3 +741,42 @@ const char *jv_memfind(const char *h, size_t hn, const char *nd, size_t nn) {
         if (h[i] == nd[0] && memcmp(h + i, nd, nn) == 0) return h + i;
     return NULL;
 }
+
+/* the one tag every string in v (keys included) carries, or -1 (none, or several) */
+static int uniform_tag(const jinja_value *v, int depth) {
+    if (depth > JINJA_MAX_DEPTH) return -1;
+    int t = -2; /* no string seen */
+    switch (v->kind) {
+    case JV_STR:
+        for (size_t i = 0; i < v->u.str.nruns; i++) {
+            if (t == -2) t = v->u.str.runs[i].tag;
+            if (v->u.str.runs[i].tag != t) return -1;
+        }
+        return t;
+    case JV_LIST:
+    case JV_DICT: {
+        size_t n = v->kind == JV_LIST ? v->u.list.n : v->u.dict.n;
+        for (size_t i = 0; i < 2 * n; i++) {
+            const jinja_value *x = v->kind == JV_LIST ? (i < n ? v->u.list.items[i] : NULL)
+                                   : i < n            ? v->u.dict.keys[i]
+                                                      : v->u.dict.vals[i - n];
+            if (!x) continue;
+            int u = uniform_tag(x, depth + 1);
+            if (u == -1) return -1;
+            if (u == -2) continue;
+            if (t == -2) t = u;
+            if (u != t) return -1;
+        }
+        return t;
+    }
+    default:
+        return -2;
+    }
+}
+
+void jv_retag_from(jinja_value *out, const jinja_value *src) {
+    int t = uniform_tag(src, 0);
+    if (t < JINJA_TAG_USER || out->kind != JV_STR) return;
+    for (size_t i = 0; i < out->u.str.nruns; i++)
+        ((jv_run *)out->u.str.runs)[i].tag = t;
+}
