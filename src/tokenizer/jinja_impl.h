@@ -38,6 +38,7 @@ typedef jinja_run jv_run;
 struct jinja_value {
     jv_kind kind;
     int is_ns;        /* a namespace() object: its attributes may be assigned */
+    int depth;        /* containers: 1 + the deepest item's (bounded: JINJA_MAX_NEST) */
     int is_tuple;     /* a list that is a Python tuple (repr in parentheses) */
     int turn;         /* dict: the turn mark, -1 none */
     const char *name; /* undefined: the missing name (for messages); func: its name */
@@ -202,5 +203,8 @@ int jinja_filter_id(const char *name);
 int jinja_test_id(const char *name);
 
 #define JINJA_MAX_DEPTH 200 /* nesting of expressions and blocks when parsing */
+/* nesting of values (JSON input stops at 2048): deeper is refused, so repr, == and tojson never
+ * recurse deeper than this */
+#define JINJA_MAX_NEST 4096
 
 #endif

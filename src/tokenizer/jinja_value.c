@@ -122,7 +122,20 @@ jinja_value *jv_cstr(jinja_arena *a, const char *s) {
 jinja_value *jinja_new_list(jinja_arena *a) {
     return jv_new(a, JV_LIST);
 }
+/* a container holding v: its depth grows past v's, within JINJA_MAX_NEST */
+static void nest(jinja_arena *a, jinja_value *c, const jinja_value *v) {
+    if (v->depth + 1 <= c->depth) return;
+    c->depth = v->depth + 1;
+    if (c->depth <= JINJA_MAX_NEST) return;
+    if (a->oom) {
+        snprintf(a->oom_err, a->oom_errlen, "values nested deeper than %d", JINJA_MAX_NEST);
+        longjmp(*a->oom, 1);
+    }
+    UP_CHECK(0, "jinja values nested deeper than %d", JINJA_MAX_NEST);
+}
+
 void jinja_list_push(jinja_arena *a, jinja_value *l, jinja_value *v) {
+    nest(a, l, v);
     if (l->u.list.n == l->u.list.cap) {
         size_t cap = l->u.list.cap ? 2 * l->u.list.cap : 4;
         jinja_value **items = jv_alloc(a, cap * sizeof *items);
@@ -153,6 +166,7 @@ jinja_value *jv_dict_get(const jinja_value *d, const char *key, size_t klen) {
 }
 
 void jv_dict_put(jinja_arena *a, jinja_value *d, jinja_value *key, jinja_value *v) {
+    nest(a, d, v);
     for (size_t i = 0; i < d->u.dict.n; i++)
         if (jv_equal(d->u.dict.keys[i], key)) {
             d->u.dict.vals[i] = v;

@@ -224,6 +224,10 @@ static void test_limits(void) {
     expect_render_error("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", &small,
                         "nested deeper");
     expect_render_error("{{ 'ab' * 100000000 }}", &small, "");
+    /* a value wrapped in a loop: refused before repr or == could recurse that deep */
+    expect_render_error("{% set ns = namespace(x=[]) %}{% for i in range(20000) %}"
+                        "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x == ns.x }}{{ ns.x }}",
+                        &small, "nested deeper than 4096");
 }
 
 int main(void) {
