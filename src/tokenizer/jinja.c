@@ -530,7 +530,22 @@ static jinja_value *call_macro(R *r, const jnode *at, const jinja_value *m, cons
 }
 /* ---- expressions ---- */
 
+/* evaluation and execution recurse along the tree; a left-deep chain (1 + 1 + ... + 1) is as
+ * deep as it is long, so the depth is bounded, not the C stack */
+static void enter(R *r, const jnode *x) {
+    if (++r->rdepth > JINJA_MAX_RENDER_DEPTH)
+        jr_fail(r, x, "the template nests deeper than %d when rendering", JINJA_MAX_RENDER_DEPTH);
+}
+
+static jinja_value *eval_node(R *r, const jnode *x);
 static jinja_value *eval(R *r, const jnode *x) {
+    enter(r, x);
+    jinja_value *v = eval_node(r, x);
+    r->rdepth--;
+    return v;
+}
+
+static jinja_value *eval_node(R *r, const jnode *x) {
     jr_step(r, x);
     switch (x->kind) {
     case JN_LIT:
@@ -712,7 +727,14 @@ static void exec_for(R *r, const jnode *x) {
     if (n == 0 && x->c) exec(r, x->c);
 }
 
+static void exec_node(R *r, const jnode *x);
 static void exec(R *r, const jnode *x) {
+    enter(r, x);
+    exec_node(r, x);
+    r->rdepth--;
+}
+
+static void exec_node(R *r, const jnode *x) {
     jr_step(r, x);
     switch (x->kind) {
     case JS_BODY:

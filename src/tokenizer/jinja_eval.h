@@ -8,6 +8,8 @@
 
 #include "core/check.h"
 
+#define JINJA_MAX_RENDER_DEPTH 1000 /* eval and exec frames on the C stack */
+
 typedef struct scope {
     struct scope *parent;
     const char **names;
@@ -23,8 +25,9 @@ typedef struct {
     scope *sc, *root;
     int turn;
     long long steps;
-    int depth;
-    int ctl; /* 1 break, 2 continue */
+    int depth;  /* macro calls and loops */
+    int rdepth; /* eval and exec frames */
+    int ctl;    /* 1 break, 2 continue */
     jmp_buf jmp;
     char *err;
     size_t errlen;

@@ -963,7 +963,16 @@ static void parse_targets(P *p, jnode *x) {
     x->nnames = v.n;
 }
 
+static jnode *parse_if_chain(P *p, tok *t);
+/* an elif chain nests like blocks do: each link counts against JINJA_MAX_DEPTH */
 static jnode *parse_if(P *p, tok *t) {
+    enter(p);
+    jnode *x = parse_if_chain(p, t);
+    leave(p);
+    return x;
+}
+
+static jnode *parse_if_chain(P *p, tok *t) {
     jnode *x = mk(p, JS_IF, t);
     x->a = parse_expr(p, 1);
     expect_bend(p);

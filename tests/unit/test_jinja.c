@@ -224,6 +224,22 @@ static void test_limits(void) {
     expect_render_error("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", &small,
                         "nested deeper");
     expect_render_error("{{ 'ab' * 100000000 }}", &small, "");
+    /* left-deep chains and long elif chains: refused, not a stack overflow */
+    char *chain = malloc(200000);
+    strcpy(chain, "{{ 1");
+    for (int i = 0; i < 20000; i++)
+        strcat(chain + 4 + 4 * i, " + 1");
+    strcat(chain, " }}");
+    expect_render_error(chain, &small, "nests deeper than");
+    strcpy(chain, "{% if 0 %}");
+    size_t len = strlen(chain);
+    for (int i = 0; i < 5000; i++) {
+        memcpy(chain + len, "{% elif 0 %}", 12);
+        len += 12;
+    }
+    strcpy(chain + len, "{% endif %}");
+    expect_parse_error(chain, "nested more than");
+    free(chain);
     /* a value wrapped in a loop: refused before repr or == could recurse that deep */
     expect_render_error("{% set ns = namespace(x=[]) %}{% for i in range(20000) %}"
                         "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x == ns.x }}{{ ns.x }}",
