@@ -334,3 +334,36 @@ int chat_render(const chat_template *ct, const json_t *messages, const chat_opts
     if (rc) chat_rendered_free(out);
     return rc;
 }
+
+/* the index of the segment holding byte pos (segments cover the text in order) */
+static size_t seg_at(const chat_rendered *r, size_t pos) {
+    size_t lo = 0, hi = r->nsegs;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->segs[mid].start <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int chat_trained(const chat_rendered *r, size_t start, size_t end) {
+    size_t lo = 0, hi = r->nspans;
+    while (lo < hi) { /* the first span ending after start */
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->spans[mid].end <= start)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->nspans && r->spans[lo].start < end && r->spans[lo].end > r->spans[lo].start;
+}
+
+int chat_template_text(const chat_rendered *r, size_t start, size_t end) {
+    if (r->nsegs == 0 || end > r->len || start >= end) return 0;
+    for (size_t i = seg_at(r, start); i < r->nsegs && r->segs[i].start < end; i++)
+        if (r->segs[i].kind != CHAT_SEG_TEMPLATE && r->segs[i].kind != CHAT_SEG_END_OF_TURN)
+            return 0;
+    return 1;
+}

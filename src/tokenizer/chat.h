@@ -85,4 +85,12 @@ int chat_render(const chat_template *ct, const json_t *messages, const chat_opts
                 chat_rendered *out, char *err, size_t errlen);
 void chat_rendered_free(chat_rendered *r);
 
+/* For the tokenizer, given a token's bytes [start, end) of r->text (start < end):
+ * chat_trained: 1 when they overlap a trained span (the token is a target of the loss);
+ * chat_template_text: 1 when they lie wholly in template text (TEMPLATE or END_OF_TURN
+ * segments), where a special token may be recognised; 0 when any byte is a message's or data.
+ * Both O(log segments). */
+int chat_trained(const chat_rendered *r, size_t start, size_t end);
+int chat_template_text(const chat_rendered *r, size_t start, size_t end);
+
 #endif

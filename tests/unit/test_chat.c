@@ -122,6 +122,16 @@ static void test_chatml(void) {
         check_segments("chatml", &r, want, sizeof want / sizeof *want);
         const char *spans[] = {"Hello<|im_end|>\n", "A<|im_end|>\n"};
         check_spans("chatml", &r, spans, 2);
+        /* the tokenizer's questions: "<|im_start|>" at 0 is template text, "user" at 12 not;
+         * "Hello" [52, 57) is trained, "<|im_end|>" of the user turn [19, 29) is not; a piece
+         * across "Hi" and "<|im_end|>" is not template text */
+        CHECK(chat_template_text(&r, 0, 12) && !chat_template_text(&r, 12, 16) &&
+                  !chat_template_text(&r, 18, 22) && chat_template_text(&r, 57, 68) &&
+                  chat_template_text(&r, 19, 29),
+              "chatml: chat_template_text");
+        CHECK(chat_trained(&r, 52, 57) && chat_trained(&r, 50, 53) && !chat_trained(&r, 19, 29) &&
+                  !chat_trained(&r, 0, 52) && chat_trained(&r, 67, 68) && !chat_trained(&r, 68, 80),
+              "chatml: chat_trained");
         /* byte offsets, counted by hand: 12 + 4 + 1 + 2 + 33 = 52 */
         CHECK(r.nspans == 2 && r.spans[0].start == 52 && r.spans[0].end == 52 + 5 + 11 &&
                   r.spans[0].message == 1 && r.spans[1].message == 3,
