@@ -213,7 +213,35 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
         last_run[k] = i;
     }
     int rc = 0;
-    for (size_t k = 0; k < nm && rc == 0; k++) {
+    /* a template with {% generation %} blocks says itself what is trained (transformers'
+     * assistant mask): each stretch written inside them is a span */
+    int gen_mode = 0;
+    for (size_t i = 0; i < nr; i++)
+        if (run[i].gen && run[i].len) gen_mode = 1;
+    if (gen_mode) {
+        free(o->spans);
+        o->spans = calloc(nr, sizeof *o->spans);
+        UP_CHECK(o->spans, "out of memory");
+        for (size_t i = 0; i < nr;) {
+            if (!run[i].gen || run[i].len == 0) {
+                i++;
+                continue;
+            }
+            size_t j = i;
+            int msg = -1;
+            while (j < nr && (run[j].gen || run[j].len == 0)) {
+                if (run[j].len) mark[j] = 1;
+                if (msg < 0 && run[j].len) msg = run[j].turn;
+                j++;
+            }
+            while (j > i && run[j - 1].len == 0)
+                j--;
+            o->spans[o->nspans++] =
+                (chat_span){run[i].start, run[j - 1].start + run[j - 1].len, msg};
+            i = j;
+        }
+    }
+    for (size_t k = 0; k < nm && rc == 0 && !gen_mode; k++) {
         const char *role = json_string_value(json_object_get(json_array_get(msgs, k), "role"));
         if (strcmp(role, "assistant") != 0) continue;
         int tag = JINJA_TAG_USER + (int)k;

@@ -15,7 +15,9 @@
  * A segment's `train` says whether its bytes are inside a trained span: an assistant message's
  * span runs from its first to its last byte of content (template text between, such as Qwen3's
  * "\n</think>\n\n" after reasoning, is inside) plus the end of turn. Text the template writes
- * before the content (role headers, Qwen3's empty "<think>\n\n</think>\n\n") is not.
+ * before the content (role headers, Qwen3's empty "<think>\n\n</think>\n\n") is not. A template
+ * with {% generation %} blocks marks its trained text itself: then exactly what those blocks
+ * write is trained (as transformers' return_assistant_tokens_mask), template text included.
  *
  * Tokenizing: the whole text must be encoded as one string (segment boundaries are not token
  * boundaries: Llama 2's "[INST] " + "hello" merges across them), with special tokens matched
@@ -51,7 +53,9 @@ typedef struct {
     size_t len;
     chat_segment *segs;
     size_t nsegs;
-    chat_span *spans; /* one per assistant message, in order */
+    chat_span *spans; /* one per assistant message, in order; with {% generation %} blocks in
+                         the template, one per stretch they write (transformers' assistant
+                         mask) instead */
     size_t nspans;
 } chat_rendered;
 

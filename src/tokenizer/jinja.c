@@ -782,6 +782,13 @@ static void exec_node(R *r, const jnode *x) {
         scope_set(r, r->sc, x->name, m);
         return;
     }
+    case JS_GENERATION: {
+        int gen = r->out->gen;
+        r->out->gen = 1;
+        exec(r, x->b);
+        r->out->gen = gen;
+        return;
+    }
     case JS_BREAK:
         r->ctl = 1;
         return;

@@ -30,10 +30,12 @@ typedef struct jinja_value jinja_value;
 typedef struct jinja_template jinja_template;
 
 /* One run of output bytes [start, start + len) with one tag, written during turn `turn` (-1:
- * outside any marked loop item). Runs are in order and cover the text; len may be 0 (a mark). */
+ * outside any marked loop item), inside a {% generation %} block or not. Runs are in order and
+ * cover the text; len may be 0 (a mark). */
 typedef struct {
     size_t start, len;
     int tag, turn;
+    int gen; /* written inside a {% generation %} block */
 } jinja_run;
 
 typedef struct {

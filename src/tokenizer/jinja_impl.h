@@ -78,6 +78,7 @@ typedef struct {
     jv_run *runs;
     size_t nruns, rcap;
     int turn; /* the turn given to runs appended (-1 in strings) */
+    int gen;  /* ... and whether they are inside a {% generation %} block */
 } jv_sb;
 void sb_init(jv_sb *b, jinja_arena *a);
 void sb_put(jv_sb *b, const char *s, size_t len, int tag);
@@ -145,14 +146,15 @@ typedef enum {
     JN_OR,
     JN_COND, /* b if a else c (c may be NULL) */
     /* statements */
-    JS_BODY,     /* kids */
-    JS_TEXT,     /* lit: a template string */
-    JS_OUT,      /* {{ a }} */
-    JS_IF,       /* if a: b, else c (c: body, or another JS_IF for elif) */
-    JS_FOR,      /* for targets(names) in a [if d]: b else c */
-    JS_SET,      /* set targets = a; or set name.attr = a (attr set) */
-    JS_SETBLOCK, /* set name %} b {% endset */
-    JS_MACRO,    /* macro name(params = defaults) b */
+    JS_BODY,       /* kids */
+    JS_TEXT,       /* lit: a template string */
+    JS_OUT,        /* {{ a }} */
+    JS_IF,         /* if a: b, else c (c: body, or another JS_IF for elif) */
+    JS_FOR,        /* for targets(names) in a [if d]: b else c */
+    JS_SET,        /* set targets = a; or set name.attr = a (attr set) */
+    JS_SETBLOCK,   /* set name %} b {% endset */
+    JS_MACRO,      /* macro name(params = defaults) b */
+    JS_GENERATION, /* {% generation %} b {% endgeneration %} */
     JS_BREAK,
     JS_CONTINUE,
 } jn_kind;

@@ -1100,11 +1100,12 @@ static jnode *parse_stmt(P *p) {
         expect_bend(p);
         return x;
     }
-    if (!strcmp(name, "generation")) { /* transformers' assistant-mask marker: renders its body */
+    if (!strcmp(name, "generation")) { /* transformers' assistant-mask marker */
         expect_bend(p);
         static const char *const ends[] = {"endgeneration", NULL};
         const char *found;
-        jnode *x = parse_body(p, ends, &found);
+        jnode *x = mk(p, JS_GENERATION, t);
+        x->b = parse_body(p, ends, &found);
         expect_bend(p);
         return x;
     }

@@ -252,13 +252,14 @@ static void sb_reserve(jv_sb *b, size_t extra) {
 static void sb_run(jv_sb *b, size_t start, size_t len, int tag) {
     if (b->nruns) {
         jv_run *last = &b->runs[b->nruns - 1];
-        if (last->tag == tag && last->turn == b->turn && last->start + last->len == start) {
+        if (last->tag == tag && last->turn == b->turn && last->gen == b->gen &&
+            last->start + last->len == start) {
             last->len += len;
             return;
         }
         /* a mark next to a run of its own tag adds nothing */
-        if (len == 0 && last->tag == tag && last->turn == b->turn) return;
-        if (last->len == 0 && last->tag == tag && last->turn == b->turn) {
+        if (len == 0 && last->tag == tag && last->turn == b->turn && last->gen == b->gen) return;
+        if (last->len == 0 && last->tag == tag && last->turn == b->turn && last->gen == b->gen) {
             last->len = len;
             return;
         }
@@ -270,7 +271,7 @@ static void sb_run(jv_sb *b, size_t start, size_t len, int tag) {
         b->runs = r;
         b->rcap = cap;
     }
-    b->runs[b->nruns++] = (jv_run){start, len, tag, b->turn};
+    b->runs[b->nruns++] = (jv_run){start, len, tag, b->turn, b->gen};
 }
 
 void sb_put(jv_sb *b, const char *s, size_t len, int tag) {

@@ -235,6 +235,25 @@ static void test_refusals(void) {
         CHECK(0, "generation block renders: %s", err);
     }
     chat_template_free(ct);
+    /* a template with generation blocks: they say what is trained, here "a</A>" */
+    ct = tmpl("{% for m in messages %}{% if m.role == 'assistant' %}<A>{% generation %}"
+              "{{ m.content }}</A>{% endgeneration %}{% else %}<U>{{ m.content }}</U>{% endif %}"
+              "{% endfor %}",
+              NULL);
+    if (ct && render(ct, two, 0, &r, err, sizeof err) == 0) {
+        const seg want[] = {{"<U>", CHAT_SEG_TEMPLATE, -1, 0},
+                            {"A", CHAT_SEG_CONTENT, 0, 0},
+                            {"</U><A>", CHAT_SEG_TEMPLATE, -1, 0},
+                            {"B", CHAT_SEG_ASSISTANT, 1, 1},
+                            {"</A>", CHAT_SEG_TEMPLATE, 1, 1}};
+        check_segments("generation", &r, want, 5);
+        const char *spans[] = {"B</A>"};
+        check_spans("generation", &r, spans, 1);
+        chat_rendered_free(&r);
+    } else {
+        CHECK(0, "generation template renders: %s", err);
+    }
+    chat_template_free(ct);
 }
 
 static void write_file(const char *path, const char *text) {
