@@ -84,6 +84,8 @@ def reference(source, tokens, conv, gen):
                                  add_generation_prompt=gen, **kw)}
     except TemplateError as e:
         return {"error": str(e)}
+    except Exception as e:  # a template's type errors (transformers raises them too)
+        return {"error": type(e).__name__ + ": " + str(e)}
 
 
 def templates(src_dir):
