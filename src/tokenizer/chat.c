@@ -246,13 +246,7 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
         if (strcmp(role, "assistant") != 0) continue;
         int tag = JINJA_TAG_USER + (int)k;
         size_t first = first_run[k], last = last_run[k];
-        if (first == nr) {
-            rc = up_errf(err, errlen, NULL,
-                         "message %zu (assistant): the template does not write its content, so "
-                         "there is nothing to train on",
-                         k);
-            break;
-        }
+        if (first == nr) continue; /* not written (GLM drops blank replies): nothing to train */
         for (size_t i = first; i <= last; i++) {
             if (run[i].tag >= JINJA_TAG_USER && run[i].tag != tag && run[i].len > 0) {
                 rc = up_errf(err, errlen, NULL,

@@ -53,7 +53,8 @@ typedef struct {
     size_t len;
     chat_segment *segs;
     size_t nsegs;
-    chat_span *spans; /* one per assistant message, in order; with {% generation %} blocks in
+    chat_span *spans; /* one per assistant message the template writes, in order (one whose
+                         content it drops has none); with {% generation %} blocks in
                          the template, one per stretch they write (transformers' assistant
                          mask) instead */
     size_t nspans;
