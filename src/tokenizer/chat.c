@@ -247,6 +247,26 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
         int tag = JINJA_TAG_USER + (int)k;
         size_t first = first_run[k], last = last_run[k];
         if (first == nr) continue; /* not written (GLM drops blank replies): nothing to train */
+        /* the turn its bytes were written in: k inside the loop over the messages; -1 outside
+         * it, accepted for the last content written (templates that write the final reply
+         * after the loop, as Nemotron's: its end of turn is the template text after it) */
+        int turn = run[first].turn;
+        for (size_t i = first; i <= last; i++)
+            if (run[i].len > 0) {
+                turn = run[i].turn;
+                break;
+            }
+        int later = 0;
+        for (size_t i = last + 1; i < nr && turn < 0; i++)
+            if (run[i].tag >= JINJA_TAG_USER && run[i].len > 0) later = 1;
+        if (turn != (int)k && (turn != -1 || later)) {
+            rc = up_errf(err, errlen, NULL,
+                         "message %zu (assistant): its content is written outside the "
+                         "template's loop over the messages, before other messages; its end of "
+                         "turn cannot be found",
+                         k);
+            break;
+        }
         for (size_t i = first; i <= last; i++) {
             if (run[i].tag >= JINJA_TAG_USER && run[i].tag != tag && run[i].len > 0) {
                 rc = up_errf(err, errlen, NULL,
@@ -255,7 +275,7 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
                              k, run[i].tag - JINJA_TAG_USER);
                 break;
             }
-            if (run[i].turn != (int)k && run[i].len > 0) {
+            if (run[i].turn != turn && run[i].len > 0) {
                 rc = up_errf(err, errlen, NULL,
                              "message %zu (assistant): its content is written outside the "
                              "template's loop over the messages; its end of turn cannot be found",
@@ -266,7 +286,7 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
         }
         if (rc) break;
         size_t end = last + 1;
-        while (end < nr && run[end].turn == (int)k && run[end].tag < JINJA_TAG_USER) {
+        while (end < nr && run[end].turn == turn && run[end].tag < JINJA_TAG_USER) {
             mark[end] = 2;
             end++;
         }

@@ -213,12 +213,27 @@ static void test_refusals(void) {
     expect_render_error("{% for m in messages %}{{ m.content }}{{ messages[0].content }}"
                         "{{ m.content }}{% endfor %}",
                         two, "interleaved with message 0");
-    expect_render_error("{{ messages[0].content }}{{ messages[1].content }}", two,
+    expect_render_error("{{ messages[1].content }}{{ messages[0].content }}", two,
                         "outside the template's loop");
     expect_render_error("{{ raise_exception('Only user and assistant roles') }}", two,
                         "raise_exception: Only user and assistant roles");
     expect_render_error("x", "{\"messages\": 3}", "must be a list");
     expect_render_error("x", "[{\"content\": \"no role\"}]", "message 0 is not an object");
+    /* the final reply written after the loop (Nemotron's template): its end of turn is the
+     * template text after it */
+    chat_template *nt = tmpl("{% for m in messages[:-1] %}<{{ m.role }}>{{ m.content }}</>"
+                             "{% endfor %}<assistant>{{ messages[-1].content }}<end>",
+                             NULL);
+    chat_rendered fin;
+    char ferr[512];
+    if (nt && render(nt, two, 0, &fin, ferr, sizeof ferr) == 0) {
+        const char *spans[] = {"B<end>"};
+        check_spans("final reply after the loop", &fin, spans, 1);
+        chat_rendered_free(&fin);
+    } else {
+        CHECK(0, "final reply after the loop renders: %s", ferr);
+    }
+    chat_template_free(nt);
     /* an assistant message the template drops has no span (GLM drops blank replies) */
     chat_template *dr = tmpl("{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}"
                              "{% endif %}{% endfor %}",
