@@ -8,6 +8,7 @@
  * interleaved so both see the same load. usage: bench_bf16dot (x86-64 with AVX-512 F only; the
  * dot product where the CPU has AVX512_BF16). */
 #include "bench_util.h"
+#include "kernels/kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,41 +17,15 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-enum { CHAINS = 16, REPS = 7 };
-static const long ITERS = 20 * 1000 * 1000; // x CHAINS instructions per run
+enum { CHAINS = KERNEL_LOOP_CHAINS, REPS = 7 };
+static const int ITERS = 20 * 1000 * 1000; // x CHAINS instructions per run
 
-/* The asm barrier keeps the compiler from hoisting or folding the loop-invariant operands. */
-__attribute__((target("avx512f"), noinline)) static float run_fma(long n) {
-    __m512 a[CHAINS];
-    for (int i = 0; i < CHAINS; i++)
-        a[i] = _mm512_setzero_ps();
-    __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-7f);
-    for (long k = 0; k < n; k++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < CHAINS; i++)
-            a[i] = _mm512_fmadd_ps(x, y, a[i]);
-        __asm__ volatile("" : "+v"(x));
-    }
-    for (int i = 1; i < CHAINS; i++)
-        a[0] = _mm512_add_ps(a[0], a[i]);
-    return _mm512_reduce_add_ps(a[0]);
+/* The loops are upipe's own start-up calibration's (src/kernels/calibrate.c), run longer. */
+static float run_fma(int n) {
+    return kernel_loop_fma(n);
 }
-
-__attribute__((target("avx512f,avx512bf16"), noinline)) static float run_dpbf16(long n) {
-    __m512 a[CHAINS];
-    for (int i = 0; i < CHAINS; i++)
-        a[i] = _mm512_setzero_ps();
-    __m512bh x = (__m512bh)_mm512_set1_epi32(0x33d633d6),
-             y = (__m512bh)_mm512_set1_epi32(0x3f803f80);
-    for (long k = 0; k < n; k++) {
-#pragma GCC unroll 16
-        for (int i = 0; i < CHAINS; i++)
-            a[i] = _mm512_dpbf16_ps(a[i], x, y);
-        __asm__ volatile("" : "+v"(x));
-    }
-    for (int i = 1; i < CHAINS; i++)
-        a[0] = _mm512_add_ps(a[0], a[i]);
-    return _mm512_reduce_add_ps(a[0]);
+static float run_dpbf16(int n) {
+    return kernel_loop_dot(n);
 }
 
 int main(void) {

@@ -19,38 +19,38 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-enum { CHAINS = 16, REPS = 9, ITERS = 25000 };
+enum { REPS = 9, ITERS = 25000 };
 
 /* The asm barrier keeps the compiler from hoisting or folding the loop-invariant operands. */
-__attribute__((target("avx512f"), noinline)) static float run_fma(int n) {
-    __m512 a[CHAINS];
-    for (int i = 0; i < CHAINS; i++)
+__attribute__((target("avx512f"), noinline)) float kernel_loop_fma(int n) {
+    __m512 a[KERNEL_LOOP_CHAINS];
+    for (int i = 0; i < KERNEL_LOOP_CHAINS; i++)
         a[i] = _mm512_setzero_ps();
     __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-7f);
     for (int k = 0; k < n; k++) {
 #pragma GCC unroll 16
-        for (int i = 0; i < CHAINS; i++)
+        for (int i = 0; i < KERNEL_LOOP_CHAINS; i++)
             a[i] = _mm512_fmadd_ps(x, y, a[i]);
         __asm__ volatile("" : "+v"(x));
     }
-    for (int i = 1; i < CHAINS; i++)
+    for (int i = 1; i < KERNEL_LOOP_CHAINS; i++)
         a[0] = _mm512_add_ps(a[0], a[i]);
     return _mm512_reduce_add_ps(a[0]);
 }
 
-__attribute__((target("avx512f,avx512bf16"), noinline)) static float run_dot(int n) {
-    __m512 a[CHAINS];
-    for (int i = 0; i < CHAINS; i++)
+__attribute__((target("avx512f,avx512bf16"), noinline)) float kernel_loop_dot(int n) {
+    __m512 a[KERNEL_LOOP_CHAINS];
+    for (int i = 0; i < KERNEL_LOOP_CHAINS; i++)
         a[i] = _mm512_setzero_ps();
     __m512bh x = (__m512bh)_mm512_set1_epi32(0x33d633d6),
              y = (__m512bh)_mm512_set1_epi32(0x3f803f80);
     for (int k = 0; k < n; k++) {
 #pragma GCC unroll 16
-        for (int i = 0; i < CHAINS; i++)
+        for (int i = 0; i < KERNEL_LOOP_CHAINS; i++)
             a[i] = _mm512_dpbf16_ps(a[i], x, y);
         __asm__ volatile("" : "+v"(x));
     }
-    for (int i = 1; i < CHAINS; i++)
+    for (int i = 1; i < KERNEL_LOOP_CHAINS; i++)
         a[0] = _mm512_add_ps(a[0], a[i]);
     return _mm512_reduce_add_ps(a[0]);
 }
@@ -76,12 +76,12 @@ static void measure(void) {
     if (!c->avx512f || !c->avx512bf16) return;
     double tf[REPS], td[REPS];
     volatile float sink = 0.0f;
-    sink += run_fma(ITERS / 10) + run_dot(ITERS / 10); /* wakes the vector units */
+    sink += kernel_loop_fma(ITERS / 10) + kernel_loop_dot(ITERS / 10); /* wakes the vector units */
     for (int r = 0; r < REPS; r++) {
         double t0 = now();
-        sink += run_fma(ITERS);
+        sink += kernel_loop_fma(ITERS);
         double t1 = now();
-        sink += run_dot(ITERS);
+        sink += kernel_loop_dot(ITERS);
         double t2 = now();
         tf[r] = t1 - t0, td[r] = t2 - t1;
     }

@@ -184,6 +184,12 @@ const char *kernel_path_name(void);
  * the first call (about 4 ms; calibrate.c); 0 where the CPU lacks AVX512_BF16. The avx512bf16
  * row is the default only where it is at least KERNEL_DOT_MIN. */
 double kernel_dot_ratio(void);
+/* The loops it times (and bench_bf16dot, longer): n iterations of KERNEL_LOOP_CHAINS independent
+ * VFMADD231PS zmm, or VDPBF16PS zmm, in registers; the result only keeps them from being folded.
+ * x86-64 with AVX-512 F (and AVX512_BF16 for the second) only. */
+enum { KERNEL_LOOP_CHAINS = 16 };
+float kernel_loop_fma(int n);
+float kernel_loop_dot(int n);
 #define KERNEL_DOT_MIN 1.3
 
 /* ---- causal GQA attention, FlashAttention-2 style -------------------------------------------- */
