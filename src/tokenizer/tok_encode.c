@@ -306,12 +306,12 @@ static int norm_put(tok_encoder *e, size_t *o, const char *s, size_t n) {
 }
 
 /* Normalizes, pre-tokenizes and encodes one segment without added tokens. */
-static int encode_segment(tok_encoder *e, const char *s, size_t n, tok_ids *out) {
+static int encode_segment(tok_encoder *e, const char *s, size_t n, int cont, tok_ids *out) {
     const tokenizer *t = e->t;
     if (n == 0) return 0;
     if (t->family == TOK_SENTENCEPIECE) {
         size_t o = 0;
-        if (t->sp_prepend && norm_put(e, &o, SP_MARK, 3) != 0) return -1;
+        if (t->sp_prepend && !cont && norm_put(e, &o, SP_MARK, 3) != 0) return -1;
         for (size_t i = 0; i < n; i++) {
             size_t j = i;
             while (j < n && s[j] != ' ')
@@ -339,7 +339,7 @@ static int encode_segment(tok_encoder *e, const char *s, size_t n, tok_ids *out)
             }
         }
     }
-    if (t->add_prefix_space && text[0] != ' ') {
+    if (t->add_prefix_space && !cont && text[0] != ' ') {
         size_t o = 0;
         if (norm_put(e, &o, " ", 1) != 0 || norm_put(e, &o, text, len) != 0) {
             free(nfc);
@@ -359,6 +359,7 @@ int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids 
         for (int k = 0; k < t->nprefix; k++)
             if (ids_push(out, t->prefix[k]) != 0) return -1;
     uint8_t want = (flags & TOK_ALLOW_SPECIAL) ? 3 : 2;
+    int cont = (flags & TOK_CONTINUE) != 0;
     size_t seg = 0;
     for (size_t i = 0; i < len; i++) {
         if ((t->added_first[(uint8_t)text[i]] & want) == 0) continue;
@@ -367,14 +368,15 @@ int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids 
             if ((a->special && !(flags & TOK_ALLOW_SPECIAL)) || a->len > len - i ||
                 memcmp(text + i, a->s, a->len) != 0)
                 continue;
-            if (encode_segment(e, text + seg, i - seg, out) != 0 || ids_push(out, a->id) != 0)
+            if (encode_segment(e, text + seg, i - seg, cont, out) != 0 || ids_push(out, a->id) != 0)
                 return -1;
             seg = i + a->len;
+            cont = 0; /* HF normalizes each segment between added tokens alone */
             i = seg - 1;
             break;
         }
     }
-    if (encode_segment(e, text + seg, len - seg, out) != 0) return -1;
+    if (encode_segment(e, text + seg, len - seg, cont, out) != 0) return -1;
     if (flags & TOK_ADD_SPECIAL)
         for (int k = 0; k < t->nsuffix; k++)
             if (ids_push(out, t->suffix[k]) != 0) return -1;

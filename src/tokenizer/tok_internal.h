@@ -48,6 +48,9 @@ struct tokenizer {
     pcre2_code *re; /* NULL: none */
     int add_prefix_space;
     int sp_split_safe; /* no merge result holds "▁" after a non-"▁" character */
+    int regex_has_newline_run;
+    int cut_newline; /* byte-level: "\n" then printable ASCII is a piece boundary */
+    int cut_space;   /* SentencePiece-style: a space after a non-space is a cut */
     /* added tokens, longest first */
     tok_added *added;
     int nadded;

@@ -140,6 +140,9 @@ static int compile_regex(tokenizer *t, const char *pattern, char *err, size_t er
         return up_errf(err, errlen, NULL,
                        "two regex pre-tokenizers in sequence are not supported (only one Split "
                        "or one ByteLevel with use_regex)");
+    /* Llama 3 / Qwen patterns: "\s*[\r\n]+" comes before "\s+(?!\S)", so a newline run ends
+     * a piece whatever follows (GPT-2's pattern lacks it: "  \n" splits by what follows) */
+    t->regex_has_newline_run = strstr(pattern, "\\s*[\\r\\n]+") != NULL;
     size_t cap = strlen(pattern) * 8 + 64;
     char *tr = malloc(cap);
     if (tr == NULL || translate_regex(pattern, tr, cap) != 0) {
@@ -657,6 +660,15 @@ static tokenizer *load_json(const json_t *root, const json_t *cfg, const char *p
         t->added_first[(uint8_t)a->s[0]] |= a->special ? 1 : 2;
     }
     qsort(t->added, (size_t)t->nadded, sizeof *t->added, cmp_added);
+    /* where long text may be cut (tok_cut_point); an added token holding the cut's characters
+     * could straddle it */
+    int added_nl = 0, added_sp = 0;
+    for (int k = 0; k < t->nadded; k++) {
+        added_nl |= memchr(t->added[k].s, '\n', t->added[k].len) != NULL;
+        added_sp |= memchr(t->added[k].s, ' ', t->added[k].len) != NULL;
+    }
+    t->cut_newline = byte_level && t->regex_has_newline_run && !added_nl;
+    t->cut_space = !byte_level && t->sp_split_safe && !added_sp;
     if (load_post(t, json_object_get(root, "post_processor"), msg, sizeof msg) != 0) goto fail;
     if (load_decoder(t, json_object_get(root, "decoder"), msg, sizeof msg) != 0) goto fail;
     if (cfg != NULL) {
@@ -757,4 +769,13 @@ int tok_suffix_ids(const tokenizer *t, int32_t *ids, int max) {
     int n = t->nsuffix < max ? t->nsuffix : max;
     memcpy(ids, t->suffix, (size_t)n * sizeof *ids);
     return n;
+}
+
+size_t tok_cut_point(const tokenizer *t, const char *text, size_t n) {
+    for (size_t p = n - (n > 0); p > 0; p--) {
+        uint8_t c = (uint8_t)text[p], b = (uint8_t)text[p - 1];
+        if (t->cut_newline && b == '\n' && c > 0x20 && c < 0x7f) return p;
+        if (t->cut_space && c == ' ' && b != ' ') return p;
+    }
+    return 0;
 }

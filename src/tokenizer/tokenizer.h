@@ -46,6 +46,8 @@ enum {
     TOK_ADD_SPECIAL = 1,   /* add the post-processor's prefix/suffix (BOS/EOS) */
     TOK_ALLOW_SPECIAL = 2, /* match special added tokens in the text (else they stay text;
                               non-special added tokens are always matched, as HF does) */
+    TOK_CONTINUE = 4,      /* text continues a text cut at tok_cut_point: no Prepend "▁" nor
+                              prefix space at its start */
 };
 
 /* Loads path: a tokenizer.json, or a model folder holding tokenizer.json (and optionally
@@ -73,6 +75,13 @@ tok_encoder *tok_encoder_new(const tokenizer *t);
 void tok_encoder_free(tok_encoder *e);
 /* Appends the ids of text[0, len) to out (flags: TOK_*). 0, or -1 when out of memory. */
 int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids *out);
+
+/* A place to cut text[0, n) so that encoding the two parts (the second with TOK_CONTINUE) gives
+ * the ids of the whole: the last such offset in (0, n), or 0 when there is none (or the
+ * tokenizer has no proven cut). Byte-level with a Llama 3 / Qwen style pattern (it has
+ * "\s*[\r\n]+"): after "\n" before printable ASCII; SentencePiece-style with the safe split:
+ * before a space that follows a non-space. Never inside an added token. */
+size_t tok_cut_point(const tokenizer *t, const char *text, size_t n);
 
 /* Appends the text of ids to out as HF's decoder writes it (special tokens as their content);
  * the SentencePiece Strip decoder applies at the start of this call. 0, or -1 with err (an id

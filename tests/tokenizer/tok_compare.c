@@ -32,6 +32,29 @@ static void print_ids(const char *what, const tok_ids *x) {
     printf("%s\n", x->n > 40 ? " ..." : "");
 }
 
+/* The plain lines joined by "\n" encode the same whole and cut at every tok_cut_point (the
+ * parts after the first with TOK_CONTINUE). 0 when equal. */
+static int check_cuts(const tokenizer *t, tok_encoder *e, const char *all, size_t n) {
+    tok_ids whole = {0}, parts = {0};
+    size_t *cuts = malloc((n + 2) * sizeof *cuts), nc = 0;
+    if (cuts == NULL || tok_encode(e, all, n, 0, &whole) != 0) return 1;
+    for (size_t end = n; (end = tok_cut_point(t, all, end)) > 0;)
+        cuts[nc++] = end;
+    size_t start = 0;
+    int rc = 0;
+    for (size_t k = nc + 1; k-- > 0;) {
+        size_t end = k > 0 ? cuts[k - 1] : n;
+        rc |= tok_encode(e, all + start, end - start, start > 0 ? TOK_CONTINUE : 0, &parts);
+        start = end;
+    }
+    int same = rc == 0 && whole.n == parts.n &&
+               memcmp(whole.ids, parts.ids, whole.n * sizeof *whole.ids) == 0;
+    printf("%s: %zu bytes cut at %zu places: %zu ids whole, %zu cut\n", same ? "ok" : "not ok", n,
+           nc, whole.n, parts.n);
+    free(cuts), free(whole.ids), free(parts.ids);
+    return !same;
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: tok_compare TOKENIZER_DIR CORPUS.jsonl REF.txt\n");
@@ -54,6 +77,7 @@ int main(int argc, char **argv) {
     tok_ids ref = {0}, got = {0}, plain = {0};
     tok_text back = {0};
     int lineno = 0, bad = 0, lines = 0;
+    tok_text all = {0};
     size_t nids = 0;
     while (getline(&lc, &cap_c, fc) > 0) {
         lineno++;
@@ -84,6 +108,10 @@ int main(int argc, char **argv) {
             print_ids("ours", &got);
         }
         if (!special) {
+            all.s = realloc(all.s, all.n + len + 2);
+            memcpy(all.s + all.n, text, len);
+            all.n += len;
+            all.s[all.n++] = '\n';
             int32_t aff[16];
             int np = tok_prefix_ids(t, aff, 16);
             int same = got.n >= (size_t)np && plain.n + (size_t)np <= got.n &&
@@ -142,6 +170,8 @@ int main(int argc, char **argv) {
         nids += ref.n;
         json_decref(o);
     }
+    bad += check_cuts(t, e, all.s, all.n);
+    free(all.s);
     printf("%s: %s: %d lines, %zu ids, %d differ (%s)\n", bad ? "not ok" : "ok", argv[1], lines,
            nids, bad, tok_describe(t));
     free(lc), free(lr), free(ref.ids), free(got.ids), free(plain.ids), free(back.s);
