@@ -391,8 +391,8 @@ static int text_put(tok_text *out, const char *s, size_t n) {
     return 0;
 }
 
-int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, tok_text *out, char *err,
-               size_t errlen) {
+int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_text *out,
+               char *err, size_t errlen) {
     size_t start = out->n;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
@@ -421,7 +421,8 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, tok_text *out, 
         if (rc != 0) return up_errf(err, errlen, NULL, "out of memory");
     }
     int strip = 0; /* HF's Strip decoder, after Fuse: leading spaces of the whole text */
-    while (strip < t->dec_strip && start + (size_t)strip < out->n && out->s[start + strip] == ' ')
+    while (!(flags & TOK_CONTINUE) && strip < t->dec_strip && start + (size_t)strip < out->n &&
+           out->s[start + strip] == ' ')
         strip++;
     if (strip > 0) {
         memmove(out->s + start, out->s + start + strip, out->n - start - (size_t)strip);

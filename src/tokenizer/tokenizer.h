@@ -84,9 +84,11 @@ int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids 
 size_t tok_cut_point(const tokenizer *t, const char *text, size_t n);
 
 /* Appends the text of ids to out as HF's decoder writes it (special tokens as their content);
- * the SentencePiece Strip decoder applies at the start of this call. 0, or -1 with err (an id
- * out of range, out of memory). */
-int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, tok_text *out, char *err,
-               size_t errlen);
+ * the SentencePiece Strip decoder applies at the start of this call unless flags holds
+ * TOK_CONTINUE (ids that continue those of an earlier call). Byte-level text is written as its
+ * bytes (HF would replace invalid UTF-8 by U+FFFD). 0, or -1 with err (an id out of range, out
+ * of memory). */
+int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_text *out,
+               char *err, size_t errlen);
 
 #endif

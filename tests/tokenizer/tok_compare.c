@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
                 want = sp;
                 wlen = so;
             }
-            int dec = tok_decode(t, plain.ids, plain.n, &back, err, sizeof err);
+            int dec = tok_decode(t, plain.ids, plain.n, 0, &back, err, sizeof err);
             int same_text =
                 dec == 0 && back.n == wlen && (wlen == 0 || memcmp(back.s, want, wlen) == 0);
             free(nfc);

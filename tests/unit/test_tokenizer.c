@@ -76,10 +76,12 @@ int main(void) {
         expect_ids(e, "", TOK_ADD_SPECIAL, (const int32_t[]){1}, 1);
         tok_text back = {0};
         const int32_t ids[] = {7, 7, 4};
-        EXPECT(tok_decode(t, ids, 3, &back, err, sizeof err) == 0 && strcmp(back.s, "ab abb") == 0,
+        EXPECT(tok_decode(t, ids, 3, 0, &back, err, sizeof err) == 0 &&
+                   strcmp(back.s, "ab abb") == 0,
                "decode: \"%s\"", back.s ? back.s : "");
         const int32_t bad[] = {5, 1 << 30};
-        EXPECT(tok_decode(t, bad, 2, &back, err, sizeof err) != 0, "decode of an id out of range");
+        EXPECT(tok_decode(t, bad, 2, 0, &back, err, sizeof err) != 0,
+               "decode of an id out of range");
         free(back.s);
         tok_encoder_free(e);
         tok_free(t);
