@@ -199,6 +199,10 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
             a->echo = 1;
             continue;
         }
+        if (docs && strcmp(arg, "--allow-special") == 0) {
+            a->allow_special = 1;
+            continue;
+        }
         /* --flag value or --flag=value */
         const char *val = NULL;
         char flag[64];
