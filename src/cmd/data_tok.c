@@ -22,6 +22,7 @@
 #define BLOCK_BYTES (4u << 20)      /* text read per step; a cut is looked for in each block */
 #define BATCH_PER_THREAD (4u << 20) /* text bytes encoded per thread between writes */
 #define BATCH_ITEMS 8192
+#define WRITE_BUF 65536 /* tokens written per fwrite */
 
 /* A piece of one document: its text, where it sits in the document, its loss mask. */
 typedef struct {
@@ -43,6 +44,10 @@ typedef struct {
     /* outputs */
     up_atomic_file shard, mask;
     int tb, have_mask;
+    uint32_t buf[WRITE_BUF]; /* tokens not yet written */
+    uint16_t buf16[WRITE_BUF];
+    uint8_t mbuf[WRITE_BUF];
+    size_t nbuf;
     size_t ntok, counted, cur_doc;
     size_t *doc_len, ndoc, doc_cap;
     /* progress */
@@ -75,15 +80,23 @@ static void data_fail(const char *fmt, ...) {
     up_die("%s", msg);
 }
 
-static void put_token(tok_run *r, int32_t id, uint8_t m) {
+static void write_out(tok_run *r) {
     if (r->tb == 2) {
-        uint16_t v = (uint16_t)id;
-        fwrite(&v, 2, 1, r->shard.f);
+        for (size_t i = 0; i < r->nbuf; i++)
+            r->buf16[i] = (uint16_t)r->buf[i];
+        fwrite(r->buf16, 2, r->nbuf, r->shard.f);
     } else {
-        uint32_t v = (uint32_t)id;
-        fwrite(&v, 4, 1, r->shard.f);
+        fwrite(r->buf, 4, r->nbuf, r->shard.f);
     }
-    if (r->have_mask) fputc(m, r->mask.f);
+    if (r->have_mask) fwrite(r->mbuf, 1, r->nbuf, r->mask.f);
+    r->nbuf = 0;
+}
+
+/* Appends a token (and its mask byte) to the write buffers, flushed by write_out. */
+static void put_token(tok_run *r, int32_t id, uint8_t m) {
+    if (r->nbuf == WRITE_BUF) write_out(r);
+    r->buf[r->nbuf] = (uint32_t)id;
+    r->mbuf[r->nbuf++] = m;
     r->ntok++;
     r->cur_doc++;
     r->counted += m;
@@ -260,7 +273,7 @@ static void write_header(FILE *f, int32_t magic, int32_t version, size_t n) {
 }
 
 int data_tok_docs(const data_tok_args *a) {
-    tok_run r;
+    static tok_run r; /* one run per process; its write buffers are large */
     memset(&r, 0, sizeof r);
     r.a = a;
     r.t = load_or_die(a->tokenizer);
@@ -319,6 +332,7 @@ int data_tok_docs(const data_tok_args *a) {
             add_text_file(&r, a->inputs[i]);
     }
     flush_batch(&r);
+    write_out(&r);
     progress(&r, 1);
     if (r.printed) fputc('\n', stderr);
     double secs = now_s() - r.t0;
