@@ -229,7 +229,8 @@ static int encode_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
         if (c->hash == h && c->key_len == n && memcmp(e->cache_keys + c->key_off, p, n) == 0) {
             if (grow((void **)&out->ids, &out->cap, out->n + c->nids, sizeof *out->ids) != 0)
                 return -1;
-            memcpy(out->ids + out->n, e->cache_ids + c->ids_off, c->nids * sizeof *out->ids);
+            if (c->nids > 0)
+                memcpy(out->ids + out->n, e->cache_ids + c->ids_off, c->nids * sizeof *out->ids);
             out->n += c->nids;
             return 0;
         }
@@ -246,7 +247,7 @@ static int encode_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
     e->cache[i] =
         (tok_cache_slot){h, (uint32_t)e->keys_len, (uint32_t)n, (uint32_t)e->ids_len, (uint32_t)k};
     memcpy(e->cache_keys + e->keys_len, p, n);
-    memcpy(e->cache_ids + e->ids_len, out->ids + before, k * sizeof *out->ids);
+    if (k > 0) memcpy(e->cache_ids + e->ids_len, out->ids + before, k * sizeof *out->ids);
     e->keys_len += n;
     e->ids_len += k;
     e->cache_used++;
