@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 BUILD=${FUZZ_BUILD:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
-ALL="safetensors st_index config shard mask docs ckpt_state jinja"
+ALL="safetensors st_index config shard mask docs ckpt_state jinja tokenizer"
 NAMES=${*:-$ALL}
 
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then

@@ -2,6 +2,8 @@
  * optionally split into documents by a separator token, with a loss mask for chat data. */
 #include "cmd/data_cmd.h"
 
+#include "cmd/data_tok.h"
+
 #include "core/check.h"
 #include "core/fileio.h"
 #include "io/corpus.h"
@@ -21,9 +23,12 @@ static const char data_usage_head[] =
     "  upipe data jsonl  --input FILE.jsonl [FILE.jsonl ...] --output SHARD.bin --doc-sep S\n"
     "                    [--mask-output MASK.bin]\n"
     "  upipe data recall --output SHARD.bin --tokens N [--distance D] [--seed S]\n"
+    "  upipe data text|jsonl --tokenizer MODEL_DIR --input FILE ... --output SHARD.bin\n"
+    "  upipe data decode --tokenizer MODEL_DIR --input SHARD.bin [--from N] [--count K]\n"
     "\n"
     "Writes an llm.c token shard with a byte-level vocabulary: token ids are byte values\n"
-    "0..255, so the model's vocab_size must be at least 256, and above S with --doc-sep S.\n"
+    "0..255, so the model's vocab_size must be at least 256, and above S with --doc-sep S;\n"
+    "with --tokenizer, in the model's own ids (its HF tokenizer.json).\n"
     "The shard holds uint16 tokens (magic 20240520), or uint32 (magic 20240801) when S > 65535.\n"
     "Every file is written atomically (temp file, then rename); an output may not be one of\n"
     "the inputs (or the other output).\n"
@@ -56,6 +61,34 @@ static const char data_usage_jsonl[] =
     "  --mask-output PATH       also write a loss mask aligned with the shard: one byte per\n"
     "                           token, 1 where predicting that token counts in the loss, else\n"
     "                           0 (header of 256 int32: magic 20261201, version 1, count)\n";
+
+static const char data_usage_tokenizer[] =
+    "\n"
+    "upipe data text|jsonl --tokenizer MODEL_DIR: the model's own tokens, exactly as HF's\n"
+    "tokenizers encode them (byte-level BPE: Llama 3/3.1, Qwen2/3, GPT-2; SentencePiece-style\n"
+    "BPE: Llama 2, Mistral v0.1; anything else is refused naming what).\n"
+    "  --tokenizer PATH         the HF model folder (tokenizer.json, tokenizer_config.json) or\n"
+    "                           a tokenizer.json\n"
+    "  --input, --output, --mask-output  as above; text: each file is one document; jsonl:\n"
+    "                           each {\"text\": T} or {\"prompt\": P, \"response\": R} record\n"
+    "                           (R encoded as continuing P; only R counts)\n"
+    "  --doc-sep S              the token opening every document; default: the tokenizer's\n"
+    "                           BOS (post-processor, else bos_token), else its eos_token. The\n"
+    "                           summary prints the --doc-sep to train with.\n"
+    "  --allow-special          text such as \"<|eot_id|>\" becomes that special token; by\n"
+    "                           default special tokens in the text stay plain text (scraped\n"
+    "                           text cannot forge a turn or a document end)\n"
+    "  --threads N              encoding threads (default: all, OMP_NUM_THREADS)\n"
+    "  The shard holds uint32 ids when the vocabulary passes 65536. The input is streamed:\n"
+    "  memory stays bounded whatever its size; a progress line (MB/s, ETA) on long inputs.\n";
+
+static const char data_usage_decode[] =
+    "\n"
+    "upipe data decode: prints the text of a shard's tokens (for inspection).\n"
+    "  --tokenizer PATH         the model folder or tokenizer.json the shard was made with\n"
+    "  --input SHARD            the shard\n"
+    "  --from N                 the first token (default 0)\n"
+    "  --count K                how many tokens (default: to the end)\n";
 
 static const char data_usage_recall[] =
     "\n"
@@ -93,7 +126,7 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
-typedef enum { DATA_TEXT, DATA_JSONL, DATA_RECALL } data_kind;
+typedef enum { DATA_TEXT, DATA_JSONL, DATA_RECALL, DATA_DECODE } data_kind;
 
 /* The flags of one `upipe data` call, validated. */
 typedef struct {
@@ -105,6 +138,9 @@ typedef struct {
     int64_t sep;                                       /* --doc-sep, or -1 */
     uint64_t ntok, distance, min_distance, seed, keys; /* keys: --keys, 0: letter keys */
     int echo;                                          /* --echo */
+    const char *tokenizer;                             /* --tokenizer, or NULL: bytes */
+    int allow_special;                                 /* --allow-special */
+    uint64_t threads, from, count;                     /* --threads, decode's --from, --count */
 } data_args;
 
 static void data_print_help(const char *sub) {
@@ -112,6 +148,9 @@ static void data_print_help(const char *sub) {
     int all = sub == NULL;
     if (all || strcmp(sub, "text") == 0) fputs(data_usage_text, stdout);
     if (all || strcmp(sub, "jsonl") == 0) fputs(data_usage_jsonl, stdout);
+    if (all || strcmp(sub, "text") == 0 || strcmp(sub, "jsonl") == 0)
+        fputs(data_usage_tokenizer, stdout);
+    if (all || strcmp(sub, "decode") == 0) fputs(data_usage_decode, stdout);
     if (all || strcmp(sub, "recall") == 0) fputs(data_usage_recall, stdout);
 }
 
@@ -141,20 +180,27 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
         a->kind = DATA_JSONL;
     else if (strcmp(sub, "recall") == 0)
         a->kind = DATA_RECALL;
+    else if (strcmp(sub, "decode") == 0)
+        a->kind = DATA_DECODE;
     else
-        up_die("data: unknown subcommand \"%s\": use \"text\", \"jsonl\" or \"recall\" (see "
-               "--help)",
+        up_die("data: unknown subcommand \"%s\": use \"text\", \"jsonl\", \"recall\" or "
+               "\"decode\" (see --help)",
                sub);
     a->sub = sub;
-    int docs = a->kind != DATA_RECALL;
+    int docs = a->kind == DATA_TEXT || a->kind == DATA_JSONL, dec = a->kind == DATA_DECODE;
+    int rec = a->kind == DATA_RECALL;
     a->inputs = malloc((size_t)argc * sizeof *a->inputs);
     UP_CHECK(a->inputs != NULL, "out of memory");
     int have_tokens = 0, have_distance = 0;
     for (int i = 2; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
-        if (!docs && strcmp(arg, "--echo") == 0) {
+        if (rec && strcmp(arg, "--echo") == 0) {
             a->echo = 1;
+            continue;
+        }
+        if (docs && strcmp(arg, "--allow-special") == 0) {
+            a->allow_special = 1;
             continue;
         }
         /* --flag value or --flag=value */
@@ -170,7 +216,20 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
             if (i + 1 >= argc) up_die("data: flag %s needs a value (see --help)", arg);
             val = argv[++i];
         }
-        if (docs && strcmp(flag, "--input") == 0) {
+        if ((docs || dec) && strcmp(flag, "--tokenizer") == 0) {
+            a->tokenizer = val;
+        } else if (docs && strcmp(flag, "--threads") == 0) {
+            if (parse_u64(val, &a->threads) != 0 || a->threads == 0 || a->threads > 4096)
+                up_die("data %s: --threads \"%s\" is not a count 1 .. 4096", sub, val);
+        } else if (dec && strcmp(flag, "--from") == 0) {
+            if (parse_u64(val, &a->from) != 0)
+                up_die("data decode: --from \"%s\" is not a token index", val);
+        } else if (dec && strcmp(flag, "--count") == 0) {
+            if (parse_u64(val, &a->count) != 0 || a->count == 0)
+                up_die("data decode: --count \"%s\" is not a positive integer", val);
+        } else if (dec && strcmp(flag, "--input") == 0) {
+            a->inputs[a->ninputs++] = val;
+        } else if (docs && strcmp(flag, "--input") == 0) {
             a->inputs[a->ninputs++] = val;
             /* --input A B C: the values up to the next flag */
             while (eq == NULL && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
@@ -184,34 +243,39 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
                        "(256 is the usual choice: the first id after the bytes)",
                        sub, val, INT32_MAX);
             a->sep = (int64_t)s;
-        } else if (a->kind != DATA_TEXT && strcmp(flag, "--mask-output") == 0)
+        } else if ((rec || a->kind == DATA_JSONL) && strcmp(flag, "--mask-output") == 0)
             a->mask_output = val;
-        else if (!docs && strcmp(flag, "--tokens") == 0) {
+        else if (rec && strcmp(flag, "--tokens") == 0) {
             if (parse_u64(val, &a->ntok) != 0)
                 up_die("data: --tokens \"%s\" is not a positive integer", val);
             have_tokens = 1;
-        } else if (!docs && strcmp(flag, "--distance") == 0) {
+        } else if (rec && strcmp(flag, "--distance") == 0) {
             if (parse_u64(val, &a->distance) != 0)
                 up_die("data: --distance \"%s\" is not a positive integer", val);
             have_distance = 1;
-        } else if (!docs && strcmp(flag, "--min-distance") == 0) {
+        } else if (rec && strcmp(flag, "--min-distance") == 0) {
             if (parse_u64(val, &a->min_distance) != 0 || a->min_distance == 0)
                 up_die("data: --min-distance \"%s\" is not a positive integer", val);
-        } else if (!docs && strcmp(flag, "--keys") == 0) {
+        } else if (rec && strcmp(flag, "--keys") == 0) {
             if (parse_u64(val, &a->keys) != 0 || a->keys == 0)
                 up_die("data: --keys \"%s\" is not a positive integer", val);
-        } else if (!docs && strcmp(flag, "--seed") == 0) {
+        } else if (rec && strcmp(flag, "--seed") == 0) {
             if (parse_u64(val, &a->seed) != 0)
                 up_die("data: --seed \"%s\" is not a non-negative integer", val);
         } else
             up_die("data %s: unknown flag \"%s\" (see upipe data %s --help)", sub, flag, sub);
+    }
+    if (dec) {
+        if (a->tokenizer == NULL || a->ninputs != 1)
+            up_die("data decode: --tokenizer MODEL_DIR and one --input SHARD are required");
+        return 0;
     }
     if (a->output == NULL) up_die("data %s: --output is required: name the shard to write", sub);
     if (docs) {
         if (a->ninputs == 0)
             up_die("data %s: --input is required: name the %s file(s)", sub,
                    a->kind == DATA_TEXT ? "text" : "JSON Lines");
-        if (a->kind == DATA_JSONL && a->sep < 0)
+        if (a->kind == DATA_JSONL && a->sep < 0 && a->tokenizer == NULL)
             up_die("data jsonl: --doc-sep is required: name the token that opens every "
                    "document, e.g. --doc-sep 256 (then the model needs vocab_size >= 257)");
         return 0;
@@ -360,7 +424,24 @@ int data_main(int argc, char **argv) {
         data_print_help(a.sub);
     } else {
         data_check_outputs(&a);
-        rc = a.kind == DATA_RECALL ? data_recall(&a) : data_docs(&a);
+        data_tok_args ta = {.sub = a.sub,
+                            .jsonl = a.kind == DATA_JSONL,
+                            .inputs = a.inputs,
+                            .ninputs = a.ninputs,
+                            .output = a.output,
+                            .mask_output = a.mask_output,
+                            .tokenizer = a.tokenizer,
+                            .sep = a.sep,
+                            .allow_special = a.allow_special,
+                            .threads = (int)a.threads,
+                            .from = a.from,
+                            .count = a.count};
+        if (a.kind == DATA_DECODE)
+            rc = data_tok_decode(&ta);
+        else if (a.kind == DATA_RECALL)
+            rc = data_recall(&a);
+        else
+            rc = a.tokenizer != NULL ? data_tok_docs(&ta) : data_docs(&a);
     }
     free(a.inputs);
     return rc;

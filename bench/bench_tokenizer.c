@@ -1,0 +1,113 @@
+/* bench_tokenizer.c — encode speed of src/tokenizer: MB/s of one text on 1 thread and on N
+ * threads (the text cut at tok_cut_point into about equal parts, one encoder per thread, as
+ * `upipe data` does), best of R runs; the ids of every thread count are checked equal.
+ * usage: bench_tokenizer TOKENIZER_DIR TEXT [THREADS ...]   (default: 1 2) */
+#include "tokenizer/tokenizer.h"
+
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RUNS 3
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Cuts text into parts of about `target` bytes at tok_cut_point; returns the count. */
+static size_t make_parts(const tokenizer *t, const char *text, size_t n, size_t target,
+                         size_t *starts) {
+    size_t np = 0, at = 0;
+    while (at < n) {
+        starts[np++] = at;
+        size_t end = at + target < n ? at + target : n;
+        if (end < n) {
+            size_t c = tok_cut_point(t, text + at, end - at);
+            end = c > 0 ? at + c : n;
+        }
+        at = end;
+    }
+    starts[np] = n;
+    return np;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_tokenizer TOKENIZER_DIR TEXT [THREADS ...]\n");
+        return 2;
+    }
+    char err[1024];
+    tokenizer *t = tok_load(argv[1], err, sizeof err);
+    if (t == NULL) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    FILE *f = fopen(argv[2], "rb");
+    if (f == NULL) return 1;
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc(n + 1);
+    if (text == NULL || fread(text, 1, n, f) != n) return 1;
+    fclose(f);
+    int nthr_list[16] = {1, 2}, nl = 2;
+    if (argc > 3) {
+        nl = 0;
+        for (int i = 3; i < argc && nl < 16; i++)
+            nthr_list[nl++] = atoi(argv[i]);
+    }
+    size_t part = 1 << 20; /* 1 MiB parts: many per thread, so dynamic scheduling balances */
+    size_t *starts = malloc((n / 16 + 2) * sizeof *starts);
+    size_t np = make_parts(t, text, n, part, starts);
+    tok_ids *out = calloc(np, sizeof *out);
+    size_t ref_ntok = 0;
+    uint64_t ref_sum = 0;
+    printf("%s: %.2f MB in %zu parts (%s)\n", argv[2], (double)n / 1e6, np, tok_describe(t));
+    for (int l = 0; l < nl; l++) {
+        int nth = nthr_list[l];
+        tok_encoder **enc = calloc((size_t)nth, sizeof *enc);
+        for (int i = 0; i < nth; i++)
+            enc[i] = tok_encoder_new(t);
+        double best = 1e30;
+        for (int r = 0; r < RUNS; r++) {
+            for (int i = 0; i < nth; i++) { /* a cold cache each run */
+                tok_encoder_free(enc[i]);
+                enc[i] = tok_encoder_new(t);
+            }
+            double t0 = now_s();
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+            for (size_t p = 0; p < np; p++) {
+                out[p].n = 0;
+                tok_encode(enc[omp_get_thread_num()], text + starts[p], starts[p + 1] - starts[p],
+                           p > 0 ? TOK_CONTINUE : 0, &out[p]);
+            }
+            double dt = now_s() - t0;
+            best = dt < best ? dt : best;
+        }
+        size_t ntok = 0;
+        uint64_t sum = 0;
+        for (size_t p = 0; p < np; p++) {
+            ntok += out[p].n;
+            for (size_t k = 0; k < out[p].n; k++)
+                sum = sum * 31 + (uint32_t)out[p].ids[k];
+        }
+        if (l == 0) ref_ntok = ntok, ref_sum = sum;
+        printf("  %2d thread%s: %7.2f MB/s  (%zu tokens, %.3f s, best of %d)%s\n", nth,
+               nth == 1 ? " " : "s", (double)n / 1e6 / best, ntok, best, RUNS,
+               ntok == ref_ntok && sum == ref_sum ? "" : "  IDS DIFFER");
+        for (int i = 0; i < nth; i++)
+            tok_encoder_free(enc[i]);
+        free(enc);
+    }
+    for (size_t p = 0; p < np; p++)
+        free(out[p].ids);
+    free(out);
+    free(starts);
+    free(text);
+    tok_free(t);
+    return 0;
+}

@@ -1,0 +1,406 @@
+/* data_tok.c — documents in a model's own ids: read in blocks, cut where the tokenizer proves
+ * a cut changes nothing (tok_cut_point), encoded in batches on all cores, written in order to
+ * the shard (and mask) through a temporary file renamed at the end. */
+#include "cmd/data_tok.h"
+
+#include "core/check.h"
+#include "core/fileio.h"
+#include "io/mask.h"
+#include "io/shard.h"
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BLOCK_BYTES (4u << 20)      /* text read per step; a cut is looked for in each block */
+#define BATCH_PER_THREAD (4u << 20) /* text bytes encoded per thread between writes */
+#define BATCH_ITEMS 8192
+#define WRITE_BUF 65536 /* tokens written per fwrite */
+
+/* A piece of one document: its text, where it sits in the document, its loss mask. */
+typedef struct {
+    char *text;
+    size_t len;
+    uint8_t start, end, mask, cont; /* opens / closes a document; mask of its tokens; a cut */
+    tok_ids ids;
+} tok_item;
+
+typedef struct {
+    const data_tok_args *a;
+    tokenizer *t;
+    tok_encoder **enc; /* (nth) */
+    int nth, flags;
+    int32_t sep, suffix[8];
+    int nsuffix;
+    tok_item *items;
+    size_t nitems, batch_bytes;
+    /* outputs */
+    up_atomic_file shard, mask;
+    int tb, have_mask;
+    uint32_t buf[WRITE_BUF]; /* tokens not yet written */
+    uint16_t buf16[WRITE_BUF];
+    uint8_t mbuf[WRITE_BUF];
+    size_t nbuf;
+    size_t ntok, counted, cur_doc;
+    size_t *doc_len, ndoc, doc_cap;
+    /* progress */
+    size_t total_in, done_in;
+    double t0, last_print;
+    int printed;
+} tok_run;
+
+static tok_run *g_run; /* for data_fail: the outputs to remove */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Removes the temporary outputs and stops with the message. */
+static void data_fail(const char *fmt, ...) UP_PRINTF(1, 2);
+static void data_fail(const char *fmt, ...) {
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (g_run != NULL) {
+        if (g_run->printed) fputc('\n', stderr);
+        up_atomic_abort(&g_run->shard);
+        if (g_run->have_mask) up_atomic_abort(&g_run->mask);
+    }
+    up_die("%s", msg);
+}
+
+static void write_out(tok_run *r) {
+    if (r->tb == 2) {
+        for (size_t i = 0; i < r->nbuf; i++)
+            r->buf16[i] = (uint16_t)r->buf[i];
+        fwrite(r->buf16, 2, r->nbuf, r->shard.f);
+    } else {
+        fwrite(r->buf, 4, r->nbuf, r->shard.f);
+    }
+    if (r->have_mask) fwrite(r->mbuf, 1, r->nbuf, r->mask.f);
+    r->nbuf = 0;
+}
+
+/* Appends a token (and its mask byte) to the write buffers, flushed by write_out. */
+static void put_token(tok_run *r, int32_t id, uint8_t m) {
+    if (r->nbuf == WRITE_BUF) write_out(r);
+    r->buf[r->nbuf] = (uint32_t)id;
+    r->mbuf[r->nbuf++] = m;
+    r->ntok++;
+    r->cur_doc++;
+    r->counted += m;
+}
+
+static void end_doc(tok_run *r) {
+    if (r->ndoc == r->doc_cap) {
+        r->doc_cap = r->doc_cap ? 2 * r->doc_cap : 1024;
+        r->doc_len = realloc(r->doc_len, r->doc_cap * sizeof *r->doc_len);
+        if (r->doc_len == NULL) data_fail("data %s: out of memory", r->a->sub);
+    }
+    r->doc_len[r->ndoc++] = r->cur_doc;
+    r->cur_doc = 0;
+}
+
+static void progress(tok_run *r, int final) {
+    double t = now_s();
+    if (r->total_in < (64u << 20) || (!final && t - r->last_print < (isatty(2) ? 1.0 : 10.0)))
+        return;
+    r->last_print = t;
+    double mbs = (double)r->done_in / 1e6 / (t - r->t0 + 1e-9);
+    double left = r->total_in > r->done_in ? (double)(r->total_in - r->done_in) / 1e6 / mbs : 0;
+    char done[32], total[32];
+    up_fmt_bytes(done, sizeof done, (double)r->done_in);
+    up_fmt_bytes(total, sizeof total, (double)r->total_in);
+    fprintf(stderr, "%supipe data: %s of %s, %.1f MB/s, ETA %dm%02ds%s", isatty(2) ? "\r" : "",
+            done, total, mbs, (int)(left / 60), (int)left % 60, isatty(2) ? "   " : "\n");
+    r->printed = isatty(2);
+}
+
+/* Encodes the batch on all threads, then writes it in order. */
+static void flush_batch(tok_run *r) {
+    int oom = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(r->nth) reduction(| : oom)
+    for (size_t i = 0; i < r->nitems; i++) {
+        tok_item *it = &r->items[i];
+        it->ids.n = 0;
+        oom |= tok_encode(r->enc[omp_get_thread_num()], it->text, it->len,
+                          r->flags | (it->cont ? TOK_CONTINUE : 0), &it->ids) != 0;
+    }
+    if (oom) data_fail("data %s: out of memory while encoding", r->a->sub);
+    for (size_t i = 0; i < r->nitems; i++) {
+        tok_item *it = &r->items[i];
+        if (it->start) put_token(r, r->sep, 0);
+        for (size_t k = 0; k < it->ids.n; k++)
+            put_token(r, it->ids.ids[k], it->mask);
+        if (it->end) {
+            for (int k = 0; k < r->nsuffix; k++)
+                put_token(r, r->suffix[k], it->mask);
+            end_doc(r);
+        }
+        r->done_in += it->len;
+        free(it->text);
+        free(it->ids.ids);
+    }
+    if (r->ntok > (size_t)INT32_MAX)
+        data_fail("data %s: over %d tokens do not fit one shard (the header count is int32): "
+                  "split the input",
+                  r->a->sub, INT32_MAX);
+    if (ferror(r->shard.f) || (r->have_mask && ferror(r->mask.f)))
+        data_fail("data %s: writing %s failed: check free disk space", r->a->sub, r->a->output);
+    r->nitems = 0;
+    r->batch_bytes = 0;
+    progress(r, 0);
+}
+
+/* Queues a copy of text[0, len) (takes it when own). */
+static void add_item(tok_run *r, const char *text, size_t len, int start, int end, int mask,
+                     int cont) {
+    char *copy = malloc(len + 1);
+    if (copy == NULL) data_fail("data %s: out of memory", r->a->sub);
+    memcpy(copy, text, len);
+    r->items[r->nitems++] =
+        (tok_item){copy, len, (uint8_t)start, (uint8_t)end, (uint8_t)mask, (uint8_t)cont, {0}};
+    r->batch_bytes += len;
+    if (r->nitems == BATCH_ITEMS || r->batch_bytes >= BATCH_PER_THREAD * (size_t)r->nth)
+        flush_batch(r);
+}
+
+/* One text file, one document, read in blocks and cut where the tokenizer allows. */
+static void add_text_file(tok_run *r, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) data_fail("%s: cannot open: check the path and permissions", path);
+    size_t cap = 2 * (size_t)BLOCK_BYTES, len = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL) data_fail("data %s: out of memory", r->a->sub);
+    int first = 1, any = 0;
+    for (;;) {
+        if (cap - len < BLOCK_BYTES) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            if (buf == NULL) data_fail("data %s: out of memory", r->a->sub);
+        }
+        size_t got = fread(buf + len, 1, BLOCK_BYTES, f);
+        if (got < BLOCK_BYTES && ferror(f)) data_fail("%s: read failed", path);
+        len += got;
+        any |= got > 0;
+        if (got < BLOCK_BYTES) break; /* end of file */
+        size_t cut = tok_cut_point(r->t, buf, len);
+        if (cut == 0) continue; /* no safe cut yet: read on (the piece grows) */
+        add_item(r, buf, cut, first, 0, 1, !first);
+        first = 0;
+        memmove(buf, buf + cut, len - cut);
+        len -= cut;
+    }
+    fclose(f);
+    if (!any) data_fail("%s: the file is empty: a document needs at least one byte", path);
+    add_item(r, buf, len, first, 1, 1, !first);
+    free(buf);
+}
+
+/* One document per record: {"text": T}, or {"prompt": P, "response": R} (R continues P: no
+ * space is added between them; only R counts). */
+static void add_jsonl_file(tok_run *r, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) data_fail("%s: cannot open: check the path and permissions", path);
+    char *line = NULL;
+    size_t cap = 0, lineno = 0, docs = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        size_t len = (size_t)n;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
+            len--;
+        if (len == 0) continue;
+        json_error_t je;
+        json_t *o = json_loadb(line, len, 0, &je);
+        if (!json_is_object(o))
+            data_fail("%s:%zu: not a JSON object (%s); expected {\"text\": ...} or {\"prompt\": "
+                      "..., \"response\": ...}",
+                      path, lineno, o ? "another JSON value" : je.text);
+        const json_t *tx = json_object_get(o, "text"), *p = json_object_get(o, "prompt"),
+                     *re = json_object_get(o, "response");
+        if (json_object_get(o, "messages") != NULL)
+            data_fail("%s:%zu: a chat record (\"messages\") needs the model's chat template, which "
+                      "this build does not render yet with --tokenizer; use {\"text\": ...} or "
+                      "{\"prompt\": ..., \"response\": ...}",
+                      path, lineno);
+        if (json_is_string(tx) && p == NULL && re == NULL && json_string_length(tx) > 0) {
+            add_item(r, json_string_value(tx), json_string_length(tx), 1, 1, 1, 0);
+        } else if (tx == NULL && json_is_string(p) && json_is_string(re) &&
+                   json_string_length(re) > 0) {
+            add_item(r, json_string_value(p), json_string_length(p), 1, 0, 0, 0);
+            add_item(r, json_string_value(re), json_string_length(re), 0, 1, 1, 1);
+        } else {
+            data_fail("%s:%zu: expected {\"text\": non-empty string} or {\"prompt\": string, "
+                      "\"response\": non-empty string}",
+                      path, lineno);
+        }
+        docs++;
+        json_decref(o);
+    }
+    if (ferror(f)) data_fail("%s: read failed", path);
+    free(line);
+    fclose(f);
+    if (docs == 0) data_fail("%s: no document in the file (only empty lines)", path);
+}
+
+static tokenizer *load_or_die(const char *path) {
+    char err[1024];
+    tokenizer *t = tok_load(path, err, sizeof err);
+    if (t == NULL) up_die("%s", err);
+    return t;
+}
+
+static int cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void write_header(FILE *f, int32_t magic, int32_t version, size_t n) {
+    int32_t hdr[SHARD_HEADER_INTS] = {magic, version, (int32_t)n};
+    if (fseek(f, 0, SEEK_SET) == 0) fwrite(hdr, sizeof hdr, 1, f);
+}
+
+int data_tok_docs(const data_tok_args *a) {
+    static tok_run r; /* one run per process; its write buffers are large */
+    memset(&r, 0, sizeof r);
+    r.a = a;
+    r.t = load_or_die(a->tokenizer);
+    uint32_t vocab = tok_vocab_size(r.t);
+    int32_t prefix[8];
+    int nprefix = tok_prefix_ids(r.t, prefix, 8);
+    r.nsuffix = tok_suffix_ids(r.t, r.suffix, 8);
+    const char *why;
+    if (a->sep >= 0) {
+        r.sep = (int32_t)a->sep, why = "--doc-sep";
+    } else if (nprefix > 0) {
+        r.sep = prefix[0], why = "the post-processor's first token";
+    } else if (tok_bos_id(r.t) >= 0) {
+        r.sep = tok_bos_id(r.t), why = "bos_token of tokenizer_config.json";
+    } else if (tok_eos_id(r.t) >= 0) {
+        r.sep = tok_eos_id(r.t), why = "eos_token of tokenizer_config.json (there is no BOS)";
+    } else {
+        up_die("data %s: the tokenizer has no BOS or EOS token to separate documents: name one "
+               "with --doc-sep ID",
+               a->sub);
+    }
+    if (nprefix > 1 && a->sep < 0)
+        up_die("data %s: the post-processor puts %d tokens before every text; only one opens a "
+               "document here: name it with --doc-sep ID",
+               a->sub, nprefix);
+    if (a->sep >= 0) r.nsuffix = 0; /* an explicit separator replaces the post-processor */
+    uint64_t need = (uint64_t)r.sep + 1 > vocab ? (uint64_t)r.sep + 1 : vocab;
+    r.tb = need > 65536 ? 4 : 2;
+    r.flags = a->allow_special ? TOK_ALLOW_SPECIAL : 0;
+    r.nth = a->threads > 0 ? a->threads : omp_get_max_threads();
+    r.enc = calloc((size_t)r.nth, sizeof *r.enc);
+    r.items = calloc(BATCH_ITEMS, sizeof *r.items);
+    if (r.enc == NULL || r.items == NULL) up_die("data %s: out of memory", a->sub);
+    for (int i = 0; i < r.nth; i++)
+        if ((r.enc[i] = tok_encoder_new(r.t)) == NULL) up_die("data %s: out of memory", a->sub);
+    for (int i = 0; i < a->ninputs; i++) {
+        struct stat sb;
+        if (stat(a->inputs[i], &sb) != 0 || !S_ISREG(sb.st_mode))
+            up_die("%s: not a readable file: check the path", a->inputs[i]);
+        r.total_in += (size_t)sb.st_size;
+    }
+    char err[1024];
+    if (up_atomic_open(&r.shard, a->output, err, sizeof err) != 0) up_die("%s", err);
+    g_run = &r;
+    if (a->mask_output != NULL) {
+        if (up_atomic_open(&r.mask, a->mask_output, err, sizeof err) != 0) data_fail("%s", err);
+        r.have_mask = 1;
+        write_header(r.mask.f, MASK_MAGIC, MASK_VERSION, 0);
+    }
+    write_header(r.shard.f, r.tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32, r.tb == 2 ? 1 : 7, 0);
+    r.t0 = now_s();
+    for (int i = 0; i < a->ninputs; i++) {
+        if (a->jsonl)
+            add_jsonl_file(&r, a->inputs[i]);
+        else
+            add_text_file(&r, a->inputs[i]);
+    }
+    flush_batch(&r);
+    write_out(&r);
+    progress(&r, 1);
+    if (r.printed) fputc('\n', stderr);
+    double secs = now_s() - r.t0;
+    write_header(r.shard.f, r.tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32, r.tb == 2 ? 1 : 7,
+                 r.ntok);
+    if (r.have_mask) write_header(r.mask.f, MASK_MAGIC, MASK_VERSION, r.ntok);
+    if (r.have_mask && up_atomic_commit(&r.mask, err, sizeof err) != 0) data_fail("%s", err);
+    r.have_mask = 0;
+    if (up_atomic_commit(&r.shard, err, sizeof err) != 0) {
+        if (a->mask_output != NULL) unlink(a->mask_output);
+        g_run = NULL;
+        up_die("%s", err);
+    }
+    g_run = NULL;
+    qsort(r.doc_len, r.ndoc, sizeof *r.doc_len, cmp_size);
+    char sz[32];
+    up_fmt_bytes(sz, sizeof sz, (double)(SHARD_HEADER_BYTES + (size_t)r.tb * r.ntok));
+    printf("upipe data: wrote %zu tokens (%zu document%s of %d file%s, %.1f MB/s on %d "
+           "thread%s) to %s (%s, uint%d)\n",
+           r.ntok, r.ndoc, r.ndoc == 1 ? "" : "s", a->ninputs, a->ninputs == 1 ? "" : "s",
+           (double)r.total_in / 1e6 / (secs + 1e-9), r.nth, r.nth == 1 ? "" : "s", a->output, sz,
+           r.tb * 8);
+    printf("  tokenizer: %s\n", tok_describe(r.t));
+    printf("  every document opens with token %d (%s)%s; document length (tokens, separator "
+           "included): shortest %zu, median %zu, longest %zu\n",
+           r.sep, why, r.nsuffix > 0 ? " and closes with the post-processor's suffix" : "",
+           r.doc_len[0], r.doc_len[r.ndoc / 2], r.doc_len[r.ndoc - 1]);
+    if (a->mask_output != NULL)
+        printf("  wrote the loss mask (%zu of %zu targets count) to %s\n", r.counted, r.ntok,
+               a->mask_output);
+    printf("  train with: --doc-sep %d (the model needs vocab_size >= %llu)\n", r.sep,
+           (unsigned long long)need);
+    for (int i = 0; i < r.nth; i++)
+        tok_encoder_free(r.enc[i]);
+    free(r.enc);
+    free(r.items);
+    free(r.doc_len);
+    tok_free(r.t);
+    return 0;
+}
+
+int data_tok_decode(const data_tok_args *a) {
+    tokenizer *t = load_or_die(a->tokenizer);
+    token_shard s;
+    char err[1024];
+    if (shard_open(&s, a->inputs[0], (int)tok_vocab_size(t), err, sizeof err) != 0)
+        up_die("%s", err);
+    if (a->from >= s.ntok)
+        up_die("data decode: --from %llu is past the shard's %zu tokens",
+               (unsigned long long)a->from, s.ntok);
+    size_t n = s.ntok - (size_t)a->from;
+    if (a->count > 0 && a->count < n) n = (size_t)a->count;
+    enum { CHUNK = 65536 };
+    int32_t *ids = malloc(CHUNK * sizeof *ids);
+    tok_text out = {0};
+    if (ids == NULL) up_die("data decode: out of memory");
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < CHUNK ? n - done : CHUNK;
+        shard_read(&s, (size_t)a->from + done, k, ids);
+        out.n = 0;
+        if (tok_decode(t, ids, k, done > 0 ? TOK_CONTINUE : 0, &out, err, sizeof err) != 0)
+            up_die("data decode: %s", err);
+        if (fwrite(out.s, 1, out.n, stdout) != out.n) up_die("data decode: writing failed");
+        done += k;
+    }
+    free(out.s);
+    free(ids);
+    shard_close(&s);
+    tok_free(t);
+    return 0;
+}

@@ -1,0 +1,434 @@
+/* tok_encode.c — encoding (added tokens, normalizers, pre-tokenizer, BPE merges) and decoding. */
+#include "tokenizer/tok_internal.h"
+
+#include "core/check.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#define SP_MARK "\xe2\x96\x81"
+#define CACHE_SLOTS 65536     /* per-piece cache entries (power of 2), cleared when half full */
+#define CACHE_MAX_PIECE 256   /* longer pieces are not cached */
+#define CACHE_POOL (8u << 20) /* bytes of cached pieces and ids before a clear */
+
+typedef struct {
+    int32_t id, prev, next;
+    uint32_t len; /* 0: merged into its left neighbour */
+} tok_sym;
+
+typedef struct {
+    uint32_t rank;
+    int32_t pos, id;
+} tok_cand;
+
+typedef struct {
+    uint64_t hash; /* 0: empty */
+    uint32_t key_off, key_len, ids_off, nids;
+} tok_cache_slot;
+
+struct tok_encoder {
+    const tokenizer *t;
+    pcre2_match_data *md;
+    tok_sym *sym;
+    size_t sym_cap;
+    tok_cand *heap;
+    size_t heap_cap;
+    char *norm; /* the normalized segment */
+    size_t norm_cap;
+    tok_cache_slot *cache;
+    size_t cache_used;
+    char *cache_keys;
+    int32_t *cache_ids;
+    size_t keys_len, ids_len;
+};
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < need)
+        nc *= 2;
+    void *q = realloc(*p, nc * elem);
+    if (q == NULL) return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+static int ids_push(tok_ids *out, int32_t id) {
+    if (grow((void **)&out->ids, &out->cap, out->n + 1, sizeof *out->ids) != 0) return -1;
+    out->ids[out->n++] = id;
+    return 0;
+}
+
+tok_encoder *tok_encoder_new(const tokenizer *t) {
+    tok_encoder *e = calloc(1, sizeof *e);
+    if (e == NULL) return NULL;
+    e->t = t;
+    e->cache = calloc(CACHE_SLOTS, sizeof *e->cache);
+    e->cache_keys = malloc(CACHE_POOL);
+    e->cache_ids = malloc(CACHE_POOL);
+    if (t->re != NULL) e->md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    if (e->cache == NULL || e->cache_keys == NULL || e->cache_ids == NULL ||
+        (t->re != NULL && e->md == NULL)) {
+        tok_encoder_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void tok_encoder_free(tok_encoder *e) {
+    if (e == NULL) return;
+    if (e->md != NULL) pcre2_match_data_free(e->md);
+    free(e->sym);
+    free(e->heap);
+    free(e->norm);
+    free(e->cache);
+    free(e->cache_keys);
+    free(e->cache_ids);
+    free(e);
+}
+
+/* The heap of merge candidates, least (rank, pos) on top (HF word.rs's order). */
+static int cand_less(tok_cand a, tok_cand b) {
+    return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
+}
+
+static void heap_push(tok_cand *h, size_t *n, tok_cand c) {
+    size_t i = (*n)++;
+    while (i > 0 && cand_less(c, h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = c;
+}
+
+static tok_cand heap_pop(tok_cand *h, size_t *n) {
+    tok_cand top = h[0], last = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cand_less(h[c + 1], h[c])) c++;
+        if (!cand_less(h[c], last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+/* Pushes the merge of the pair starting at symbol pos, if any. */
+static void push_pair(tok_encoder *e, size_t *nh, int32_t pos) {
+    const tokenizer *t = e->t;
+    int32_t next = e->sym[pos].next;
+    if (next < 0) return;
+    uint32_t rank;
+    int32_t id;
+    if (tok_merge_find(t, e->sym[pos].id, e->sym[next].id, &rank, &id) == 0)
+        heap_push(e->heap, nh, (tok_cand){rank, pos, id});
+}
+
+/* Appends one SentencePiece-style symbol for the character s[0, n) (vocab, byte fallback or
+ * unk), as HF's BPE::merge_word. */
+static void sp_symbols(tok_encoder *e, size_t *ns, const char *s, uint32_t n) {
+    const tokenizer *t = e->t;
+    int32_t id = tok_vocab_find(t, s, n);
+    if (id >= 0) {
+        e->sym[(*ns)++] = (tok_sym){id, 0, 0, n};
+        return;
+    }
+    if (t->byte_fallback) {
+        for (uint32_t k = 0; k < n; k++)
+            e->sym[(*ns)++] = (tok_sym){t->byte_id[(uint8_t)s[k]], 0, 0, 1};
+        return;
+    }
+    if (t->unk_id < 0) return; /* HF drops a character it cannot represent without unk */
+    if (t->fuse_unk && *ns > 0 && e->sym[*ns - 1].id == t->unk_id) {
+        e->sym[*ns - 1].len += n;
+        return;
+    }
+    e->sym[(*ns)++] = (tok_sym){t->unk_id, 0, 0, n};
+}
+
+/* The length of the UTF-8 character at s (1 for an invalid byte). */
+static uint32_t char_len(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    uint32_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if (len > n) return 1;
+    for (uint32_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80) return 1;
+    return len;
+}
+
+/* BPE of one piece, appended to out. */
+static int bpe_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
+    const tokenizer *t = e->t;
+    if (t->ignore_merges) {
+        int32_t id = tok_vocab_find(t, p, n);
+        if (id >= 0) return ids_push(out, id);
+    }
+    if (grow((void **)&e->sym, &e->sym_cap, n, sizeof *e->sym) != 0) return -1;
+    size_t ns = 0;
+    if (t->family == TOK_BYTE_LEVEL) {
+        for (size_t i = 0; i < n; i++)
+            e->sym[ns++] = (tok_sym){t->byte_id[(uint8_t)p[i]], 0, 0, 1};
+    } else {
+        for (size_t i = 0; i < n;) {
+            uint32_t cl = char_len((const uint8_t *)p + i, n - i);
+            sp_symbols(e, &ns, p + i, cl);
+            i += cl;
+        }
+    }
+    for (size_t i = 0; i < ns; i++) {
+        e->sym[i].prev = (int32_t)i - 1;
+        e->sym[i].next = i + 1 < ns ? (int32_t)i + 1 : -1;
+    }
+    if (grow((void **)&e->heap, &e->heap_cap, ns + 1, sizeof *e->heap) != 0) return -1;
+    size_t nh = 0;
+    for (size_t i = 0; i + 1 < ns; i++)
+        push_pair(e, &nh, (int32_t)i);
+    while (nh > 0) {
+        tok_cand top = heap_pop(e->heap, &nh);
+        tok_sym *cur = &e->sym[top.pos];
+        if (cur->len == 0 || cur->next < 0) continue;
+        tok_sym *right = &e->sym[cur->next];
+        uint32_t rank;
+        int32_t id;
+        if (tok_merge_find(t, cur->id, right->id, &rank, &id) != 0 || id != top.id)
+            continue; /* stale: a neighbour changed since the push */
+        cur->id = top.id;
+        cur->len += right->len;
+        cur->next = right->next;
+        right->len = 0;
+        if (cur->next >= 0) e->sym[cur->next].prev = top.pos;
+        /* every push of a merge makes at most one new candidate at each side: the heap holds at
+         * most ns entries plus one per merge, and merges are < ns */
+        if (grow((void **)&e->heap, &e->heap_cap, nh + 2, sizeof *e->heap) != 0) return -1;
+        if (cur->prev >= 0) push_pair(e, &nh, cur->prev);
+        push_pair(e, &nh, top.pos);
+    }
+    for (int32_t i = ns > 0 ? 0 : -1; i >= 0; i = e->sym[i].next)
+        if (ids_push(out, e->sym[i].id) != 0) return -1;
+    return 0;
+}
+
+static void cache_clear(tok_encoder *e) {
+    memset(e->cache, 0, CACHE_SLOTS * sizeof *e->cache);
+    e->cache_used = e->keys_len = e->ids_len = 0;
+}
+
+/* BPE of one piece through the per-piece cache. */
+static int encode_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
+    if (n == 0) return 0;
+    if (n > CACHE_MAX_PIECE) return bpe_piece(e, p, n, out);
+    uint64_t h = tok_hash(p, n) | 1;
+    size_t i = h & (CACHE_SLOTS - 1);
+    for (; e->cache[i].hash != 0; i = (i + 1) & (CACHE_SLOTS - 1)) {
+        const tok_cache_slot *c = &e->cache[i];
+        if (c->hash == h && c->key_len == n && memcmp(e->cache_keys + c->key_off, p, n) == 0) {
+            if (grow((void **)&out->ids, &out->cap, out->n + c->nids, sizeof *out->ids) != 0)
+                return -1;
+            if (c->nids > 0)
+                memcpy(out->ids + out->n, e->cache_ids + c->ids_off, c->nids * sizeof *out->ids);
+            out->n += c->nids;
+            return 0;
+        }
+    }
+    size_t before = out->n;
+    if (bpe_piece(e, p, n, out) != 0) return -1;
+    size_t k = out->n - before;
+    if (e->cache_used + 1 > CACHE_SLOTS / 2 || e->keys_len + n > CACHE_POOL ||
+        (e->ids_len + k) * sizeof(int32_t) > CACHE_POOL) {
+        cache_clear(e);
+        for (i = h & (CACHE_SLOTS - 1); e->cache[i].hash != 0; i = (i + 1) & (CACHE_SLOTS - 1)) {
+        }
+    }
+    e->cache[i] =
+        (tok_cache_slot){h, (uint32_t)e->keys_len, (uint32_t)n, (uint32_t)e->ids_len, (uint32_t)k};
+    memcpy(e->cache_keys + e->keys_len, p, n);
+    if (k > 0) memcpy(e->cache_ids + e->ids_len, out->ids + before, k * sizeof *out->ids);
+    e->keys_len += n;
+    e->ids_len += k;
+    e->cache_used++;
+    return 0;
+}
+
+/* Pre-tokenizes s[0, n) with the regex (Isolated: matches and the gaps between them are
+ * pieces) and encodes each piece. */
+static int encode_regex(tok_encoder *e, const char *s, size_t n, tok_ids *out) {
+    size_t at = 0;
+    while (at < n) {
+        int rc = pcre2_match(e->t->re, (PCRE2_SPTR)s, n, at, 0, e->md, NULL);
+        if (rc < 0) break; /* no further match (or a matching error): the rest is one gap */
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);
+        size_t ms = ov[0], me = ov[1];
+        if (me <= ms) { /* an empty match: no piece; step over one character */
+            if (ms >= n) break;
+            if (encode_piece(e, s + at, ms - at, out) != 0) return -1;
+            size_t cl = char_len((const uint8_t *)s + ms, n - ms);
+            if (encode_piece(e, s + ms, cl, out) != 0) return -1;
+            at = ms + cl;
+            continue;
+        }
+        if (ms > at && encode_piece(e, s + at, ms - at, out) != 0) return -1;
+        if (encode_piece(e, s + ms, me - ms, out) != 0) return -1;
+        at = me;
+    }
+    return at < n ? encode_piece(e, s + at, n - at, out) : 0;
+}
+
+/* SentencePiece-style: cut before each "▁" that follows a non-"▁" character (when safe). */
+static int encode_sp(tok_encoder *e, const char *s, size_t n, tok_ids *out) {
+    if (!e->t->sp_split_safe) return bpe_piece(e, s, n, out);
+    size_t start = 0, i = 0;
+    int prev_mark = 1;
+    while (i < n) {
+        if (i + 3 <= n && memcmp(s + i, SP_MARK, 3) == 0) {
+            if (!prev_mark && i > start) {
+                if (encode_piece(e, s + start, i - start, out) != 0) return -1;
+                start = i;
+            }
+            prev_mark = 1;
+            i += 3;
+        } else {
+            prev_mark = 0;
+            i += char_len((const uint8_t *)s + i, n - i);
+        }
+    }
+    return encode_piece(e, s + start, n - start, out);
+}
+
+static int norm_put(tok_encoder *e, size_t *o, const char *s, size_t n) {
+    if (grow((void **)&e->norm, &e->norm_cap, *o + n + 1, 1) != 0) return -1;
+    memcpy(e->norm + *o, s, n);
+    *o += n;
+    return 0;
+}
+
+/* Normalizes, pre-tokenizes and encodes one segment without added tokens. */
+static int encode_segment(tok_encoder *e, const char *s, size_t n, int cont, tok_ids *out) {
+    const tokenizer *t = e->t;
+    if (n == 0) return 0;
+    if (t->family == TOK_SENTENCEPIECE) {
+        size_t o = 0;
+        if (t->sp_prepend && !cont && norm_put(e, &o, SP_MARK, 3) != 0) return -1;
+        for (size_t i = 0; i < n; i++) {
+            size_t j = i;
+            while (j < n && s[j] != ' ')
+                j++;
+            if (norm_put(e, &o, s + i, j - i) != 0) return -1;
+            if (j < n && norm_put(e, &o, SP_MARK, 3) != 0) return -1;
+            i = j;
+        }
+        return encode_sp(e, e->norm, o, out);
+    }
+    const char *text = s;
+    size_t len = n;
+    utf8proc_uint8_t *nfc = NULL;
+    if (t->nfc) {
+        int ascii = 1;
+        for (size_t i = 0; i < n && ascii; i++)
+            ascii = (uint8_t)s[i] < 0x80;
+        if (!ascii) {
+            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
+                                              &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (r == UTF8PROC_ERROR_NOMEM) return -1;
+            if (r >= 0) { /* else invalid UTF-8: left as it is */
+                text = (const char *)nfc;
+                len = (size_t)r;
+            }
+        }
+    }
+    if (t->add_prefix_space && !cont && text[0] != ' ') {
+        size_t o = 0;
+        if (norm_put(e, &o, " ", 1) != 0 || norm_put(e, &o, text, len) != 0) {
+            free(nfc);
+            return -1;
+        }
+        text = e->norm;
+        len = o;
+    }
+    int rc = t->re != NULL ? encode_regex(e, text, len, out) : encode_piece(e, text, len, out);
+    free(nfc);
+    return rc;
+}
+
+int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids *out) {
+    const tokenizer *t = e->t;
+    if (flags & TOK_ADD_SPECIAL)
+        for (int k = 0; k < t->nprefix; k++)
+            if (ids_push(out, t->prefix[k]) != 0) return -1;
+    uint8_t want = (flags & TOK_ALLOW_SPECIAL) ? 3 : 2;
+    int cont = (flags & TOK_CONTINUE) != 0;
+    size_t seg = 0;
+    for (size_t i = 0; i < len; i++) {
+        if ((t->added_first[(uint8_t)text[i]] & want) == 0) continue;
+        for (int k = 0; k < t->nadded; k++) { /* longest first: leftmost-longest */
+            const tok_added *a = &t->added[k];
+            if ((a->special && !(flags & TOK_ALLOW_SPECIAL)) || a->len > len - i ||
+                memcmp(text + i, a->s, a->len) != 0)
+                continue;
+            if (encode_segment(e, text + seg, i - seg, cont, out) != 0 || ids_push(out, a->id) != 0)
+                return -1;
+            seg = i + a->len;
+            cont = 0; /* HF normalizes each segment between added tokens alone */
+            i = seg - 1;
+            break;
+        }
+    }
+    if (encode_segment(e, text + seg, len - seg, cont, out) != 0) return -1;
+    if (flags & TOK_ADD_SPECIAL)
+        for (int k = 0; k < t->nsuffix; k++)
+            if (ids_push(out, t->suffix[k]) != 0) return -1;
+    return 0;
+}
+
+static int text_put(tok_text *out, const char *s, size_t n) {
+    if (grow((void **)&out->s, &out->cap, out->n + n + 1, 1) != 0) return -1;
+    memcpy(out->s + out->n, s, n);
+    out->n += n;
+    out->s[out->n] = '\0';
+    return 0;
+}
+
+int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_text *out,
+               char *err, size_t errlen) {
+    size_t start = out->n;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || (uint32_t)id >= t->nids || t->tok_len[id] == UINT32_MAX)
+            return up_errf(err, errlen, NULL, "token id %d is not in the vocabulary (0 .. %u)", id,
+                           t->nids - 1);
+        const char *s = t->pool + t->tok_off[id];
+        size_t len = t->tok_len[id];
+        int rc = 0;
+        if (t->family == TOK_BYTE_LEVEL || t->special[id]) {
+            rc = text_put(out, s, len);
+        } else if (t->id_byte[id] >= 0) {
+            char b = (char)t->id_byte[id];
+            rc = text_put(out, &b, 1);
+        } else {
+            for (size_t k = 0; k < len && rc == 0;) { /* "▁" -> " " */
+                if (k + 3 <= len && memcmp(s + k, SP_MARK, 3) == 0) {
+                    rc = text_put(out, " ", 1);
+                    k += 3;
+                } else {
+                    rc = text_put(out, s + k, 1);
+                    k++;
+                }
+            }
+        }
+        if (rc != 0) return up_errf(err, errlen, NULL, "out of memory");
+    }
+    int strip = 0; /* HF's Strip decoder, after Fuse: leading spaces of the whole text */
+    while (!(flags & TOK_CONTINUE) && strip < t->dec_strip && start + (size_t)strip < out->n &&
+           out->s[start + strip] == ' ')
+        strip++;
+    if (strip > 0) {
+        memmove(out->s + start, out->s + start + strip, out->n - start - (size_t)strip);
+        out->n -= (size_t)strip;
+        out->s[out->n] = '\0';
+    }
+    return 0;
+}

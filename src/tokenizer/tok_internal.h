@@ -1,0 +1,98 @@
+/* tok_internal.h — the loaded tokenizer's tables, shared by tok_load.c and tok_encode.c. */
+#ifndef UP_TOK_INTERNAL_H
+#define UP_TOK_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer/tokenizer.h"
+
+#include <pcre2.h>
+
+#define TOK_MAX_IDS (1u << 24) /* ids beyond this are refused at load (no real vocabulary) */
+#define TOK_MAX_AFFIX 8        /* post-processor tokens before/after a sequence */
+
+typedef enum { TOK_BYTE_LEVEL, TOK_SENTENCEPIECE } tok_family;
+
+typedef struct {
+    uint64_t key; /* (left id << 32) | right id; UINT64_MAX: empty slot */
+    uint32_t rank;
+    int32_t id; /* the merged token */
+} tok_merge_slot;
+
+typedef struct {
+    const char *s; /* content (into tokenizer.pool) */
+    uint32_t len;
+    int32_t id;
+    int special;
+} tok_added;
+
+struct tokenizer {
+    tok_family family;
+    uint32_t nids; /* one past the largest id */
+    /* id -> token bytes: byte-level tokens as raw bytes (the GPT-2 alphabet undone),
+     * SentencePiece tokens as written (UTF-8 with "▁"); added tokens as their content */
+    char *pool;
+    size_t pool_len;
+    uint32_t *tok_off, *tok_len; /* (nids); tok_len UINT32_MAX: no token with this id */
+    int16_t *id_byte;            /* (nids) the byte of a byte-fallback token <0xXX>, else -1 */
+    uint8_t *special;            /* (nids) 1: special added token */
+    int32_t *vhash;              /* model vocabulary by bytes: ids, -1 empty */
+    size_t vhash_mask;
+    tok_merge_slot *mhash;
+    size_t mhash_mask, nmerges;
+    int32_t byte_id[256]; /* byte-level: the id of each byte; SP: <0xXX> ids or -1 */
+    int ignore_merges, byte_fallback, fuse_unk;
+    int32_t unk_id;
+    /* normalizer */
+    int nfc, sp_prepend, sp_replace;
+    /* pre-tokenizer */
+    pcre2_code *re; /* NULL: none */
+    int add_prefix_space;
+    int sp_split_safe; /* no merge result holds "▁" after a non-"▁" character */
+    int regex_has_newline_run;
+    int cut_newline; /* byte-level: "\n" then printable ASCII is a piece boundary */
+    int cut_space;   /* SentencePiece-style: a space after a non-space is a cut */
+    /* added tokens, longest first */
+    tok_added *added;
+    int nadded;
+    uint8_t added_first[256]; /* bit 1: a special token starts with this byte, 2: a plain one */
+    /* post-processor and decoder */
+    int32_t prefix[TOK_MAX_AFFIX], suffix[TOK_MAX_AFFIX];
+    int nprefix, nsuffix;
+    int dec_strip; /* leading spaces the SentencePiece decoder strips */
+    int32_t bos_id, eos_id;
+    char desc[256];
+};
+
+/* FNV-1a over bytes (the vocabulary table and the per-piece cache). */
+static inline uint64_t tok_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static inline uint64_t tok_pair_hash(uint64_t key) {
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    return key;
+}
+
+/* The model vocabulary's id of bytes s[0, n), or -1. */
+int32_t tok_vocab_find(const tokenizer *t, const char *s, size_t n);
+/* The merge of (a, b): its rank and merged id, or -1 when none. */
+static inline int tok_merge_find(const tokenizer *t, int32_t a, int32_t b, uint32_t *rank,
+                                 int32_t *id) {
+    uint64_t key = ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    for (size_t i = tok_pair_hash(key) & t->mhash_mask;; i = (i + 1) & t->mhash_mask) {
+        const tok_merge_slot *m = &t->mhash[i];
+        if (m->key == key) {
+            *rank = m->rank;
+            *id = m->id;
+            return 0;
+        }
+        if (m->key == UINT64_MAX) return -1;
+    }
+}
+
+#endif

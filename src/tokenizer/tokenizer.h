@@ -1,0 +1,94 @@
+/* tokenizer.h — a Hugging Face tokenizer.json, encoded and decoded exactly as HF `tokenizers`.
+ *
+ * Supported (anything else is refused at load with one line naming it):
+ *  - model BPE, in two families:
+ *    byte-level (GPT-2, Llama 3/3.1, Qwen2/3): pre_tokenizer Split(Regex, Isolated) and/or
+ *      ByteLevel (use_regex: GPT-2's pattern), normalizer none or NFC, decoder ByteLevel;
+ *    SentencePiece-style (Llama 2, Mistral v0.1): no pre_tokenizer, normalizer Prepend("▁") +
+ *      Replace(" " -> "▁"), byte_fallback, fuse_unk, decoder Replace/ByteFallback/Fuse/Strip;
+ *  - merges as "a b" strings or ["a", "b"] pairs, ignore_merges;
+ *  - added tokens (matched leftmost-longest before normalization, lstrip/rstrip/single_word
+ *    off), the post-processor's TemplateProcessing prefix and suffix (BOS/EOS), ByteLevel.
+ *
+ * Stages (as HF): split on added tokens -> normalize each segment -> pre-tokenize into pieces
+ * (PCRE2 with UTF+UCP+JIT; Oniguruma's \s is Unicode White_Space, translated) -> BPE merges
+ * per piece (a heap of adjacent pairs ordered by (rank, position), HF's word.rs) -> ids.
+ * SentencePiece-style text has no pre-tokenizer; it is cut before every "▁" that follows a
+ * non-"▁" character when the load proved that no merge result holds such a "▁" (so no merge
+ * crosses a cut), else merged whole.
+ *
+ * Text need not be valid UTF-8: invalid bytes never match the regex, become their own pieces
+ * and round-trip through the byte-level alphabet or byte fallback (NFC leaves such a segment
+ * unnormalized). The tokenizer is read-only after tok_load and shared by threads; each thread
+ * encodes with its own tok_encoder (scratch and a per-piece cache). */
+#ifndef UP_TOKENIZER_H
+#define UP_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tokenizer tokenizer;
+typedef struct tok_encoder tok_encoder;
+
+/* A growable id list (ids appended; free with free(ids)). */
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} tok_ids;
+
+/* A growable byte string (bytes appended; free with free(s)). */
+typedef struct {
+    char *s;
+    size_t n, cap;
+} tok_text;
+
+enum {
+    TOK_ADD_SPECIAL = 1,   /* add the post-processor's prefix/suffix (BOS/EOS) */
+    TOK_ALLOW_SPECIAL = 2, /* match special added tokens in the text (else they stay text;
+                              non-special added tokens are always matched, as HF does) */
+    TOK_CONTINUE = 4,      /* text continues a text cut at tok_cut_point: no Prepend "▁" nor
+                              prefix space at its start */
+};
+
+/* Loads path: a tokenizer.json, or a model folder holding tokenizer.json (and optionally
+ * tokenizer_config.json, for bos_token/eos_token). NULL with a one-line reason in err. */
+tokenizer *tok_load(const char *path, char *err, size_t errlen);
+void tok_free(tokenizer *t);
+
+/* One past the largest id (model vocabulary and added tokens). */
+uint32_t tok_vocab_size(const tokenizer *t);
+/* A one-line description: "byte-level BPE, 128256 ids, 280147 merges, ...". */
+const char *tok_describe(const tokenizer *t);
+/* The id of the token whose content is s (added tokens first, then the vocabulary), or -1. */
+int32_t tok_token_id(const tokenizer *t, const char *s);
+/* The ids the post-processor adds before/after one sequence; returns how many (<= max). */
+int tok_prefix_ids(const tokenizer *t, int32_t *ids, int max);
+int tok_suffix_ids(const tokenizer *t, int32_t *ids, int max);
+/* tokenizer_config.json's bos_token / eos_token id, or -1 when absent. */
+int32_t tok_bos_id(const tokenizer *t);
+int32_t tok_eos_id(const tokenizer *t);
+/* 1 when id is a special added token. */
+int tok_is_special(const tokenizer *t, int32_t id);
+
+/* Per-thread encoding state. NULL when out of memory. */
+tok_encoder *tok_encoder_new(const tokenizer *t);
+void tok_encoder_free(tok_encoder *e);
+/* Appends the ids of text[0, len) to out (flags: TOK_*). 0, or -1 when out of memory. */
+int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids *out);
+
+/* A place to cut text[0, n) so that encoding the two parts (the second with TOK_CONTINUE) gives
+ * the ids of the whole: the last such offset in (0, n), or 0 when there is none (or the
+ * tokenizer has no proven cut). Byte-level with a Llama 3 / Qwen style pattern (it has
+ * "\s*[\r\n]+"): after "\n" before printable ASCII; SentencePiece-style with the safe split:
+ * before a space that follows a non-space. Never inside an added token. */
+size_t tok_cut_point(const tokenizer *t, const char *text, size_t n);
+
+/* Appends the text of ids to out as HF's decoder writes it (special tokens as their content);
+ * the SentencePiece Strip decoder applies at the start of this call unless flags holds
+ * TOK_CONTINUE (ids that continue those of an earlier call). Byte-level text is written as its
+ * bytes (HF would replace invalid UTF-8 by U+FFFD). 0, or -1 with err (an id out of range, out
+ * of memory). */
+int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_text *out,
+               char *err, size_t errlen);
+
+#endif

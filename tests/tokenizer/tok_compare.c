@@ -1,0 +1,183 @@
+/* tok_compare.c — exactness against HF's reference ids (tests/tokenizer/run.sh makes them with
+ * hf_encode.mjs). For every corpus line: the ids with the post-processor's tokens equal HF's
+ * (lines marked "special" with special tokens allowed, as HF-JS always matches them); a plain
+ * line gives the same ids with special tokens refused, and decodes back to its text; a
+ * "special" line encoded with special tokens refused holds no special token.
+ * usage: tok_compare TOKENIZER_DIR CORPUS.jsonl REF.txt; exit status 0 when all agree. */
+#include "tokenizer/tokenizer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+static int parse_ids(char *line, tok_ids *ref) {
+    ref->n = 0;
+    for (char *p = strtok(line, " \n"); p != NULL; p = strtok(NULL, " \n")) {
+        if (ref->n == ref->cap) {
+            ref->cap = ref->cap ? ref->cap * 2 : 256;
+            ref->ids = realloc(ref->ids, ref->cap * sizeof *ref->ids);
+            if (ref->ids == NULL) return -1;
+        }
+        ref->ids[ref->n++] = (int32_t)strtol(p, NULL, 10);
+    }
+    return 0;
+}
+
+static void print_ids(const char *what, const tok_ids *x) {
+    printf("    %s (%zu):", what, x->n);
+    for (size_t i = 0; i < x->n && i < 40; i++)
+        printf(" %d", x->ids[i]);
+    printf("%s\n", x->n > 40 ? " ..." : "");
+}
+
+/* The plain lines joined by "\n" encode the same whole and cut at every tok_cut_point (the
+ * parts after the first with TOK_CONTINUE). 0 when equal. */
+static int check_cuts(const tokenizer *t, tok_encoder *e, const char *all, size_t n) {
+    tok_ids whole = {0}, parts = {0};
+    size_t *cuts = malloc((n + 2) * sizeof *cuts), nc = 0;
+    if (cuts == NULL || tok_encode(e, all, n, 0, &whole) != 0) return 1;
+    for (size_t end = n; (end = tok_cut_point(t, all, end)) > 0;)
+        cuts[nc++] = end;
+    size_t start = 0;
+    int rc = 0;
+    for (size_t k = nc + 1; k-- > 0;) {
+        size_t end = k > 0 ? cuts[k - 1] : n;
+        rc |= tok_encode(e, all + start, end - start, start > 0 ? TOK_CONTINUE : 0, &parts);
+        start = end;
+    }
+    int same = rc == 0 && whole.n == parts.n &&
+               memcmp(whole.ids, parts.ids, whole.n * sizeof *whole.ids) == 0;
+    printf("%s: %zu bytes cut at %zu places: %zu ids whole, %zu cut\n", same ? "ok" : "not ok", n,
+           nc, whole.n, parts.n);
+    free(cuts), free(whole.ids), free(parts.ids);
+    return !same;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: tok_compare TOKENIZER_DIR CORPUS.jsonl REF.txt\n");
+        return 2;
+    }
+    char err[1024];
+    tokenizer *t = tok_load(argv[1], err, sizeof err);
+    if (t == NULL) {
+        printf("not ok: %s\n", err);
+        return 1;
+    }
+    tok_encoder *e = tok_encoder_new(t);
+    FILE *fc = fopen(argv[2], "r"), *fr = fopen(argv[3], "r");
+    if (e == NULL || fc == NULL || fr == NULL) {
+        printf("not ok: cannot open the corpus or the reference\n");
+        return 1;
+    }
+    size_t cap_c = 0, cap_r = 0;
+    char *lc = NULL, *lr = NULL;
+    tok_ids ref = {0}, got = {0}, plain = {0};
+    tok_text back = {0};
+    int lineno = 0, bad = 0, lines = 0;
+    tok_text all = {0};
+    size_t nids = 0;
+    while (getline(&lc, &cap_c, fc) > 0) {
+        lineno++;
+        if (getline(&lr, &cap_r, fr) < 0) {
+            printf("not ok: the reference ends before corpus line %d\n", lineno);
+            return 1;
+        }
+        json_error_t je;
+        json_t *o = json_loads(lc, JSON_DECODE_ANY, &je);
+        const json_t *jt = json_object_get(o, "text");
+        if (!json_is_string(jt)) {
+            printf("not ok: corpus line %d is not {\"text\": s}\n", lineno);
+            return 1;
+        }
+        const char *text = json_string_value(jt);
+        size_t len = json_string_length(jt);
+        int special = json_is_true(json_object_get(o, "special"));
+        if (parse_ids(lr, &ref) != 0) return 1;
+        got.n = plain.n = back.n = 0;
+        int rc =
+            tok_encode(e, text, len, TOK_ADD_SPECIAL | (special ? TOK_ALLOW_SPECIAL : 0), &got);
+        rc |= tok_encode(e, text, len, 0, &plain);
+        int ok = rc == 0 && got.n == ref.n &&
+                 (ref.n == 0 || memcmp(got.ids, ref.ids, ref.n * sizeof *ref.ids) == 0);
+        if (!ok) {
+            printf("not ok: line %d: ids differ from HF's: %.80s\n", lineno, lc);
+            print_ids("HF  ", &ref);
+            print_ids("ours", &got);
+        }
+        if (!special) {
+            all.s = realloc(all.s, all.n + len + 2);
+            memcpy(all.s + all.n, text, len);
+            all.n += len;
+            all.s[all.n++] = '\n';
+            int32_t aff[16];
+            int np = tok_prefix_ids(t, aff, 16);
+            int same =
+                got.n >= (size_t)np && plain.n + (size_t)np <= got.n &&
+                (plain.n == 0 || memcmp(plain.ids, got.ids + np, plain.n * sizeof *plain.ids) == 0);
+            if (!same) {
+                printf("not ok: line %d: special tokens refused gives other ids\n", lineno);
+                ok = 0;
+            }
+            /* a tokenizer with the NFC normalizer gives back NFC(x) */
+            utf8proc_uint8_t *nfc = NULL;
+            const char *want = text;
+            size_t wlen = len;
+            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len,
+                                              &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            if (strstr(tok_describe(t), "NFC") != NULL && r >= 0) {
+                want = (const char *)nfc;
+                wlen = (size_t)r;
+            }
+            /* SentencePiece-style: a literal "\u2581" in the text decodes as a space, as in HF */
+            char *sp = NULL;
+            if (strstr(tok_describe(t), "SentencePiece") != NULL && strstr(text, "\xe2\x96\x81")) {
+                sp = malloc(len + 1);
+                size_t so = 0;
+                for (size_t i = 0; i < len; i++) {
+                    if (i + 3 <= len && memcmp(text + i, "\xe2\x96\x81", 3) == 0) {
+                        sp[so++] = ' ';
+                        i += 2;
+                    } else {
+                        sp[so++] = text[i];
+                    }
+                }
+                want = sp;
+                wlen = so;
+            }
+            int dec = tok_decode(t, plain.ids, plain.n, 0, &back, err, sizeof err);
+            int same_text =
+                dec == 0 && back.n == wlen && (wlen == 0 || memcmp(back.s, want, wlen) == 0);
+            free(nfc);
+            free(sp);
+            if (!same_text) {
+                printf("not ok: line %d: decode(encode(x)) != x: \"%.80s\"\n", lineno,
+                       back.s ? back.s : "");
+                ok = 0;
+            }
+        } else {
+            for (size_t i = 0; i < plain.n; i++)
+                if (tok_is_special(t, plain.ids[i])) {
+                    printf("not ok: line %d: special token %d from plain text\n", lineno,
+                           plain.ids[i]);
+                    ok = 0;
+                    break;
+                }
+        }
+        bad += !ok;
+        lines++;
+        nids += ref.n;
+        json_decref(o);
+    }
+    bad += check_cuts(t, e, all.s, all.n);
+    free(all.s);
+    printf("%s: %s: %d lines, %zu ids, %d differ (%s)\n", bad ? "not ok" : "ok", argv[1], lines,
+           nids, bad, tok_describe(t));
+    free(lc), free(lr), free(ref.ids), free(got.ids), free(plain.ids), free(back.s);
+    fclose(fc), fclose(fr);
+    tok_encoder_free(e);
+    tok_free(t);
+    return bad ? 1 : 0;
+}
