@@ -67,17 +67,19 @@ static int core_avx2(const char *core) {
     return core_avx512(core) || core_in(core, w, sizeof w / sizeof *w);
 }
 
-static double thread_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void fill(float *x, size_t n, unsigned s) {
     for (size_t i = 0; i < n; i++) {
         s = s * 1103515245u + 12345u;
         x[i] = (float)((s >> 8) & 0xffff) / 32768.0f - 1.0f;
     }
+}
+
+/* The fastest of 5 timings. */
+static double min5(const double *t) {
+    double m = t[0];
+    for (int i = 1; i < 5; i++)
+        m = t[i] < m ? t[i] : m;
+    return m;
 }
 
 /* Every orientation of a product with edges (odd sizes) against float64 sums: |c - ref| within
@@ -123,15 +125,13 @@ static double probe_rate(void) {
         openblas_set_num_threads(1);
         fill(a, (size_t)M * K, 3), fill(b, (size_t)N * K, 4);
         for (int r = -1; r < REPS; r++) {
-            double t0 = thread_seconds();
+            double t0 = kernel_thread_seconds();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c,
                         N);
-            if (r >= 0) t[r] = thread_seconds() - t0;
+            if (r >= 0) t[r] = kernel_thread_seconds() - t0;
         }
         openblas_set_num_threads(threads);
-        double best = t[0];
-        for (int i = 1; i < REPS; i++)
-            best = t[i] < best ? t[i] : best;
+        double best = min5(t);
         if (best > 0.0) rate = 2.0 * M * N * K / best / 1e9;
     }
     free(a), free(b), free(c);
@@ -277,13 +277,6 @@ static void sgemm_onednn(int ta, int tb, int M, int N, int K, float alpha, const
         sgemm_openblas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-static double min5(const double *t) {
-    double m = t[0];
-    for (int i = 1; i < 5; i++)
-        m = t[i] < m ? t[i] : m;
-    return m;
-}
-
 static void sgemm_choose(void) {
     const char *force = getenv("UPIPE_SGEMM");
     if (force && force[0]) {
@@ -305,11 +298,11 @@ static void sgemm_choose(void) {
         openblas_set_num_threads(1);
         double to[5], td[5];
         for (int r = -1; r < 5; r++) { /* interleaved, after a warm-up of each */
-            double t0 = thread_seconds();
+            double t0 = kernel_thread_seconds();
             sgemm_openblas(0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
-            double t1 = thread_seconds();
+            double t1 = kernel_thread_seconds();
             sgemm_onednn(0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
-            double t2 = thread_seconds();
+            double t2 = kernel_thread_seconds();
             if (r >= 0) to[r] = t1 - t0, td[r] = t2 - t1;
         }
         omp_set_num_threads(omp);

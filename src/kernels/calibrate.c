@@ -55,12 +55,6 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) float kernel_loop_dot(in
     return _mm512_reduce_add_ps(a[0]);
 }
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); /* another process on the core does not count */
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -78,11 +72,11 @@ static void measure(void) {
     volatile float sink = 0.0f;
     sink += kernel_loop_fma(ITERS / 10) + kernel_loop_dot(ITERS / 10); /* wakes the vector units */
     for (int r = 0; r < REPS; r++) {
-        double t0 = now();
+        double t0 = kernel_thread_seconds();
         sink += kernel_loop_fma(ITERS);
-        double t1 = now();
+        double t1 = kernel_thread_seconds();
         sink += kernel_loop_dot(ITERS);
-        double t2 = now();
+        double t2 = kernel_thread_seconds();
         tf[r] = t1 - t0, td[r] = t2 - t1;
     }
     qsort(tf, REPS, sizeof *tf, cmp);
@@ -90,6 +84,12 @@ static void measure(void) {
     /* VDPBF16PS does two multiply-adds per lane, FMA one */
     ratio = 2.0 * tf[REPS / 2] / td[REPS / 2];
 #endif
+}
+
+double kernel_thread_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); /* another process on the core does not count */
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 double kernel_dot_ratio(void) {

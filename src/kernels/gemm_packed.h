@@ -65,6 +65,33 @@ extern const gemm_packed_ops gemm_packed_portable;
 extern const gemm_packed_ops gemm_packed_avx512bf16, gemm_packed_avx512, gemm_packed_avx2;
 #endif
 
+#if defined(__AVX2__)
+/* The 8 x 8 transpose of 32-bit words behind the transposed B packings: r[i] holds source row i,
+ * and row k of the result (word k of every source row) is stored at dst + k * stride. The
+ * shuffles move bits; they do no arithmetic. */
+static inline void gemm_transpose8_store(__m256 r[8], float *dst, size_t stride) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    /* r[0..3]: columns 0-3 of rows 0-3 (low lane) and 4-7 (high); r[4..7] the same for rows 4-7 */
+    static const int order[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+    for (int k = 0; k < 8; k++) {
+        __m256 lo = r[order[k]], hi = r[order[k] + 4];
+        __m256 row =
+            k < 4 ? _mm256_permute2f128_ps(lo, hi, 0x20) : _mm256_permute2f128_ps(lo, hi, 0x31);
+        _mm256_storeu_ps(dst + (size_t)k * stride, row);
+    }
+}
+#endif
+
 /* The generic packing loops, inlined into each kernel file with its constant mr / nr (so that
  * each compiles with that file's instruction sets). */
 static inline void gemm_packed_pack_b_generic(float *dst, const uint16_t *B, int ldb, int transb,
@@ -87,31 +114,13 @@ static inline void gemm_packed_pack_b_generic(float *dst, const uint16_t *B, int
     if (n == nr && nr % 8 == 0)
         for (; k8 + 8 <= kc; k8 += 8)
             for (int j = 0; j < nr; j += 8) {
-                __m256 r[8], t[8];
+                __m256 r[8];
                 for (int i = 0; i < 8; i++) {
                     __m128i h = _mm_loadu_si128(
                         (const __m128i *)(B + (size_t)(j0 + j + i) * (size_t)ldb + k0 + k8));
                     r[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
                 }
-                for (int i = 0; i < 8; i += 2) {
-                    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-                    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-                }
-                for (int i = 0; i < 8; i += 4) {
-                    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-                    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-                    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-                    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-                }
-                /* r[0..3]: columns 0-3 of rows 0-3 (low lane) and 4-7 (high); r[4..7] the same
-                 * for rows 4-7. Row k of the block: k's column of every source row. */
-                static const int order[8] = {0, 1, 2, 3, 0, 1, 2, 3};
-                for (int k = 0; k < 8; k++) {
-                    __m256 lo = r[order[k]], hi = r[order[k] + 4];
-                    __m256 row = k < 4 ? _mm256_permute2f128_ps(lo, hi, 0x20)
-                                       : _mm256_permute2f128_ps(lo, hi, 0x31);
-                    _mm256_storeu_ps(dst + (size_t)(k8 + k) * (size_t)nr + j, row);
-                }
+                gemm_transpose8_store(r, dst + (size_t)k8 * (size_t)nr + j, (size_t)nr);
             }
 #endif
     for (int j = 0; j < n; j++) { // B (N, K): column j of the panel is B's row j0 + j

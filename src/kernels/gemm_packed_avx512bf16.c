@@ -73,27 +73,11 @@ static void gemm_mk_pack_b(float *dst, const uint16_t *B, int ldb, int transb, i
     if (n == GEMM_NR)
         for (; 2 * (kp8 + 8) <= kc; kp8 += 8)
             for (int j = 0; j < GEMM_NR; j += 8) {
-                __m256 r[8], t[8];
+                __m256 r[8];
                 for (int i = 0; i < 8; i++)
                     r[i] = _mm256_castsi256_ps(_mm256_loadu_si256(
                         (const __m256i *)(B + (size_t)(j0 + j + i) * (size_t)ldb + k0 + 2 * kp8)));
-                for (int i = 0; i < 8; i += 2) {
-                    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-                    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-                }
-                for (int i = 0; i < 8; i += 4) {
-                    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-                    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-                    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-                    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-                }
-                static const int order[8] = {0, 1, 2, 3, 0, 1, 2, 3};
-                for (int k = 0; k < 8; k++) {
-                    __m256 lo = r[order[k]], hi = r[order[k] + 4];
-                    __m256 row = k < 4 ? _mm256_permute2f128_ps(lo, hi, 0x20)
-                                       : _mm256_permute2f128_ps(lo, hi, 0x31);
-                    _mm256_storeu_ps(dst + (size_t)(kp8 + k) * GEMM_NR + j, row);
-                }
+                gemm_transpose8_store(r, dst + (size_t)kp8 * GEMM_NR + j, GEMM_NR);
             }
     for (int j = 0; j < GEMM_NR; j++) { // the rest word by word; columns past n are zero
         const uint16_t *s = B + (size_t)(j0 + j) * (size_t)ldb + k0;

@@ -188,6 +188,10 @@ double kernel_dot_ratio(void);
  * VFMADD231PS zmm, or VDPBF16PS zmm, in registers; the result only keeps them from being folded.
  * x86-64 with AVX-512 F (and AVX512_BF16 for the second) only. */
 enum { KERNEL_LOOP_CHAINS = 16 };
+/* Seconds of CPU time of the calling thread: the clock of every start-up measurement (the dot
+ * product, the OpenBLAS core, oneDNN's sgemm, the bf16 route), which another process sharing the
+ * core does not advance. */
+double kernel_thread_seconds(void);
 float kernel_loop_fma(int n);
 float kernel_loop_dot(int n);
 #define KERNEL_DOT_MIN 1.3
