@@ -321,6 +321,16 @@ void sgemm_rm(int transa, int transb, int M, int N, int K, float alpha, const fl
                                                  beta, C, ldc);
 }
 
+int sgemm_uses_onednn(void) {
+    pthread_once(&sgemm_once, sgemm_choose);
+    return use_onednn;
+}
+
+void sgemm_agree(int onednn) {
+    pthread_once(&sgemm_once, sgemm_choose);
+    use_onednn = onednn;
+}
+
 const char *sgemm_route(void) {
     static char line[96];
     pthread_once(&sgemm_once, sgemm_choose);

@@ -97,6 +97,11 @@ const char *blas_core_reason(void);
  * 1.5x faster at the first call (blas_core.c; UPIPE_SGEMM=openblas|onednn forces one). */
 void sgemm_rm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
+/* 1 if sgemm_rm runs oneDNN (measuring first if it has not); sgemm_agree makes it onednn or
+ * OpenBLAS, so that all ranks of a job run the one their measurements agree on
+ * (front_check_kernels). Main thread, before the first product of the run. */
+int sgemm_uses_onednn(void);
+void sgemm_agree(int onednn);
 /* Which library sgemm_rm runs and why ("openblas (onednn 0.98x openblas, measured)"). */
 const char *sgemm_route(void);
 /* Makes OpenBLAS's per-thread packing buffers resident as a product n columns wide and k deep

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define AT(field) offsetof(front_options, field)
 
@@ -179,6 +180,11 @@ void front_require_data(const front_options *o) {
 void front_check_kernels(comm_ctx *c) {
     /* FNV-1a of the line without digits and dots (the measured ratios; the names keep their
      * letters), and its complement: the maximum of both equals a rank's own only if all agree */
+    /* oneDNN's sgemm against OpenBLAS is a close call on some hosts (measured 0.8-1.8x with 4
+     * ranks starting at once on 2 cores): every rank takes oneDNN only if every rank measured it
+     * faster, so that the ranks agree (a choice that can be changed in the process; the OpenBLAS
+     * core cannot, so it is compared below) */
+    if (!getenv("UPIPE_SGEMM")) sgemm_agree(comm_min_int(c, sgemm_uses_onednn()));
     const char *line = kernel_path_name();
     unsigned long long h[2] = {1469598103934665603ull, 0};
     for (const char *p = line; *p; p++)
