@@ -1,21 +1,23 @@
 /* bench_tokenizer.c — encode speed of src/tokenizer: MB/s of one text on 1 thread and on N
- * threads (the text cut at tok_cut_point into about equal parts, one encoder per thread, as
- * `upipe data` does), best of R runs; the ids of every thread count are checked equal.
- * usage: bench_tokenizer TOKENIZER_DIR TEXT [THREADS ...]   (default: 1 2) */
+ * threads (the text cut at tok_cut_point into 1 MiB parts, one encoder per thread, as
+ * `upipe data` does). The thread counts alternate within each of R rounds (a cold cache each
+ * time) and the medians are reported, with the median of each round's ratio to the first count:
+ * a ratio taken within one round is what survives a shared, noisy host. The ids of every thread
+ * count are checked equal.
+ * usage: bench_tokenizer TOKENIZER_DIR TEXT [THREADS ...]   (default: 1 2; UPIPE_BENCH_ROUNDS=R,
+ * default 11) */
+#include "bench_util.h"
 #include "tokenizer/tokenizer.h"
 
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define RUNS 3
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+/* Median of v[0..n) (v is sorted in place). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Cuts text into parts of about `target` bytes at tok_cut_point; returns the count. */
@@ -60,24 +62,27 @@ int main(int argc, char **argv) {
         for (int i = 3; i < argc && nl < 16; i++)
             nthr_list[nl++] = atoi(argv[i]);
     }
-    size_t part = 1 << 20; /* 1 MiB parts: many per thread, so dynamic scheduling balances */
+    const char *pe = getenv("UPIPE_BENCH_PART_KB");
+    size_t part = pe != NULL && atoi(pe) > 0 ? (size_t)atoi(pe) << 10 : 1 << 20; /* 1 MiB parts: many per thread, so dynamic scheduling balances */
     size_t *starts = malloc((n / 16 + 2) * sizeof *starts);
     size_t np = make_parts(t, text, n, part, starts);
     tok_ids *out = calloc(np, sizeof *out);
     size_t ref_ntok = 0;
     uint64_t ref_sum = 0;
-    printf("%s: %.2f MB in %zu parts (%s)\n", argv[2], (double)n / 1e6, np, tok_describe(t));
-    for (int l = 0; l < nl; l++) {
-        int nth = nthr_list[l];
-        tok_encoder **enc = calloc((size_t)nth, sizeof *enc);
-        for (int i = 0; i < nth; i++)
-            enc[i] = tok_encoder_new(t);
-        double best = 1e30;
-        for (int r = 0; r < RUNS; r++) {
-            for (int i = 0; i < nth; i++) { /* a cold cache each run */
-                tok_encoder_free(enc[i]);
+    char cpu[192];
+    cpu_model(cpu, sizeof cpu);
+    printf("%s: %.2f MB in %zu parts (%s)\ncpu: %s\n", argv[2], (double)n / 1e6, np,
+           tok_describe(t), cpu);
+    const char *re = getenv("UPIPE_BENCH_ROUNDS");
+    int rounds = re != NULL && atoi(re) > 0 ? atoi(re) : 11;
+    double *secs = calloc((size_t)(rounds * nl), sizeof *secs);
+    int bad = 0;
+    for (int r = 0; r < rounds; r++) {
+        for (int l = 0; l < nl; l++) {
+            int nth = nthr_list[l];
+            tok_encoder **enc = calloc((size_t)nth, sizeof *enc);
+            for (int i = 0; i < nth; i++) /* a cold cache each time */
                 enc[i] = tok_encoder_new(t);
-            }
             double t0 = now_s();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
             for (size_t p = 0; p < np; p++) {
@@ -85,29 +90,41 @@ int main(int argc, char **argv) {
                 tok_encode(enc[omp_get_thread_num()], text + starts[p], starts[p + 1] - starts[p],
                            p > 0 ? TOK_CONTINUE : 0, &out[p]);
             }
-            double dt = now_s() - t0;
-            best = dt < best ? dt : best;
+            secs[r * nl + l] = now_s() - t0;
+            for (int i = 0; i < nth; i++)
+                tok_encoder_free(enc[i]);
+            free(enc);
+            size_t ntok = 0;
+            uint64_t sum = 0;
+            for (size_t p = 0; p < np; p++) {
+                ntok += out[p].n;
+                for (size_t k = 0; k < out[p].n; k++)
+                    sum = sum * 31 + (uint32_t)out[p].ids[k];
+            }
+            if (r == 0 && l == 0) ref_ntok = ntok, ref_sum = sum;
+            bad |= ntok != ref_ntok || sum != ref_sum;
         }
-        size_t ntok = 0;
-        uint64_t sum = 0;
-        for (size_t p = 0; p < np; p++) {
-            ntok += out[p].n;
-            for (size_t k = 0; k < out[p].n; k++)
-                sum = sum * 31 + (uint32_t)out[p].ids[k];
-        }
-        if (l == 0) ref_ntok = ntok, ref_sum = sum;
-        printf("  %2d thread%s: %7.2f MB/s  (%zu tokens, %.3f s, best of %d)%s\n", nth,
-               nth == 1 ? " " : "s", (double)n / 1e6 / best, ntok, best, RUNS,
-               ntok == ref_ntok && sum == ref_sum ? "" : "  IDS DIFFER");
-        for (int i = 0; i < nth; i++)
-            tok_encoder_free(enc[i]);
-        free(enc);
     }
+    double *col = malloc((size_t)rounds * sizeof *col);
+    for (int l = 0; l < nl; l++) {
+        for (int r = 0; r < rounds; r++)
+            col[r] = secs[r * nl + l];
+        double med = median(col, rounds);
+        for (int r = 0; r < rounds; r++)
+            col[r] = secs[r * nl] / secs[r * nl + l];
+        printf("  %2d thread%s: %7.2f MB/s  (%zu tokens, median %.3f s of %d; %.2fx %d thread%s, "
+               "median of the rounds' ratios)%s\n",
+               nthr_list[l], nthr_list[l] == 1 ? " " : "s", (double)n / 1e6 / med, ref_ntok, med,
+               rounds, median(col, rounds), nthr_list[0], nthr_list[0] == 1 ? "" : "s",
+               bad ? "  IDS DIFFER" : "");
+    }
+    free(col);
+    free(secs);
     for (size_t p = 0; p < np; p++)
         free(out[p].ids);
     free(out);
     free(starts);
     free(text);
     tok_free(t);
-    return 0;
+    return bad;
 }
