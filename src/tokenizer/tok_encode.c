@@ -63,8 +63,11 @@ static int ids_push(tok_ids *out, int32_t id) {
 }
 
 tok_encoder *tok_encoder_new(const tokenizer *t) {
-    tok_encoder *e = calloc(1, sizeof *e);
+    /* a cache line of its own: encoders of other threads are allocated next to it */
+    size_t sz = (sizeof(tok_encoder) + 63) / 64 * 64;
+    tok_encoder *e = aligned_alloc(64, sz);
     if (e == NULL) return NULL;
+    memset(e, 0, sz);
     e->t = t;
     e->cache = calloc(CACHE_SLOTS, sizeof *e->cache);
     e->cache_keys = malloc(CACHE_POOL);
@@ -497,15 +500,25 @@ static int encode_into(tok_encoder *e, const char *text, size_t len, int flags,
     return span_fill(e, out, len, len);
 }
 
+/* The ids grow in a copy of *out on this thread's stack, stored back at the end: callers keep
+ * one tok_ids per part side by side in an array, and a count written at every id into a cache
+ * line another thread's part shares would bounce that line between the cores. */
 int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids *out) {
-    return encode_into(e, text, len, flags, NULL, NULL, out);
+    tok_ids mine = *out;
+    int rc = encode_into(e, text, len, flags, NULL, NULL, &mine);
+    *out = mine;
+    return rc;
 }
 
 int tok_encode_spans(tok_encoder *e, const char *text, size_t len, int flags,
                      tok_special_fn special_ok, void *ctx, tok_ids *out, tok_spans *spans) {
-    e->spans = spans;
-    int rc = encode_into(e, text, len, flags, special_ok, ctx, out);
+    tok_ids mine = *out;
+    tok_spans sp = *spans;
+    e->spans = &sp;
+    int rc = encode_into(e, text, len, flags, special_ok, ctx, &mine);
     e->spans = NULL;
+    *out = mine;
+    *spans = sp;
     return rc;
 }
 
