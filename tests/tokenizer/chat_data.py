@@ -64,7 +64,7 @@ def read_ints(path, magic_width):
 def node(vocab, mode, items, tmp):
     with open(os.path.join(tmp, "in.json"), "w", encoding="utf-8") as f:
         json.dump(items, f, ensure_ascii=False)
-    subprocess.run(["node", os.path.join(here, "hf_chat.mjs"), NM, vocab, mode,
+    subprocess.run(["node", os.path.join(here, "hf_encode.mjs"), NM, vocab, mode,
                     os.path.join(tmp, "in.json"), os.path.join(tmp, "out.json")], check=True)
     return json.load(open(os.path.join(tmp, "out.json"), encoding="utf-8"))
 
