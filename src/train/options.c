@@ -197,7 +197,7 @@ static const flag_spec g_train_flags[] = {
      .help = "write checkpoints DIR/step-NNNNNNNN/ (weights, AdamW moments,\n"
              "step and data position, schedule, config): at the end, every\n"
              "--ckpt-every steps, at --stop-at and on SIGTERM/SIGINT (then\n"
-             "exit; a second signal stops at once). Each appears atomically.\n"
+             "exit; a second SIGINT stops at once). Each appears atomically.\n"
              "One job per folder: a second one is refused (DIR/.lock)"},
     {.name = "ckpt-every",
      .arg = "N",

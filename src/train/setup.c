@@ -24,7 +24,9 @@
 #include <unistd.h>
 
 /* The first SIGTERM or SIGINT asks for a checkpoint and a clean exit after the current step; a
- * second one stops at once (default action). */
+ * second SIGINT (Ctrl-C again) stops at once (default action). A repeated SIGTERM does not: batch
+ * systems send it more than once (SLURM's preemption: twice, milliseconds apart, from the step's
+ * slurmstepd, tests/slurm/slurm.sh) and end a job that outlives their grace with SIGKILL. */
 static volatile sig_atomic_t g_signal;
 
 int run_signal_pending(void) {
@@ -32,13 +34,13 @@ int run_signal_pending(void) {
 }
 
 static void on_signal(int sig) {
-    if (g_signal) {
+    if (g_signal && sig == SIGINT) {
         up_tmp_remove_all(); /* no temporary file survives */
         signal(sig, SIG_DFL);
         raise(sig);
         return;
     }
-    g_signal = sig;
+    if (!g_signal) g_signal = sig;
 }
 
 /* A mapped file truncated under the job: reading its lost pages raises SIGBUS. shard_check

@@ -98,9 +98,10 @@ else bad "kill: finished $finished after $kills SIGKILLs (want a finish after at
 "$UPIPE" train $K --ckpt-dir "$TMP/ck_term" --ckpt-every 100 --log "$TMP/term.jsonl" >"$TMP/term.out" 2>&1 &
 pid=$!
 # the signal lands once training runs (handlers are installed by then), however slow the start;
-# the job is stopped while it is sent, so it lands before the last step on any host or load
+# the job is stopped while it is sent, so it lands before the last step on any host or load;
+# a second SIGTERM follows, as SLURM's preemption sends it (tests/slurm), and changes nothing
 while kill -0 "$pid" 2>/dev/null && [ ! -s "$TMP/term.jsonl" ]; do sleep 0.02; done
-kill -STOP "$pid"; kill -TERM "$pid"; kill -CONT "$pid"
+kill -STOP "$pid"; kill -TERM "$pid"; kill -CONT "$pid"; sleep 0.01; kill -TERM "$pid" 2>/dev/null
 rc=0; wait "$pid" || rc=$?
 if [ "$rc" = 0 ] && grep -q "stopped on SIGTERM: checkpoint" "$TMP/term.out"; then
   ok "SIGTERM: $(grep stopped "$TMP/term.out")"
