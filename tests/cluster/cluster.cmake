@@ -15,3 +15,5 @@ function(upipe_cluster_test name) # extra labels...
     LABELS "${labels}" TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK upipe_cluster)
 endfunction()
 upipe_cluster_test(fixture)
+upipe_cluster_test(correct)
+upipe_cluster_test(ckpt)
