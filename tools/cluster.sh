@@ -134,14 +134,15 @@ cmd_up() {
   trap - ERR
   mkdir -p "$STATE"
   for ((i = 0; i < n; i++)); do echo "$PREFIX$i:$SLOTS"; done >"$STATE/hostfile"
-  # hydra's ssh launcher calls `SCRIPT [ssh options] HOST COMMAND`: run COMMAND inside HOST
+  # hydra's ssh launcher calls `SCRIPT [ssh options] HOST COMMAND`: run COMMAND inside HOST,
+  # under HOST's name (a UTS namespace of its own: MPI_Get_processor_name names the node)
   cat >"$STATE/launch.sh" <<EOF
 #!/usr/bin/env bash
 while [ \$# -gt 0 ] && [ "\${1#-}" != "\$1" ]; do shift; done
 host=\${1:?no host}
 shift
 [[ "\$host" =~ ^$PREFIX[0-9]+\$ ]] || { echo "cluster launcher: \$host is not a node of this cluster" >&2; exit 1; }
-exec ip netns exec "\$host" bash -c "\$*"
+exec ip netns exec "\$host" unshare --uts bash -c "hostname \$host; \$*"
 EOF
   chmod +x "$STATE/launch.sh"
   proc_id "$OWNER" >"$STATE/owner"
@@ -173,7 +174,7 @@ cmd_run() {
   [ $# -gt 0 ] || die "run $node: no command given"
   # hydra launches the other nodes' proxies through the launcher and binds to the node's link;
   # UCX's default transports fail to start across namespaces, TCP works
-  exec ip netns exec "$node" env HYDRA_LAUNCHER=ssh HYDRA_LAUNCHER_EXEC="$STATE/launch.sh" \
+  exec ip netns exec "$node" unshare --uts bash -c 'hostname "$0"; exec "$@"' "$node" env HYDRA_LAUNCHER=ssh HYDRA_LAUNCHER_EXEC="$STATE/launch.sh" \
     HYDRA_IFACE="$DEV" UCX_TLS="${UCX_TLS:-tcp,self}" "$@"
 }
 

@@ -5,6 +5,7 @@
 #include "core/watchdog.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,9 +54,78 @@ void comm_mpi_init(int *argc, char ***argv, int *rank, int *world) {
                    thread_level_name(provided), provided);
 }
 
+/* This rank's place in the node-by-node order of parent (comm.h): the nodes ordered by their
+ * lowest rank, each node's ranks in parent's order. Sets c->node and c->nodes. */
+static int node_order(comm_ctx *c, MPI_Comm parent) {
+    int prank, R, leader;
+    MPI_Comm node;
+    MPI_CALL(MPI_Comm_rank(parent, &prank));
+    MPI_CALL(MPI_Comm_size(parent, &R));
+    MPI_CALL(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, prank, MPI_INFO_NULL, &node));
+    MPI_CALL(MPI_Allreduce(&prank, &leader, 1, MPI_INT, MPI_MIN, node));
+    MPI_Comm_free(&node);
+    int *leaders = calloc((size_t)R, sizeof *leaders);
+    UP_CHECK(leaders, "out of memory");
+    MPI_CALL(MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, parent));
+    int key = 0;
+    c->node = c->nodes = 0;
+    for (int j = 0; j < R; j++) {
+        if (leaders[j] < leader || (leaders[j] == leader && j < prank)) key++;
+        if (leaders[j] == j) { /* j leads its node */
+            c->nodes++;
+            if (j < leader) c->node++;
+        }
+    }
+    free(leaders);
+    return key;
+}
+
+/* The nodes' names (MPI_Get_processor_name) with their world ranks, and how many nodes the
+ * widest CP group spans. */
+static void node_describe(comm_ctx *c) {
+    char me[MPI_MAX_PROCESSOR_NAME] = {0};
+    int len = 0;
+    MPI_CALL(MPI_Get_processor_name(me, &len));
+    char *names = calloc((size_t)c->R, MPI_MAX_PROCESSOR_NAME);
+    int *nodes = calloc((size_t)c->R, sizeof *nodes);
+    UP_CHECK(names && nodes, "out of memory");
+    MPI_CALL(MPI_Allgather(me, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME,
+                           MPI_CHAR, c->world));
+    MPI_CALL(MPI_Allgather(&c->node, 1, MPI_INT, nodes, 1, MPI_INT, c->world));
+    size_t at = 0, cap = sizeof c->node_desc;
+    for (int a = 0, b; a < c->R && at < cap; a = b) {
+        for (b = a; b < c->R && nodes[b] == nodes[a]; b++) {
+        }
+        if (nodes[a] >= 3 && c->nodes > 4) { /* the first three and the last node */
+            if (nodes[a] != c->nodes - 1) continue;
+            at += (size_t)snprintf(c->node_desc + at, cap - at, ", ...");
+        }
+        char ranks[48];
+        if (b - a == 1)
+            snprintf(ranks, sizeof ranks, "rank %d", a);
+        else
+            snprintf(ranks, sizeof ranks, "ranks %d-%d", a, b - 1);
+        if (at < cap)
+            at += (size_t)snprintf(c->node_desc + at, cap - at, "%s%s (%s)", a ? ", " : "",
+                                   names + (size_t)a * MPI_MAX_PROCESSOR_NAME, ranks);
+    }
+    /* CP group d holds world ranks d*P .. d*P+P-1: count the node changes along it */
+    int widest = 1;
+    for (int d = 0; d < c->D; d++) {
+        int spans = 1;
+        for (int r = 1; r < c->P; r++)
+            spans += nodes[d * c->P + r] != nodes[d * c->P + r - 1];
+        widest = spans > widest ? spans : widest;
+    }
+    c->cp_nodes = widest;
+    free(names);
+    free(nodes);
+}
+
 void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
     memset(c, 0, sizeof *c);
-    MPI_CALL(MPI_Comm_dup(parent, &c->world));
+    int key = node_order(c, parent);
+    MPI_CALL(MPI_Comm_split(parent, 0, key, &c->world));
     /* errors come back to us (and are explained) instead of aborting inside MPI */
     MPI_CALL(MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN));
     MPI_CALL(MPI_Comm_rank(c->world, &c->rank));
@@ -70,6 +140,7 @@ void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
     MPI_CALL(MPI_Comm_split(c->world, c->cp_rank, c->dp_rank, &c->dp));
     MPI_CALL(MPI_Comm_set_errhandler(c->cp, MPI_ERRORS_RETURN));
     MPI_CALL(MPI_Comm_set_errhandler(c->dp, MPI_ERRORS_RETURN));
+    node_describe(c);
 }
 
 void comm_free(comm_ctx *c) {

@@ -51,6 +51,10 @@ void print_summary(const train_run *r) {
                (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_OPTIMIZER))));
     printf("  layout  %d rank%s: %d replica(s) x context-parallel %d, T_loc=%d", r->world,
            r->world == 1 ? "" : "s", r->comm.D, r->P, r->T_loc);
+    if (r->comm.nodes > 1 || r->P > 1) /* DESIGN.md §8.3 */
+        printf(", %d node%s: %s; context-parallel groups %s", r->comm.nodes,
+               r->comm.nodes == 1 ? "" : "s", r->comm.node_desc,
+               r->comm.cp_nodes == 1 ? "within a node" : "across nodes");
     if (o->front.mopt.U)
         printf(", UPipe stages of %d heads%s", o->front.mopt.U,
                model_attention_overlaps(m) ? ", next stage's exchange overlapped" : "");
