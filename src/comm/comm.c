@@ -118,6 +118,21 @@ static void node_describe(comm_ctx *c) {
         widest = spans > widest ? spans : widest;
     }
     c->cp_nodes = widest;
+    /* pairs on different nodes: CP peers (within each group), and any two ranks */
+    double cp_pairs = 0, cp_cross = 0, pairs = 0, cross = 0;
+    for (int a = 0; a < c->R; a++)
+        for (int b = 0; b < c->R; b++) {
+            if (a == b) continue;
+            int apart = nodes[a] != nodes[b];
+            pairs++;
+            cross += apart;
+            if (a / c->P == b / c->P) {
+                cp_pairs++;
+                cp_cross += apart;
+            }
+        }
+    c->cp_across = cp_pairs > 0 ? cp_cross / cp_pairs : 0;
+    c->world_across = pairs > 0 ? cross / pairs : 0;
     free(names);
     free(nodes);
 }
@@ -141,6 +156,14 @@ void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
     MPI_CALL(MPI_Comm_set_errhandler(c->cp, MPI_ERRORS_RETURN));
     MPI_CALL(MPI_Comm_set_errhandler(c->dp, MPI_ERRORS_RETURN));
     node_describe(c);
+}
+
+void comm_split_nodes(const comm_ctx *c, comm_kind k, double per_rank, double *inside,
+                      double *across) {
+    double all = per_rank * c->R;
+    double f = k == COMM_SEQ_TO_HEAD || k == COMM_HEAD_TO_SEQ ? c->cp_across : c->world_across;
+    *across = all * f;
+    *inside = all - *across;
 }
 
 void comm_free(comm_ctx *c) {

@@ -47,6 +47,8 @@ typedef struct {
     int node, nodes;     /* this rank's node (0 .. nodes-1, in world order) and the job's nodes */
     int cp_nodes;        /* most nodes one CP group spans: 1 = every all-to-all inside a node */
     char node_desc[256]; /* e.g. "upn0 (ranks 0-1), upn1 (ranks 2-3)", cut with "..." */
+    double cp_across;    /* of all (rank, CP peer) pairs, the share on different nodes */
+    double world_across; /* of all (rank, other rank) pairs, the share on different nodes */
     comm_stat stats[COMM_KIND_COUNT];
 } comm_ctx;
 
@@ -61,6 +63,14 @@ void comm_mpi_init(int *argc, char ***argv, int *rank, int *world);
  * Collective over parent. */
 void comm_init(comm_ctx *c, MPI_Comm parent, int P);
 void comm_free(comm_ctx *c);
+/* The bytes per step of collective kind k (per_rank: what one rank sends, as comm_stats counts
+ * it) as all ranks together move them inside a node and across nodes: the all-to-all of a CP
+ * group sends equal blocks to each peer of the group, the world's collectives (gradient
+ * all-reduce, FSDP's gathers and reduce-scatters) counted as the same exchange between every
+ * pair of ranks. Which bytes the layout keeps off the network, not what MPI's algorithm puts on
+ * it (a ring or a node-aware tree moves other amounts). */
+void comm_split_nodes(const comm_ctx *c, comm_kind k, double per_rank, double *inside,
+                      double *across);
 void comm_reset_stats(comm_ctx *c);
 double comm_seconds(const comm_ctx *c); /* sum over kinds */
 const char *comm_kind_name(comm_kind k);

@@ -141,7 +141,11 @@ void write_log_record(const train_run *r, const train_step_stats *s, double tps)
     json_object_set_new(
         rec, "fsdp_s",
         json_real_digits(st[COMM_FSDP_GATHER].seconds + st[COMM_FSDP_REDUCE].seconds, 6));
+    json_object_set_new(
+        rec, "fsdp_bytes",
+        json_real_digits(st[COMM_FSDP_GATHER].bytes + st[COMM_FSDP_REDUCE].bytes, 6));
     json_object_set_new(rec, "grad_reduce_s", json_real_digits(st[COMM_GRAD_REDUCE].seconds, 6));
+    json_object_set_new(rec, "grad_reduce_bytes", json_real_digits(st[COMM_GRAD_REDUCE].bytes, 6));
     json_object_set_new(rec, "flops_per_s", json_real_digits(r->flops / s->dt, 6));
     json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)mem_peak_total()));
     json_object_set_new(rec, "rss_bytes", json_integer((json_int_t)mem_rss_now()));
