@@ -129,7 +129,11 @@ cmd_up() {
     ip -n "$ns" addr add "$NET.$((i + 1))/24" dev "$DEV"
     ip -n "$ns" link set "$DEV" up
     # tbf shapes what the node sends: every byte between two nodes leaves one of them
-    [ -n "$rate" ] && ip netns exec "$ns" tc qdisc add dev "$DEV" root tbf rate "$rate" burst 512kb latency 20ms
+    if [ -n "$rate" ] && ! ip netns exec "$ns" tc qdisc add dev "$DEV" root tbf rate "$rate" \
+      burst 512kb latency 20ms 2>/dev/null; then
+      cmd_down
+      die "--rate $rate: tc refused it as a tbf rate on $ns's link"
+    fi
   done
   trap - ERR
   mkdir -p "$STATE"
