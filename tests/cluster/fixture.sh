@@ -11,8 +11,9 @@ where=$("$CLUSTER" mpirun -n 4 bash -c 'echo $PMI_RANK $(ip netns identify $$)' 
 [ "$where" = "upn0 upn0 upn1 upn1 " ] && ok "ranks 0-3 on: $where" || bad "ranks on: $where"
 # an MPI job across the nodes moves its bytes over the links (the all-to-all test, 4 ranks)
 b0=$(wire_bytes)
-if "$JOB" "$CLUSTER" mpirun -n 4 "$BUILD/tests/test_comm" >"$TMP/comm.out" 2>&1; then
-  ok "test_comm on 2 nodes x 2 ranks: $(tail -n1 "$TMP/comm.out")"
+if "$JOB" "$CLUSTER" mpirun -n 4 "$BUILD/tests/test_comm" >"$TMP/comm.out" 2>&1 \
+  && grep -q "^test_comm: [0-9]* passed, 0 failed" "$TMP/comm.out"; then
+  ok "test_comm on 2 nodes x 2 ranks: $(grep "^test_comm:" "$TMP/comm.out")"
 else bad "test_comm across nodes"; tail -n 5 "$TMP/comm.out"; fi
 b1=$(wire_bytes)
 [ $((b1 - b0)) -gt 10000 ] && ok "the job sent $((b1 - b0)) bytes over the links" || bad "links carried $((b1 - b0)) bytes"

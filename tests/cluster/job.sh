@@ -5,7 +5,7 @@
 # leaves a mark on entering MPI_Finalize (finalize_mark.c, preloaded); once all N have and the
 # job still runs after FINALIZE_GRACE seconds (default 5: a normal finalize takes well under a
 # second here even on a loaded host), the job is ended, a note says so, and the status is 0:
-# the work was done.
+# the work was done. FINALIZE_LOG, when set, gets one line per job so ended.
 set -u
 mark=${FINALIZE_MARK:?FINALIZE_MARK names the preloaded finalize_mark library}
 grace=${FINALIZE_GRACE:-5}
@@ -26,6 +26,7 @@ while kill -0 "$pid" 2>/dev/null; do
     [ -n "$since" ] || since=$SECONDS
     if [ $((SECONDS - since)) -ge "$grace" ]; then
       echo "note: all $n ranks finished and hung in MPI_Finalize for ${grace} s (MPICH 4.0.2 ch4:ucx, pmodels/mpich#6596): job ended" >&2
+      [ -n "${FINALIZE_LOG:-}" ] && echo "$*" >>"$FINALIZE_LOG"
       kill -TERM "$pid" 2>/dev/null
       wait "$pid" 2>/dev/null
       rm -rf "$dir"

@@ -12,6 +12,14 @@ CLUSTER=$SRC/tools/cluster.sh
 LOCAL_MPIEXEC=$MPIEXEC
 JOB=$SRC/tests/cluster/job.sh # an MPI job, ended when it hangs in MPI_Finalize (job.sh)
 export FINALIZE_MARK=${FINALIZE_MARK:-$BUILD/tests/libfinalize_mark.so}
+export FINALIZE_LOG=$TMP/finalize.log
+# lib.sh's verdict, with the count of jobs job.sh ended in MPI_Finalize
+finish() {
+  local hung=0
+  [ -f "$FINALIZE_LOG" ] && hung=$(wc -l <"$FINALIZE_LOG")
+  echo "$PASS passed, $FAIL failed ($hung MPI job(s) ended in MPICH's MPI_Finalize hang, job.sh)"
+  [ "$FAIL" -eq 0 ]
+}
 
 cluster_teardown() {
   "$CLUSTER" down >/dev/null 2>&1 || true
