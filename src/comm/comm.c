@@ -17,19 +17,40 @@ const char *comm_kind_name(comm_kind k) {
     return g_kind_names[k];
 }
 
-/* Stops every rank with the MPI error string when an MPI call fails; the watchdog knows which
- * call the rank is in. */
+/* One line for a failed MPI call: the phase and step (the watchdog's), the routine, the function
+ * that called it, MPI's error class and the last line of its error stack (at run time a peer
+ * that died or cannot be reached: a lost node, a killed rank). Stops every rank. */
+static UP_NORETURN void mpi_failed(const char *file, int line, const char *func, const char *call,
+                                   int rc) {
+    char phase[96], stack[MPI_MAX_ERROR_STRING], cls[MPI_MAX_ERROR_STRING], routine[64];
+    int len = 0, ec = 0;
+    watchdog_phase_describe(phase, sizeof phase);
+    MPI_Error_string(rc, stack, &len);
+    MPI_Error_class(rc, &ec);
+    MPI_Error_string(ec, cls, &len);
+    snprintf(routine, sizeof routine, "%.*s", (int)strcspn(call, "("), call);
+    /* the stack's last line that says something ("MPIR_Bcast_intra_binomial(174): Failure
+     * during collective"; the first line repeats the class) */
+    const char *last = NULL;
+    char *p = strchr(stack, '\n');
+    while (p) {
+        char *ln = p + 1, *nl = strchr(ln, '\n'), *say;
+        if (nl) *nl = 0;
+        if ((say = strstr(ln, ": ")) != NULL && say[2]) last = say + 2;
+        p = nl;
+    }
+    up_fatal(file, line, "%s%s%s in %s failed: %s%s%s%s", phase, phase[0] ? ": " : "", routine,
+             func, cls, last ? " (" : "", last ? last : "", last ? ")" : "");
+}
+
+/* Stops every rank with one line when an MPI call fails; the watchdog knows which call the rank
+ * is in. */
 #define MPI_CALL(call)                                                                             \
     do {                                                                                           \
         watchdog_enter(__func__, #call);                                                           \
         int rc_ = (call);                                                                          \
         watchdog_leave();                                                                          \
-        if (rc_ != MPI_SUCCESS) {                                                                  \
-            char msg_[MPI_MAX_ERROR_STRING];                                                       \
-            int len_ = 0;                                                                          \
-            MPI_Error_string(rc_, msg_, &len_);                                                    \
-            up_fatal(__FILE__, __LINE__, "%s failed: %s", #call, msg_);                            \
-        }                                                                                          \
+        if (rc_ != MPI_SUCCESS) mpi_failed(__FILE__, __LINE__, __func__, #call, rc_);              \
     } while (0)
 
 static const char *thread_level_name(int level) {
