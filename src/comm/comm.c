@@ -130,6 +130,7 @@ static void node_describe(comm_ctx *c) {
             at += (size_t)snprintf(c->node_desc + at, cap - at, "%s%s (%s)", a ? ", " : "",
                                    names + (size_t)a * MPI_MAX_PROCESSOR_NAME, ranks);
     }
+    if (at >= cap) memcpy(c->node_desc + cap - 4, "...", 4); /* cut */
     /* CP group d holds world ranks d*P .. d*P+P-1: count the node changes along it */
     int widest = 1;
     for (int d = 0; d < c->D; d++) {
