@@ -63,7 +63,9 @@ int main(int argc, char **argv) {
             nthr_list[nl++] = atoi(argv[i]);
     }
     const char *pe = getenv("UPIPE_BENCH_PART_KB");
-    size_t part = pe != NULL && atoi(pe) > 0 ? (size_t)atoi(pe) << 10 : 1 << 20; /* 1 MiB parts: many per thread, so dynamic scheduling balances */
+    size_t part = pe != NULL && atoi(pe) > 0
+                      ? (size_t)atoi(pe) << 10
+                      : 1 << 20; /* 1 MiB parts: many per thread, so dynamic scheduling balances */
     size_t *starts = malloc((n / 16 + 2) * sizeof *starts);
     size_t np = make_parts(t, text, n, part, starts);
     tok_ids *out = calloc(np, sizeof *out);

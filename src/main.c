@@ -11,6 +11,7 @@
 #include "train/train.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define UPIPE_VERSION "0.1.0"
@@ -32,7 +33,13 @@ static void print_usage(void) {
 }
 
 int main(int argc, char **argv) {
-    blas_check_core(argv);           /* may re-execute the program with OPENBLAS_CORETYPE set */
+    /* the commands that multiply matrices measure OpenBLAS's core first (it may re-execute the
+     * program with OPENBLAS_CORETYPE set, so before MPI starts; its probe child runs the
+     * program without arguments); data, export and plot do not */
+    if (getenv("UPIPE_BLAS_PROBE") ||
+        (argc >= 2 &&
+         (!strcmp(argv[1], "train") || !strcmp(argv[1], "eval") || !strcmp(argv[1], "--version"))))
+        blas_check_core(argv);
     up_tmp_install_signal_cleanup(); /* a signal never leaves a temporary file behind */
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {

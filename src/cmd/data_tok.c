@@ -7,9 +7,11 @@
 #include "core/fileio.h"
 #include "io/mask.h"
 #include "io/shard.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
+#include <libgen.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,18 +26,24 @@
 #define BATCH_ITEMS 8192
 #define WRITE_BUF 65536 /* tokens written per fwrite */
 
-/* A piece of one document: its text, where it sits in the document, its loss mask. */
+/* A piece of one document: its text, where it sits in the document, its loss mask. A chat
+ * record is one item: its rendered text, with the provenance of each byte (chat.h). */
 typedef struct {
     char *text;
     size_t len;
     uint8_t start, end, mask, cont; /* opens / closes a document; mask of its tokens; a cut */
     tok_ids ids;
+    chat_rendered *chat; /* NULL: not a chat record */
+    uint8_t *tmask;      /* chat: each token's mask (from the trained spans) */
 } tok_item;
 
 typedef struct {
     const data_tok_args *a;
     tokenizer *t;
     tok_encoder **enc; /* (nth) */
+    tok_spans *spans;  /* (nth) chat: the byte spans of the ids */
+    chat_template *ct; /* loaded at the first chat record */
+    size_t nchat, chat_counted, chat_tokens;
     int nth, flags;
     int32_t sep, suffix[8];
     int nsuffix;
@@ -127,30 +135,67 @@ static void progress(tok_run *r, int final) {
     r->printed = isatty(2);
 }
 
+static int chat_special_ok(void *ctx, size_t start, size_t end) {
+    return chat_template_text(ctx, start, end);
+}
+
+/* A chat record's ids: the whole rendered text encoded once, special tokens recognised only
+ * in the template's own text; each token's mask 1 when its bytes overlap a trained span (a
+ * token a normalizer added alone, with no byte, takes the mask of the byte it stands before). */
+static int encode_chat(tok_encoder *e, tok_spans *sp, tok_item *it) {
+    sp->n = 0;
+    if (tok_encode_spans(e, it->text, it->len, 0, chat_special_ok, it->chat, &it->ids, sp) != 0)
+        return -1;
+    it->tmask = malloc(it->ids.n + 1);
+    if (it->tmask == NULL) return -1;
+    for (size_t k = 0; k < it->ids.n; k++) {
+        size_t a = sp->at[2 * k], b = sp->at[2 * k + 1];
+        if (a == b) b = a < it->len ? a + 1 : a, a = b > 0 ? b - 1 : 0;
+        it->tmask[k] = (uint8_t)(b > a && chat_trained(it->chat, a, b));
+    }
+    return 0;
+}
+
 /* Encodes the batch on all threads, then writes it in order. */
 static void flush_batch(tok_run *r) {
     int oom = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(r->nth) reduction(| : oom)
     for (size_t i = 0; i < r->nitems; i++) {
         tok_item *it = &r->items[i];
+        int th = omp_get_thread_num();
         it->ids.n = 0;
-        oom |= tok_encode(r->enc[omp_get_thread_num()], it->text, it->len,
-                          r->flags | (it->cont ? TOK_CONTINUE : 0), &it->ids) != 0;
+        if (it->chat != NULL)
+            oom |= encode_chat(r->enc[th], &r->spans[th], it) != 0;
+        else
+            oom |= tok_encode(r->enc[th], it->text, it->len,
+                              r->flags | (it->cont ? TOK_CONTINUE : 0), &it->ids) != 0;
     }
     if (oom) data_fail("data %s: out of memory while encoding", r->a->sub);
     for (size_t i = 0; i < r->nitems; i++) {
         tok_item *it = &r->items[i];
-        if (it->start) put_token(r, r->sep, 0);
-        for (size_t k = 0; k < it->ids.n; k++)
-            put_token(r, it->ids.ids[k], it->mask);
+        size_t k = 0;
+        /* a template that writes the separator itself (Llama 3's bos_token) opens the
+         * document with it: no second one */
+        if (it->chat != NULL && it->ids.n > 0 && it->ids.ids[0] == r->sep)
+            put_token(r, r->sep, 0), k = 1;
+        else if (it->start)
+            put_token(r, r->sep, 0);
+        for (; k < it->ids.n; k++) {
+            uint8_t m = it->tmask != NULL ? it->tmask[k] : it->mask;
+            put_token(r, it->ids.ids[k], m);
+            if (it->chat != NULL) r->chat_tokens++, r->chat_counted += m;
+        }
         if (it->end) {
-            for (int k = 0; k < r->nsuffix; k++)
-                put_token(r, r->suffix[k], it->mask);
+            for (int j = 0; j < r->nsuffix && it->chat == NULL; j++)
+                put_token(r, r->suffix[j], it->mask);
             end_doc(r);
         }
         r->done_in += it->len;
         free(it->text);
         free(it->ids.ids);
+        free(it->tmask);
+        if (it->chat != NULL) chat_rendered_free(it->chat);
+        free(it->chat);
     }
     if (r->ntok > (size_t)INT32_MAX)
         data_fail("data %s: over %d tokens do not fit one shard (the header count is int32): "
@@ -165,12 +210,12 @@ static void flush_batch(tok_run *r) {
 
 /* Queues a copy of text[0, len) (takes it when own). */
 static void add_item(tok_run *r, const char *text, size_t len, int start, int end, int mask,
-                     int cont) {
+                     int cont, chat_rendered *chat) {
     char *copy = malloc(len + 1);
     if (copy == NULL) data_fail("data %s: out of memory", r->a->sub);
     memcpy(copy, text, len);
-    r->items[r->nitems++] =
-        (tok_item){copy, len, (uint8_t)start, (uint8_t)end, (uint8_t)mask, (uint8_t)cont, {0}};
+    r->items[r->nitems++] = (tok_item){
+        copy, len, (uint8_t)start, (uint8_t)end, (uint8_t)mask, (uint8_t)cont, {0}, chat, NULL};
     r->batch_bytes += len;
     if (r->nitems == BATCH_ITEMS || r->batch_bytes >= BATCH_PER_THREAD * (size_t)r->nth)
         flush_batch(r);
@@ -197,19 +242,55 @@ static void add_text_file(tok_run *r, const char *path) {
         if (got < BLOCK_BYTES) break; /* end of file */
         size_t cut = tok_cut_point(r->t, buf, len);
         if (cut == 0) continue; /* no safe cut yet: read on (the piece grows) */
-        add_item(r, buf, cut, first, 0, 1, !first);
+        add_item(r, buf, cut, first, 0, 1, !first, NULL);
         first = 0;
         memmove(buf, buf + cut, len - cut);
         len -= cut;
     }
     fclose(f);
     if (!any) data_fail("%s: the file is empty: a document needs at least one byte", path);
-    add_item(r, buf, len, first, 1, 1, !first);
+    add_item(r, buf, len, first, 1, 1, !first, NULL);
     free(buf);
 }
 
-/* One document per record: {"text": T}, or {"prompt": P, "response": R} (R continues P: no
- * space is added between them; only R counts). */
+/* Renders a chat record {"messages": [...], ...} with the model's chat template (its other keys
+ * are template variables, as apply_chat_template's keyword arguments) and queues it. */
+static void add_chat(tok_run *r, const json_t *o, const char *path, size_t lineno) {
+    char err[1024];
+    if (r->ct == NULL) {
+        char dir[4096];
+        struct stat sb;
+        snprintf(dir, sizeof dir, "%s", r->a->tokenizer);
+        const char *folder = stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) ? dir : dirname(dir);
+        r->ct = chat_template_load(folder, err, sizeof err);
+        if (r->ct == NULL)
+            data_fail("%s:%zu: a chat record needs the model's chat template: %s", path, lineno,
+                      err);
+    }
+    json_t *kw = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v) {
+        if (strcmp(k, "messages") != 0) json_object_set(kw, k, v);
+    }
+    /* strftime_now (Llama 3.1's "Today Date"): SOURCE_DATE_EPOCH when set, for shards that
+     * do not change with the day they are made */
+    const char *sde = getenv("SOURCE_DATE_EPOCH");
+    long long now = sde != NULL && *sde != '\0' ? atoll(sde) : (long long)time(NULL);
+    chat_opts opts = {r->a->add_generation_prompt, now, kw};
+    chat_rendered *cr = calloc(1, sizeof *cr);
+    if (cr == NULL) data_fail("data %s: out of memory", r->a->sub);
+    if (chat_render(r->ct, o, &opts, cr, err, sizeof err) != 0)
+        data_fail("%s:%zu: %s", path, lineno, err);
+    json_decref(kw);
+    if (cr->len == 0)
+        data_fail("%s:%zu: the chat template wrote nothing for this record", path, lineno);
+    r->nchat++;
+    add_item(r, cr->text, cr->len, 1, 1, 1, 0, cr);
+}
+
+/* One document per record: {"text": T}, {"prompt": P, "response": R} (R continues P: no space
+ * is added between them; only R counts), or {"messages": [...]} (add_chat). */
 static void add_jsonl_file(tok_run *r, const char *path) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) data_fail("%s: cannot open: check the path and permissions", path);
@@ -225,25 +306,22 @@ static void add_jsonl_file(tok_run *r, const char *path) {
         json_error_t je;
         json_t *o = json_loadb(line, len, 0, &je);
         if (!json_is_object(o))
-            data_fail("%s:%zu: not a JSON object (%s); expected {\"text\": ...} or {\"prompt\": "
-                      "..., \"response\": ...}",
+            data_fail("%s:%zu: not a JSON object (%s); expected {\"text\": ...}, {\"prompt\": "
+                      "..., \"response\": ...} or {\"messages\": [...]}",
                       path, lineno, o ? "another JSON value" : je.text);
         const json_t *tx = json_object_get(o, "text"), *p = json_object_get(o, "prompt"),
                      *re = json_object_get(o, "response");
-        if (json_object_get(o, "messages") != NULL)
-            data_fail("%s:%zu: a chat record (\"messages\") needs the model's chat template, which "
-                      "this build does not render yet with --tokenizer; use {\"text\": ...} or "
-                      "{\"prompt\": ..., \"response\": ...}",
-                      path, lineno);
-        if (json_is_string(tx) && p == NULL && re == NULL && json_string_length(tx) > 0) {
-            add_item(r, json_string_value(tx), json_string_length(tx), 1, 1, 1, 0);
+        if (json_object_get(o, "messages") != NULL) {
+            add_chat(r, o, path, lineno);
+        } else if (json_is_string(tx) && p == NULL && re == NULL && json_string_length(tx) > 0) {
+            add_item(r, json_string_value(tx), json_string_length(tx), 1, 1, 1, 0, NULL);
         } else if (tx == NULL && json_is_string(p) && json_is_string(re) &&
                    json_string_length(re) > 0) {
-            add_item(r, json_string_value(p), json_string_length(p), 1, 0, 0, 0);
-            add_item(r, json_string_value(re), json_string_length(re), 0, 1, 1, 1);
+            add_item(r, json_string_value(p), json_string_length(p), 1, 0, 0, 0, NULL);
+            add_item(r, json_string_value(re), json_string_length(re), 0, 1, 1, 1, NULL);
         } else {
-            data_fail("%s:%zu: expected {\"text\": non-empty string} or {\"prompt\": string, "
-                      "\"response\": non-empty string}",
+            data_fail("%s:%zu: expected {\"text\": non-empty string}, {\"prompt\": string, "
+                      "\"response\": non-empty string} or {\"messages\": [...]}",
                       path, lineno);
         }
         docs++;
@@ -288,6 +366,11 @@ int data_tok_docs(const data_tok_args *a) {
         r.sep = prefix[0], why = "the post-processor's first token";
     } else if (tok_bos_id(r.t) >= 0) {
         r.sep = tok_bos_id(r.t), why = "bos_token of tokenizer_config.json";
+    } else if (tok_token_id(r.t, "<|endoftext|>") >= 0 &&
+               tok_is_special(r.t, tok_token_id(r.t, "<|endoftext|>"))) {
+        /* GPT-2 and Qwen separate their pretraining documents with it; Qwen3's eos_token is
+         * <|im_end|>, the end of a chat turn, which a chat template writes inside documents */
+        r.sep = tok_token_id(r.t, "<|endoftext|>"), why = "<|endoftext|> (there is no BOS)";
     } else if (tok_eos_id(r.t) >= 0) {
         r.sep = tok_eos_id(r.t), why = "eos_token of tokenizer_config.json (there is no BOS)";
     } else {
@@ -306,7 +389,9 @@ int data_tok_docs(const data_tok_args *a) {
     r.nth = a->threads > 0 ? a->threads : omp_get_max_threads();
     r.enc = calloc((size_t)r.nth, sizeof *r.enc);
     r.items = calloc(BATCH_ITEMS, sizeof *r.items);
-    if (r.enc == NULL || r.items == NULL) up_die("data %s: out of memory", a->sub);
+    r.spans = calloc((size_t)r.nth, sizeof *r.spans);
+    if (r.enc == NULL || r.items == NULL || r.spans == NULL)
+        up_die("data %s: out of memory", a->sub);
     for (int i = 0; i < r.nth; i++)
         if ((r.enc[i] = tok_encoder_new(r.t)) == NULL) up_die("data %s: out of memory", a->sub);
     for (int i = 0; i < a->ninputs; i++) {
@@ -360,14 +445,24 @@ int data_tok_docs(const data_tok_args *a) {
            "included): shortest %zu, median %zu, longest %zu\n",
            r.sep, why, r.nsuffix > 0 ? " and closes with the post-processor's suffix" : "",
            r.doc_len[0], r.doc_len[r.ndoc / 2], r.doc_len[r.ndoc - 1]);
+    if (r.nchat > 0)
+        printf("  %zu chat record%s rendered by the model's chat template%s: %zu of their %zu "
+               "tokens are assistant turns (content and end of turn)\n",
+               r.nchat, r.nchat == 1 ? "" : "s",
+               a->add_generation_prompt ? " with the generation prompt" : "", r.chat_counted,
+               r.chat_tokens);
     if (a->mask_output != NULL)
         printf("  wrote the loss mask (%zu of %zu targets count) to %s\n", r.counted, r.ntok,
                a->mask_output);
     printf("  train with: --doc-sep %d (the model needs vocab_size >= %llu)\n", r.sep,
            (unsigned long long)need);
-    for (int i = 0; i < r.nth; i++)
+    for (int i = 0; i < r.nth; i++) {
         tok_encoder_free(r.enc[i]);
+        free(r.spans[i].at);
+    }
     free(r.enc);
+    free(r.spans);
+    chat_template_free(r.ct);
     free(r.items);
     free(r.doc_len);
     tok_free(r.t);

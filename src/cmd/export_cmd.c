@@ -9,6 +9,7 @@
 #include "core/fileio.h"
 #include "io/config.h"
 #include "io/safetensors.h"
+#include "tokenizer/tokenizer.h"
 #include "train/ckpt.h"
 
 #include <dirent.h>
@@ -26,7 +27,7 @@
 
 static void print_help(void) {
     printf("usage: upipe export --ckpt DIR|DIR/step-N --output OUT [--dtype f32|bf16]\n"
-           "                    [--max-shard-size SIZE] [--force]\n\n"
+           "                    [--max-shard-size SIZE] [--tokenizer DIR] [--force]\n\n"
            "Writes a checkpoint's weights as an HF model folder that transformers loads and\n"
            "`upipe train --init OUT` reads back.\n\n"
            "  --ckpt PATH            a checkpoint folder (DIR/step-NNNNNNNN), or a --ckpt-dir:\n"
@@ -40,6 +41,13 @@ static void print_help(void) {
            "                         nearest even)\n"
            "  --max-shard-size SIZE  largest file before the weights are split into shards\n"
            "                         (default 5GB; suffixes KiB MiB GiB, KB MB GB)\n"
+           "  --tokenizer DIR        also copy the model folder's tokenizer files\n"
+           "                         (tokenizer.json, tokenizer_config.json,\n"
+           "                         special_tokens_map.json, chat_template.jinja,\n"
+           "                         tokenizer.model, generation_config.json: those present)\n"
+           "                         so that transformers loads the tokenizer too; e.g. the\n"
+           "                         folder of train --init. Its tokenizer.json must load and\n"
+           "                         fit the model's vocab_size\n"
            "  --force                replace an OUT that is not empty (a folder of files: an\n"
            "                         earlier export); its files go once the new one is in place\n"
            "  --help                 this text\n");
@@ -98,23 +106,74 @@ static int write_config(const char *step, const char *out, int bf16, char *err, 
     return rc;
 }
 
+/* The tokenizer files a model folder may hold, copied by --tokenizer. */
+static const char *const tokenizer_files[] = {
+    "tokenizer.json",      "tokenizer_config.json", "special_tokens_map.json",
+    "chat_template.jinja", "tokenizer.model",       "generation_config.json",
+};
+
+/* Checks --tokenizer before anything is written: tokenizer.json loads and its ids fit the
+ * model's vocab_size. */
+static void check_tokenizer(const char *dir, const char *step) {
+    char p[4096], err[1024];
+    model_config cfg;
+    up_path_join(p, sizeof p, step, "config.json");
+    if (config_load(&cfg, p, err, sizeof err) != 0) up_die("%s", err);
+    up_path_join(p, sizeof p, dir, "tokenizer.json");
+    tokenizer *t = tok_load(p, err, sizeof err);
+    if (t == NULL) up_die("--tokenizer %s: %s", dir, err);
+    uint32_t n = tok_vocab_size(t);
+    tok_free(t);
+    if ((long long)n > (long long)cfg.V)
+        up_die("--tokenizer %s: its ids reach %u, past the model's vocab_size %d: name the folder "
+               "of the model this checkpoint was trained from",
+               dir, n - 1, cfg.V);
+}
+
+/* Copies the tokenizer files of dir into out (each written whole, then renamed). */
+static void copy_tokenizer(const char *dir, const char *out) {
+    char src[4096], dst[4096], err[1024];
+    for (size_t i = 0; i < sizeof tokenizer_files / sizeof *tokenizer_files; i++) {
+        up_path_join(src, sizeof src, dir, tokenizer_files[i]);
+        FILE *f = fopen(src, "rb");
+        if (f == NULL) continue;
+        size_t cap = 1 << 20, n = 0, got;
+        char *buf = malloc(cap);
+        while (buf != NULL && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+            n += got;
+            if (n == cap) {
+                char *b = realloc(buf, cap *= 2);
+                if (b == NULL) free(buf);
+                buf = b;
+            }
+        }
+        int bad = buf == NULL || ferror(f);
+        fclose(f);
+        up_path_join(dst, sizeof dst, out, tokenizer_files[i]);
+        if (bad || up_write_file_atomic(dst, buf, n, err, sizeof err) != 0) {
+            free(buf);
+            up_tmp_remove_all();
+            up_die("--tokenizer: copying %s failed: %s", src, bad ? strerror(errno) : err);
+        }
+        free(buf);
+    }
+}
+
 /* A failure once the temporary folder exists: it goes (with a file in progress), then the stop. */
 #define EXPORT_DIE(...) (up_tmp_remove_all(), up_die(__VA_ARGS__))
 
 typedef struct {
-    const char *ckpt, *out;
+    const char *ckpt, *out, *tokenizer;
     int bf16, force;
     unsigned long long max_shard;
 } export_args;
 
 static void parse_args(export_args *a, int argc, char **argv) {
-    static const struct option longopts[] = {{"ckpt", required_argument, 0, 'c'},
-                                             {"output", required_argument, 0, 'o'},
-                                             {"dtype", required_argument, 0, 'd'},
-                                             {"max-shard-size", required_argument, 0, 'm'},
-                                             {"force", no_argument, 0, 'f'},
-                                             {"help", no_argument, 0, 'h'},
-                                             {0, 0, 0, 0}};
+    static const struct option longopts[] = {
+        {"ckpt", required_argument, 0, 'c'},  {"output", required_argument, 0, 'o'},
+        {"dtype", required_argument, 0, 'd'}, {"max-shard-size", required_argument, 0, 'm'},
+        {"force", no_argument, 0, 'f'},       {"tokenizer", required_argument, 0, 't'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
     *a = (export_args){.max_shard = 5000000000ull};
     optind = 1;
     opterr = 0;
@@ -138,6 +197,9 @@ static void parse_args(export_args *a, int argc, char **argv) {
             break;
         case 'f':
             a->force = 1;
+            break;
+        case 't':
+            a->tokenizer = optarg;
             break;
         case 'h':
             print_help();
@@ -394,6 +456,7 @@ int export_main(int argc, char **argv) {
     if (ckpt_read_record(step, &rec, err, sizeof err) != 0 ||
         ckpt_verify_file(step, CKPT_MODEL, &rec, err, sizeof err) != 0)
         up_die("--ckpt %s", err);
+    if (a.tokenizer != NULL) check_tokenizer(a.tokenizer, step);
     up_path_join(p, sizeof p, step, "model.safetensors");
     st_file src;
     if (st_open(&src, p, err, sizeof err) != 0) up_die("%s", err);
@@ -406,12 +469,13 @@ int export_main(int argc, char **argv) {
                    a.out, tmp, strerror(errno));
     int nshards = 0;
     size_t total = write_export(&a, step, &src, tmp, &nshards);
+    if (a.tokenizer != NULL) copy_tokenizer(a.tokenizer, tmp);
     if (up_fsync_dir(tmp) != 0)
         EXPORT_DIE("--output %s: fsync of %s failed (%s)", a.out, tmp, strerror(errno));
     replace_output(tmp, real);
-    printf("exported %s: %d tensors, %.1f MiB %s, in %d file%s, to %s\n", step, src.n,
+    printf("exported %s: %d tensors, %.1f MiB %s, in %d file%s, to %s%s\n", step, src.n,
            (double)total / 1048576.0, a.bf16 ? "BF16" : "F32", nshards, nshards == 1 ? "" : "s",
-           a.out);
+           a.out, a.tokenizer != NULL ? ", with the tokenizer" : "");
     st_close(&src);
     return 0;
 }

@@ -41,6 +41,7 @@ struct tok_encoder {
     char *cache_keys;
     int32_t *cache_ids;
     size_t keys_len, ids_len;
+    tok_spans *spans; /* during tok_encode_spans: where the ids' byte spans go, else NULL */
 };
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -62,8 +63,11 @@ static int ids_push(tok_ids *out, int32_t id) {
 }
 
 tok_encoder *tok_encoder_new(const tokenizer *t) {
-    tok_encoder *e = calloc(1, sizeof *e);
+    /* a cache line of its own: encoders of other threads are allocated next to it */
+    size_t sz = (sizeof(tok_encoder) + 63) / 64 * 64;
+    tok_encoder *e = aligned_alloc(64, sz);
     if (e == NULL) return NULL;
+    memset(e, 0, sz);
     e->t = t;
     e->cache = calloc(CACHE_SLOTS, sizeof *e->cache);
     e->cache_keys = malloc(CACHE_POOL);
@@ -306,13 +310,96 @@ static int norm_put(tok_encoder *e, size_t *o, const char *s, size_t n) {
     return 0;
 }
 
+/* How a normalized segment lines up with the text it came from, in units: `pre` bytes the
+ * normalizer put before the text (a prefix space, SentencePiece's Prepend "▁") match no text;
+ * a space that became "▁" is 3 bytes for 1; a stretch NFC rewrote (from the first to the last
+ * changed byte) is one unit; any other byte is itself. */
+typedef struct {
+    const char *s; /* the segment's text */
+    size_t n;
+    uint32_t pre;  /* normalized bytes before the text */
+    int sp_space;  /* spaces became "▁" */
+    size_t mid_at; /* text offset of the NFC-rewritten stretch (SIZE_MAX: none) */
+    size_t mid_n;  /* its normalized length */
+    size_t mid_o;  /* its text length */
+} seg_map;
+
+/* The unit at normalized offset nq, text offset oq: its normalized and text lengths. */
+static void seg_unit(const seg_map *m, size_t nq, size_t oq, size_t *un, size_t *uo) {
+    if (nq < m->pre) {
+        *un = m->pre, *uo = 0;
+    } else if (oq == m->mid_at) {
+        *un = m->mid_n, *uo = m->mid_o;
+    } else if (m->sp_space && oq < m->n && m->s[oq] == ' ') {
+        *un = 3, *uo = 1;
+    } else {
+        *un = 1, *uo = 1;
+    }
+}
+
+/* The normalized length of an id the BPE wrote (byte-level: its bytes; SentencePiece-style: its
+ * piece with "▁", or 1 for a byte-fallback id); 0 when unknown (unk). */
+static size_t id_norm_len(const tokenizer *t, int32_t id) {
+    if (id == t->unk_id) return 0;
+    if (t->family == TOK_SENTENCEPIECE && t->id_byte[id] >= 0) return 1;
+    return t->tok_len[id];
+}
+
+/* Writes the byte spans (text offsets + base) of ids out->ids[k0, out->n), the BPE of a
+ * segment whose normalized form has nlen bytes: a sweep over the units, a token that starts
+ * inside a unit starting at the unit, one that ends inside it ending at its end. Where the ids'
+ * lengths do not add up to nlen (an unk), every id gets the whole segment. */
+static int seg_spans(tok_encoder *e, const seg_map *m, size_t base, const tok_ids *out, size_t k0,
+                     size_t nlen) {
+    tok_spans *sp = e->spans;
+    size_t k1 = out->n, sum = 0;
+    int whole = 0;
+    for (size_t k = k0; k < k1 && !whole; k++) {
+        size_t l = id_norm_len(e->t, out->ids[k]);
+        whole = l == 0;
+        sum += l;
+    }
+    whole |= sum != nlen;
+    if (grow((void **)&sp->at, &sp->cap, 2 * k1, sizeof *sp->at) != 0) return -1;
+    size_t nq = 0, oq = 0, un = 0, uo = 0, b = 0;
+    for (size_t k = k0; k < k1; k++) {
+        if (whole) {
+            sp->at[2 * k] = base, sp->at[2 * k + 1] = base + m->n;
+            continue;
+        }
+        size_t a = b, lo, hi;
+        b += id_norm_len(e->t, out->ids[k]);
+        for (;;) { /* the unit holding normalized byte a */
+            seg_unit(m, nq, oq, &un, &uo);
+            if (nq + un > a) break;
+            nq += un, oq += uo;
+        }
+        lo = oq;
+        for (;;) { /* the unit holding byte b - 1 */
+            seg_unit(m, nq, oq, &un, &uo);
+            if (nq + un >= b) break;
+            nq += un, oq += uo;
+        }
+        hi = oq + uo;
+        if (nq + un == b) nq += un, oq += uo; /* the next token starts at the next unit */
+        sp->at[2 * k] = base + lo, sp->at[2 * k + 1] = base + hi;
+    }
+    sp->n = k1;
+    return 0;
+}
+
 /* Normalizes, pre-tokenizes and encodes one segment without added tokens. */
-static int encode_segment(tok_encoder *e, const char *s, size_t n, int cont, tok_ids *out) {
+static int encode_segment(tok_encoder *e, const char *s, size_t n, int cont, size_t base,
+                          tok_ids *out) {
     const tokenizer *t = e->t;
     if (n == 0) return 0;
+    size_t k0 = out->n;
+    seg_map m = {s, n, 0, 0, SIZE_MAX, 0, 0};
     if (t->family == TOK_SENTENCEPIECE) {
         size_t o = 0;
         if (t->sp_prepend && !cont && norm_put(e, &o, SP_MARK, 3) != 0) return -1;
+        m.pre = (uint32_t)o;
+        m.sp_space = 1;
         for (size_t i = 0; i < n; i++) {
             size_t j = i;
             while (j < n && s[j] != ' ')
@@ -321,7 +408,8 @@ static int encode_segment(tok_encoder *e, const char *s, size_t n, int cont, tok
             if (j < n && norm_put(e, &o, SP_MARK, 3) != 0) return -1;
             i = j;
         }
-        return encode_sp(e, e->norm, o, out);
+        if (encode_sp(e, e->norm, o, out) != 0) return -1;
+        return e->spans != NULL ? seg_spans(e, &m, base, out, k0, o) : 0;
     }
     const char *text = s;
     size_t len = n;
@@ -340,6 +428,16 @@ static int encode_segment(tok_encoder *e, const char *s, size_t n, int cont, tok
             }
         }
     }
+    size_t nlen = len;
+    if (text != s && (len != n || memcmp(text, s, n) != 0)) { /* the stretch NFC rewrote */
+        size_t cp = 0, cs = 0, lim = len < n ? len : n;
+        while (cp < lim && text[cp] == s[cp])
+            cp++;
+        while (cs < lim - cp && text[len - 1 - cs] == s[n - 1 - cs])
+            cs++;
+        m.mid_at = cp, m.mid_n = len - cp - cs, m.mid_o = n - cp - cs;
+        if (m.mid_n == 0) nlen = SIZE_MAX; /* (NFC deletes nothing) spans: the whole segment */
+    }
     if (t->add_prefix_space && !cont && text[0] != ' ') {
         size_t o = 0;
         if (norm_put(e, &o, " ", 1) != 0 || norm_put(e, &o, text, len) != 0) {
@@ -348,28 +446,46 @@ static int encode_segment(tok_encoder *e, const char *s, size_t n, int cont, tok
         }
         text = e->norm;
         len = o;
+        m.pre = 1;
+        if (nlen != SIZE_MAX) nlen++;
     }
     int rc = t->re != NULL ? encode_regex(e, text, len, out) : encode_piece(e, text, len, out);
     free(nfc);
+    if (rc == 0 && e->spans != NULL) rc = seg_spans(e, &m, base, out, k0, nlen);
     return rc;
 }
 
-int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids *out) {
+/* Writes the span [a, b) for the ids appended since the spans were last written. */
+static int span_fill(tok_encoder *e, const tok_ids *out, size_t a, size_t b) {
+    tok_spans *sp = e->spans;
+    if (sp == NULL) return 0;
+    if (grow((void **)&sp->at, &sp->cap, 2 * out->n, sizeof *sp->at) != 0) return -1;
+    for (; sp->n < out->n; sp->n++)
+        sp->at[2 * sp->n] = a, sp->at[2 * sp->n + 1] = b;
+    return 0;
+}
+
+static int encode_into(tok_encoder *e, const char *text, size_t len, int flags,
+                       tok_special_fn special_ok, void *ctx, tok_ids *out) {
     const tokenizer *t = e->t;
+    if (e->spans != NULL) e->spans->n = out->n; /* spans line up with the ids from here */
     if (flags & TOK_ADD_SPECIAL)
         for (int k = 0; k < t->nprefix; k++)
             if (ids_push(out, t->prefix[k]) != 0) return -1;
-    uint8_t want = (flags & TOK_ALLOW_SPECIAL) ? 3 : 2;
+    if (span_fill(e, out, 0, 0) != 0) return -1;
+    int allow = (flags & TOK_ALLOW_SPECIAL) || special_ok != NULL;
+    uint8_t want = allow ? 3 : 2;
     int cont = (flags & TOK_CONTINUE) != 0;
     size_t seg = 0;
     for (size_t i = 0; i < len; i++) {
         if ((t->added_first[(uint8_t)text[i]] & want) == 0) continue;
         for (int k = 0; k < t->nadded; k++) { /* longest first: leftmost-longest */
             const tok_added *a = &t->added[k];
-            if ((a->special && !(flags & TOK_ALLOW_SPECIAL)) || a->len > len - i ||
-                memcmp(text + i, a->s, a->len) != 0)
+            if ((a->special && !allow) || a->len > len - i || memcmp(text + i, a->s, a->len) != 0 ||
+                (a->special && special_ok != NULL && !special_ok(ctx, i, i + a->len)))
                 continue;
-            if (encode_segment(e, text + seg, i - seg, cont, out) != 0 || ids_push(out, a->id) != 0)
+            if (encode_segment(e, text + seg, i - seg, cont, seg, out) != 0 ||
+                ids_push(out, a->id) != 0 || span_fill(e, out, i, i + a->len) != 0)
                 return -1;
             seg = i + a->len;
             cont = 0; /* HF normalizes each segment between added tokens alone */
@@ -377,11 +493,33 @@ int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids 
             break;
         }
     }
-    if (encode_segment(e, text + seg, len - seg, cont, out) != 0) return -1;
+    if (encode_segment(e, text + seg, len - seg, cont, seg, out) != 0) return -1;
     if (flags & TOK_ADD_SPECIAL)
         for (int k = 0; k < t->nsuffix; k++)
             if (ids_push(out, t->suffix[k]) != 0) return -1;
-    return 0;
+    return span_fill(e, out, len, len);
+}
+
+/* The ids grow in a copy of *out on this thread's stack, stored back at the end: callers keep
+ * one tok_ids per part side by side in an array, and a count written at every id into a cache
+ * line another thread's part shares would bounce that line between the cores. */
+int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids *out) {
+    tok_ids mine = *out;
+    int rc = encode_into(e, text, len, flags, NULL, NULL, &mine);
+    *out = mine;
+    return rc;
+}
+
+int tok_encode_spans(tok_encoder *e, const char *text, size_t len, int flags,
+                     tok_special_fn special_ok, void *ctx, tok_ids *out, tok_spans *spans) {
+    tok_ids mine = *out;
+    tok_spans sp = *spans;
+    e->spans = &sp;
+    int rc = encode_into(e, text, len, flags, special_ok, ctx, &mine);
+    e->spans = NULL;
+    *out = mine;
+    *spans = sp;
+    return rc;
 }
 
 static int text_put(tok_text *out, const char *s, size_t n) {

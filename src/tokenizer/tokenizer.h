@@ -36,6 +36,13 @@ typedef struct {
     size_t n, cap;
 } tok_ids;
 
+/* Byte spans of ids: id k of a tok_encode_spans call covers text[at[2k], at[2k + 1]) (k counts
+ * from the start of the tok_ids the call appended to; n ids described). Free with free(at). */
+typedef struct {
+    size_t *at;
+    size_t n, cap;
+} tok_spans;
+
 /* A growable byte string (bytes appended; free with free(s)). */
 typedef struct {
     char *s;
@@ -75,6 +82,21 @@ tok_encoder *tok_encoder_new(const tokenizer *t);
 void tok_encoder_free(tok_encoder *e);
 /* Appends the ids of text[0, len) to out (flags: TOK_*). 0, or -1 when out of memory. */
 int tok_encode(tok_encoder *e, const char *text, size_t len, int flags, tok_ids *out);
+
+/* 1 when a special token may be matched at text[start, end) (see tok_encode_spans). */
+typedef int (*tok_special_fn)(void *ctx, size_t start, size_t end);
+/* tok_encode, and also:
+ * - with special_ok: special added tokens are matched only where special_ok says so (as if
+ *   TOK_ALLOW_SPECIAL held there), plain text elsewhere; a chat template's own text can so hold
+ *   special tokens while the messages' contents cannot (tokenizer/chat.h);
+ * - with spans: the byte span of the text each appended id stands for. Through the normalizers
+ *   a span is exact: a prefix space or "▁" the normalizer added belongs to no byte (an empty
+ *   span where it is a token alone), a "▁" for a space to that space; where NFC rewrote part
+ *   of a segment, a token inside that stretch spans all of it; an id from an unknown character
+ *   (unk) gives every id of its segment the segment's span. An added token spans its match,
+ *   the post-processor's ids the empty spans at the ends. */
+int tok_encode_spans(tok_encoder *e, const char *text, size_t len, int flags,
+                     tok_special_fn special_ok, void *ctx, tok_ids *out, tok_spans *spans);
 
 /* A place to cut text[0, n) so that encoding the two parts (the second with TOK_CONTINUE) gives
  * the ids of the whole: the last such offset in (0, n), or 0 when there is none (or the

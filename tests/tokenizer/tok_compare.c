@@ -55,6 +55,79 @@ static int check_cuts(const tokenizer *t, tok_encoder *e, const char *all, size_
     return !same;
 }
 
+/* text[a, b) as a SentencePiece-style decoder writes it back: a literal "▁" as a space. */
+static size_t sp_view(const char *text, size_t a, size_t b, char *out) {
+    size_t o = 0;
+    for (size_t i = a; i < b; i++) {
+        if (i + 3 <= b && memcmp(text + i, "\xe2\x96\x81", 3) == 0) {
+            out[o++] = ' ';
+            i += 2;
+        } else {
+            out[o++] = text[i];
+        }
+    }
+    return o;
+}
+
+/* The spans of tok_encode_spans for one line (flags as the HF comparison): the same ids as
+ * tok_encode; spans in order, each starting where the last ended, covering the text; each
+ * token's decoded bytes are the text it spans (SentencePiece-style: with a literal "▁" read as
+ * a space), but for a space the normalizer added at the start of a segment (the text, or the
+ * text after an added token). Where NFC rewrote
+ * part of the line, the tokens of that stretch share its span: there only the order and the
+ * cover are checked. Returns the number of failures (printed). */
+static int check_spans(const tokenizer *t, tok_encoder *e, const char *text, size_t len, int flags,
+                       int lineno) {
+    tok_ids ids = {0}, want = {0};
+    tok_spans sp = {0};
+    tok_text one = {0};
+    char err[256], *view = malloc(len + 1);
+    int bad = 0, is_sp = strstr(tok_describe(t), "SentencePiece") != NULL, rewritten = 0;
+    utf8proc_uint8_t *nfc = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &nfc,
+                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (strstr(tok_describe(t), "NFC") != NULL && r >= 0)
+        rewritten = (size_t)r != len || memcmp(nfc, text, len) != 0;
+    free(nfc);
+    if (view == NULL || tok_encode(e, text, len, flags, &want) != 0 ||
+        tok_encode_spans(e, text, len, flags, NULL, NULL, &ids, &sp) != 0 || sp.n != ids.n ||
+        ids.n != want.n || (ids.n > 0 && memcmp(ids.ids, want.ids, ids.n * sizeof *ids.ids))) {
+        printf("not ok: line %d: tok_encode_spans gives other ids or no span for each\n", lineno);
+        return 1;
+    }
+    size_t at = 0, last_a = 0;
+    for (size_t k = 0; k < ids.n && !bad; k++) {
+        size_t a = sp.at[2 * k], b = sp.at[2 * k + 1];
+        int ok;
+        if (rewritten) {
+            ok = a >= last_a && a <= at && b >= at && b <= len;
+        } else {
+            one.n = 0;
+            size_t vn = b >= a && b <= len ? (is_sp ? sp_view(text, a, b, view) : b - a) : 0;
+            const char *v = is_sp ? view : text + a;
+            int dec = tok_decode(t, &ids.ids[k], 1, TOK_CONTINUE, &one, err, sizeof err);
+            int same = dec == 0 && one.n == vn && memcmp(one.s, v, vn) == 0;
+            int seg_start = a == 0 || (k > 0 && tok_is_special(t, ids.ids[k - 1]));
+            int added_space = dec == 0 && seg_start && one.n == vn + 1 && one.s[0] == ' ' &&
+                              memcmp(one.s + 1, v, vn) == 0;
+            ok = a == at && b >= a && b <= len && (same || added_space);
+        }
+        if (!ok) {
+            printf("not ok: line %d: token %zu (id %d) spans [%zu, %zu) after %zu: \"%.*s\"\n",
+                   lineno, k, ids.ids[k], a, b, at, (int)(b > a && b <= len ? b - a : 0), text + a);
+            bad++;
+        }
+        last_a = a;
+        at = b > at ? b : at;
+    }
+    if (!bad && ids.n > 0 && at != len) {
+        printf("not ok: line %d: the spans end at %zu of %zu bytes\n", lineno, at, len);
+        bad++;
+    }
+    free(ids.ids), free(want.ids), free(sp.at), free(one.s), free(view);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: tok_compare TOKENIZER_DIR CORPUS.jsonl REF.txt\n");
@@ -107,6 +180,7 @@ int main(int argc, char **argv) {
             print_ids("HF  ", &ref);
             print_ids("ours", &got);
         }
+        if (check_spans(t, e, text, len, special ? TOK_ALLOW_SPECIAL : 0, lineno) != 0) ok = 0;
         if (!special) {
             all.s = realloc(all.s, all.n + len + 2);
             memcpy(all.s + all.n, text, len);

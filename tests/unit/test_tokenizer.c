@@ -58,6 +58,24 @@ static void expect_ids(tok_encoder *e, const char *text, int flags, const int32_
     free(got.ids);
 }
 
+/* tok_encode_spans: the ids of tok_encode and each id's byte span (want: 2 per id). */
+static void expect_spans(tok_encoder *e, const char *text, tok_special_fn ok, const int32_t *ids,
+                         const size_t *want, size_t n) {
+    tok_ids got = {0};
+    tok_spans sp = {0};
+    int rc = tok_encode_spans(e, text, strlen(text), 0, ok, NULL, &got, &sp);
+    int same = rc == 0 && got.n == n && sp.n == n && memcmp(got.ids, ids, n * sizeof *ids) == 0 &&
+               memcmp(sp.at, want, 2 * n * sizeof *want) == 0;
+    EXPECT(same, "spans of \"%s\": %zu ids, first span [%zu, %zu)", text, got.n,
+           sp.n ? sp.at[0] : 0, sp.n ? sp.at[1] : 0);
+    free(got.ids), free(sp.at);
+}
+
+static int special_at_1(void *ctx, size_t start, size_t end) {
+    (void)ctx, (void)end;
+    return start == 1;
+}
+
 int main(void) {
     snprintf(path, sizeof path, "/tmp/upipe_test_tokenizer_%d.json", (int)getpid());
     char err[1024];
@@ -74,6 +92,14 @@ int main(void) {
         expect_ids(e, "a<s>a", 0, (const int32_t[]){5, 0, 3}, 3); /* special stays text */
         expect_ids(e, "a<s>a", TOK_ALLOW_SPECIAL, (const int32_t[]){5, 1, 5}, 3);
         expect_ids(e, "", TOK_ADD_SPECIAL, (const int32_t[]){1}, 1);
+        /* spans: "▁ab" is "ab" (the Prepend ▁ has no byte), the second "▁ab" " ab" */
+        expect_spans(e, "ab ab", NULL, (const int32_t[]){7, 7}, (const size_t[]){0, 2, 2, 5}, 2);
+        /* an unk in the segment: every id spans all of it */
+        expect_spans(e, "xyz a", NULL, (const int32_t[]){2, 0, 5},
+                     (const size_t[]){0, 5, 0, 5, 0, 5}, 3);
+        /* special tokens only where the callback allows: at 1, not at 4 */
+        expect_spans(e, "a<s><s>", special_at_1, (const int32_t[]){5, 1, 2, 0},
+                     (const size_t[]){0, 1, 1, 4, 4, 7, 4, 7}, 4);
         tok_text back = {0};
         const int32_t ids[] = {7, 7, 4};
         EXPECT(tok_decode(t, ids, 3, 0, &back, err, sizeof err) == 0 &&
