@@ -5,6 +5,7 @@
 #include "core/watchdog.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,19 +17,40 @@ const char *comm_kind_name(comm_kind k) {
     return g_kind_names[k];
 }
 
-/* Stops every rank with the MPI error string when an MPI call fails; the watchdog knows which
- * call the rank is in. */
+/* One line for a failed MPI call: the phase and step (the watchdog's), the routine, the function
+ * that called it, MPI's error class and the last line of its error stack (at run time a peer
+ * that died or cannot be reached: a lost node, a killed rank). Stops every rank. */
+static UP_NORETURN void mpi_failed(const char *file, int line, const char *func, const char *call,
+                                   int rc) {
+    char phase[96], stack[MPI_MAX_ERROR_STRING], cls[MPI_MAX_ERROR_STRING], routine[64];
+    int len = 0, ec = 0;
+    watchdog_phase_describe(phase, sizeof phase);
+    MPI_Error_string(rc, stack, &len);
+    MPI_Error_class(rc, &ec);
+    MPI_Error_string(ec, cls, &len);
+    snprintf(routine, sizeof routine, "%.*s", (int)strcspn(call, "("), call);
+    /* the stack's last line that says something ("MPIR_Bcast_intra_binomial(174): Failure
+     * during collective"; the first line repeats the class) */
+    const char *last = NULL;
+    char *p = strchr(stack, '\n');
+    while (p) {
+        char *ln = p + 1, *nl = strchr(ln, '\n'), *say;
+        if (nl) *nl = 0;
+        if ((say = strstr(ln, ": ")) != NULL && say[2]) last = say + 2;
+        p = nl;
+    }
+    up_fatal(file, line, "%s%s%s in %s failed: %s%s%s%s", phase, phase[0] ? ": " : "", routine,
+             func, cls, last ? " (" : "", last ? last : "", last ? ")" : "");
+}
+
+/* Stops every rank with one line when an MPI call fails; the watchdog knows which call the rank
+ * is in. */
 #define MPI_CALL(call)                                                                             \
     do {                                                                                           \
         watchdog_enter(__func__, #call);                                                           \
         int rc_ = (call);                                                                          \
         watchdog_leave();                                                                          \
-        if (rc_ != MPI_SUCCESS) {                                                                  \
-            char msg_[MPI_MAX_ERROR_STRING];                                                       \
-            int len_ = 0;                                                                          \
-            MPI_Error_string(rc_, msg_, &len_);                                                    \
-            up_fatal(__FILE__, __LINE__, "%s failed: %s", #call, msg_);                            \
-        }                                                                                          \
+        if (rc_ != MPI_SUCCESS) mpi_failed(__FILE__, __LINE__, __func__, #call, rc_);              \
     } while (0)
 
 static const char *thread_level_name(int level) {
@@ -53,9 +75,94 @@ void comm_mpi_init(int *argc, char ***argv, int *rank, int *world) {
                    thread_level_name(provided), provided);
 }
 
+/* This rank's place in the node-by-node order of parent (comm.h): the nodes ordered by their
+ * lowest rank, each node's ranks in parent's order. Sets c->node and c->nodes. */
+static int node_order(comm_ctx *c, MPI_Comm parent) {
+    int prank, R, leader;
+    MPI_Comm node;
+    MPI_CALL(MPI_Comm_rank(parent, &prank));
+    MPI_CALL(MPI_Comm_size(parent, &R));
+    MPI_CALL(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, prank, MPI_INFO_NULL, &node));
+    MPI_CALL(MPI_Allreduce(&prank, &leader, 1, MPI_INT, MPI_MIN, node));
+    MPI_Comm_free(&node);
+    int *leaders = calloc((size_t)R, sizeof *leaders);
+    UP_CHECK(leaders, "out of memory");
+    MPI_CALL(MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, parent));
+    int key = 0;
+    c->node = c->nodes = 0;
+    for (int j = 0; j < R; j++) {
+        if (leaders[j] < leader || (leaders[j] == leader && j < prank)) key++;
+        if (leaders[j] == j) { /* j leads its node */
+            c->nodes++;
+            if (j < leader) c->node++;
+        }
+    }
+    free(leaders);
+    return key;
+}
+
+/* The nodes' names (MPI_Get_processor_name) with their world ranks, and how many nodes the
+ * widest CP group spans. */
+static void node_describe(comm_ctx *c) {
+    char me[MPI_MAX_PROCESSOR_NAME] = {0};
+    int len = 0;
+    MPI_CALL(MPI_Get_processor_name(me, &len));
+    char *names = calloc((size_t)c->R, MPI_MAX_PROCESSOR_NAME);
+    int *nodes = calloc((size_t)c->R, sizeof *nodes);
+    UP_CHECK(names && nodes, "out of memory");
+    MPI_CALL(MPI_Allgather(me, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME,
+                           MPI_CHAR, c->world));
+    MPI_CALL(MPI_Allgather(&c->node, 1, MPI_INT, nodes, 1, MPI_INT, c->world));
+    size_t at = 0, cap = sizeof c->node_desc;
+    for (int a = 0, b; a < c->R && at < cap; a = b) {
+        for (b = a; b < c->R && nodes[b] == nodes[a]; b++) {
+        }
+        if (nodes[a] >= 3 && c->nodes > 4) { /* the first three and the last node */
+            if (nodes[a] != c->nodes - 1) continue;
+            at += (size_t)snprintf(c->node_desc + at, cap - at, ", ...");
+        }
+        char ranks[48];
+        if (b - a == 1)
+            snprintf(ranks, sizeof ranks, "rank %d", a);
+        else
+            snprintf(ranks, sizeof ranks, "ranks %d-%d", a, b - 1);
+        if (at < cap)
+            at += (size_t)snprintf(c->node_desc + at, cap - at, "%s%s (%s)", a ? ", " : "",
+                                   names + (size_t)a * MPI_MAX_PROCESSOR_NAME, ranks);
+    }
+    if (at >= cap) memcpy(c->node_desc + cap - 4, "...", 4); /* cut */
+    /* CP group d holds world ranks d*P .. d*P+P-1: count the node changes along it */
+    int widest = 1;
+    for (int d = 0; d < c->D; d++) {
+        int spans = 1;
+        for (int r = 1; r < c->P; r++)
+            spans += nodes[d * c->P + r] != nodes[d * c->P + r - 1];
+        widest = spans > widest ? spans : widest;
+    }
+    c->cp_nodes = widest;
+    /* pairs on different nodes: CP peers (within each group), and any two ranks */
+    double cp_pairs = 0, cp_cross = 0, pairs = 0, cross = 0;
+    for (int a = 0; a < c->R; a++)
+        for (int b = 0; b < c->R; b++) {
+            if (a == b) continue;
+            int apart = nodes[a] != nodes[b];
+            pairs++;
+            cross += apart;
+            if (a / c->P == b / c->P) {
+                cp_pairs++;
+                cp_cross += apart;
+            }
+        }
+    c->cp_across = cp_pairs > 0 ? cp_cross / cp_pairs : 0;
+    c->world_across = pairs > 0 ? cross / pairs : 0;
+    free(names);
+    free(nodes);
+}
+
 void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
     memset(c, 0, sizeof *c);
-    MPI_CALL(MPI_Comm_dup(parent, &c->world));
+    int key = node_order(c, parent);
+    MPI_CALL(MPI_Comm_split(parent, 0, key, &c->world));
     /* errors come back to us (and are explained) instead of aborting inside MPI */
     MPI_CALL(MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN));
     MPI_CALL(MPI_Comm_rank(c->world, &c->rank));
@@ -70,6 +177,15 @@ void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
     MPI_CALL(MPI_Comm_split(c->world, c->cp_rank, c->dp_rank, &c->dp));
     MPI_CALL(MPI_Comm_set_errhandler(c->cp, MPI_ERRORS_RETURN));
     MPI_CALL(MPI_Comm_set_errhandler(c->dp, MPI_ERRORS_RETURN));
+    node_describe(c);
+}
+
+void comm_split_nodes(const comm_ctx *c, comm_kind k, double per_rank, double *inside,
+                      double *across) {
+    double all = per_rank * c->R;
+    double f = k == COMM_SEQ_TO_HEAD || k == COMM_HEAD_TO_SEQ ? c->cp_across : c->world_across;
+    *across = all * f;
+    *inside = all - *across;
 }
 
 void comm_free(comm_ctx *c) {

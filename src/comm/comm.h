@@ -1,8 +1,12 @@
 /* comm.h — every collective of upipe, one function per meaning (DESIGN.md §2, §4.5).
  *
- * comm_init duplicates the caller's communicator (the library never uses MPI_COMM_WORLD) and
- * splits it into context-parallel (CP) groups of P consecutive ranks and data-parallel (DP) groups
- * across them: world rank w = d * P + r has CP rank r in replica d. Every function here is
+ * comm_init orders the caller's ranks node by node (the library never uses MPI_COMM_WORLD; a
+ * node is what MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) groups: the nodes in the order of their
+ * lowest rank, each node's ranks in their order, so rank 0 stays rank 0 and a launch that already
+ * placed ranks node by node keeps its order) and splits that world into context-parallel (CP)
+ * groups of P consecutive ranks and data-parallel (DP) groups across them: world rank w = d * P + r
+ * has CP rank r in replica d. So a CP group sits on one node whenever each node's rank count is a
+ * multiple of P (DESIGN.md §8.3). Every function here is
  * collective over the group it names and must be called in the same order on all its ranks.
  * Errors of MPI calls stop every rank with the MPI error string. Bytes sent and seconds spent
  * are counted per kind of collective (comm_stats). */
@@ -34,12 +38,17 @@ typedef struct {
 } comm_stat;
 
 typedef struct {
-    MPI_Comm world; /* duplicate of the caller's communicator */
-    MPI_Comm cp;    /* the P ranks holding slices of one sequence */
-    MPI_Comm dp;    /* the D ranks with the same CP rank across replicas */
-    int rank, R;    /* in world */
-    int P, cp_rank; /* context-parallel degree and rank */
-    int D, dp_rank; /* data-parallel replicas and replica index */
+    MPI_Comm world;      /* duplicate of the caller's communicator */
+    MPI_Comm cp;         /* the P ranks holding slices of one sequence */
+    MPI_Comm dp;         /* the D ranks with the same CP rank across replicas */
+    int rank, R;         /* in world */
+    int P, cp_rank;      /* context-parallel degree and rank */
+    int D, dp_rank;      /* data-parallel replicas and replica index */
+    int node, nodes;     /* this rank's node (0 .. nodes-1, in world order) and the job's nodes */
+    int cp_nodes;        /* most nodes one CP group spans: 1 = every all-to-all inside a node */
+    char node_desc[256]; /* e.g. "upn0 (ranks 0-1), upn1 (ranks 2-3)", cut with "..." */
+    double cp_across;    /* of all (rank, CP peer) pairs, the share on different nodes */
+    double world_across; /* of all (rank, other rank) pairs, the share on different nodes */
     comm_stat stats[COMM_KIND_COUNT];
 } comm_ctx;
 
@@ -50,9 +59,18 @@ typedef struct {
  * and returns the rank and size of MPI_COMM_WORLD. */
 void comm_mpi_init(int *argc, char ***argv, int *rank, int *world);
 
-/* P must divide R (validated by the caller with a user message first; checked here again). */
+/* P must divide R (validated by the caller with a user message first; checked here again).
+ * Collective over parent. */
 void comm_init(comm_ctx *c, MPI_Comm parent, int P);
 void comm_free(comm_ctx *c);
+/* The bytes per step of collective kind k (per_rank: what one rank sends, as comm_stats counts
+ * it) as all ranks together move them inside a node and across nodes: the all-to-all of a CP
+ * group sends equal blocks to each peer of the group, the world's collectives (gradient
+ * all-reduce, FSDP's gathers and reduce-scatters) counted as the same exchange between every
+ * pair of ranks. Which bytes the layout keeps off the network, not what MPI's algorithm puts on
+ * it (a ring or a node-aware tree moves other amounts). */
+void comm_split_nodes(const comm_ctx *c, comm_kind k, double per_rank, double *inside,
+                      double *across);
 void comm_reset_stats(comm_ctx *c);
 double comm_seconds(const comm_ctx *c); /* sum over kinds */
 const char *comm_kind_name(comm_kind k);

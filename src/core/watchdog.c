@@ -88,6 +88,11 @@ static void phase_name(char *buf, size_t len, int p, long step) {
     }
 }
 
+void watchdog_phase_describe(char *buf, size_t len) {
+    if (len) buf[0] = 0;
+    if (atomic_load(&g_running)) phase_name(buf, len, atomic_load(&g_phase), atomic_load(&g_step));
+}
+
 static void *watch(void *arg) {
     (void)arg;
     while (atomic_load(&g_running)) {

@@ -20,6 +20,8 @@
 #ifndef UP_WATCHDOG_H
 #define UP_WATCHDOG_H
 
+#include <stddef.h>
+
 /* A wait in MPI in a phase nothing has measured yet (start-up, the first step, the first
  * checkpoint or validation) is judged against this many seconds at least: NCCL's default
  * collective timeout, long enough for a peer that loads, allocates or writes at disk speed. */
@@ -47,6 +49,10 @@ void watchdog_leave(void);
 /* Computation goes on (the attention kernels' tasks, the layers): a step of hours at long T is
  * progress, not a hang. A stalled rank makes no ticks; a rank inside MPI ignores them. */
 void watchdog_tick(void);
+
+/* Where the run is, for a message: "step 5", "the checkpoint after step 4", ... into buf; an
+ * empty string when the watchdog is not running (--watchdog 0). */
+void watchdog_phase_describe(char *buf, size_t len);
 
 /* The verdict of the watch thread, pure (for tests): seconds a wait of `idle` seconds in phase p
  * may last (in_mpi: inside an MPI call), given the floor and the longest finished run of each phase

@@ -1,6 +1,7 @@
 /* layout.c — what a run's shapes and options must satisfy (checked before anything is
  * allocated, with a message that says what to change), and the FLOP count of a step. */
 #include "model/model.h"
+#include "model/params.h"
 #include "parallel/cp_attention.h"
 
 #include "core/check.h"
@@ -60,4 +61,47 @@ double model_flops_per_step(const model_config *c, int T) {
     double pairs = (double)T * (T + 1) / 2;
     double attn = 12.0 * c->L * c->NH * c->HS * pairs;
     return 6.0 * matmul_params * T + attn;
+}
+
+/* Bytes of one exchange of a tensor of nh heads by one rank (comm.c: P-1 blocks of T_loc tokens
+ * of the heads each rank holds in head layout, one when heads are replicated). */
+static double exchange_bytes(int T_loc, int nh, int HS, int P, size_t elt) {
+    return (double)(P - 1) * T_loc * (nh >= P ? nh / P : 1) * HS * (double)elt;
+}
+
+void model_comm_per_step(const model_config *c, int T_loc, const comm_ctx *comm,
+                         const model_options *o, int micro, double bytes[COMM_KIND_COUNT]) {
+    for (int k = 0; k < COMM_KIND_COUNT; k++)
+        bytes[k] = 0;
+    int P = comm->P, R = comm->R, L = c->L;
+    size_t elt = mem_dtype_size(o->dtype);
+    /* the attention's schedule (cp_attention.c): chunks of Kc KV heads, stages of U query heads */
+    int U = o->U ? o->U : c->NH, keep = o->U == 0, Kc = U < c->NKV ? U : c->NKV;
+    int chunks = c->NKV / Kc, stages = c->NH / U;
+    double xq = exchange_bytes(T_loc, U, c->HS, P, elt) * stages;       /* q, o, do or dq */
+    double xkv = exchange_bytes(T_loc, Kc, c->HS, P, elt) * chunks * 2; /* k and v */
+    int recompute = o->checkpoint || o->offload_dir;
+    /* forward: k, v, q in, o out; the recompute does it again; backward: k, v, q again unless
+     * kept in head layout, o and do in; dq, dk, dv out */
+    double to_head = (xkv + xq) * (1 + recompute) + (keep ? 0 : xkv + xq) + 2 * xq;
+    double to_seq = xq * (1 + recompute) + xq + xkv;
+    bytes[COMM_SEQ_TO_HEAD] = (double)micro * L * to_head;
+    bytes[COMM_HEAD_TO_SEQ] = (double)micro * L * to_seq;
+    if (R == 1) return;
+    param_table t;
+    param_table_build(&t, c);
+    if (o->fsdp) {
+        /* per micro-batch: every unit gathered in the forward, the layers again in the backward
+         * but the last (still in its slot from the forward; a recompute reuses its gather),
+         * every unit's gradients reduce-scattered (store.h, DESIGN.md §4.5) */
+        for (int u = 0; u < t.nunits; u++) {
+            double shard = (double)((t.unit_off[u + 1] - t.unit_off[u] + (size_t)R - 1) / R);
+            int gathers = u >= 1 && u < L ? 2 : 1;
+            bytes[COMM_FSDP_GATHER] += (double)micro * gathers * shard * (double)elt * (R - 1);
+            bytes[COMM_FSDP_REDUCE] += (double)micro * shard * sizeof(float) * (R - 1);
+        }
+    } else {
+        bytes[COMM_GRAD_REDUCE] = (double)t.nparams * sizeof(float); /* once per step */
+    }
+    param_table_free(&t);
 }

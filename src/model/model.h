@@ -63,6 +63,13 @@ int model_check_options(const model_config *cfg, int P, const model_options *opt
 /* Model FLOPs of one training step (forward + backward) of T tokens: 6 * (matmul params) * T plus
  * causal attention 6 * 2 * L * NH * HS * T * (T+1) / 2 ... see layout.c. */
 double model_flops_per_step(const model_config *cfg, int T);
+/* Bytes one rank sends per step in each kind of collective (as comm_stats counts them: the
+ * all-to-all blocks to its CP peers, FSDP's shards to every other rank, the gradients'
+ * all-reduce), from the shapes and options alone, for a step of `micro` micro-batches:
+ * --dry-run's table (DESIGN.md §8.3). bytes[COMM_LOSS_REDUCE] and [COMM_OTHER] (a few bytes)
+ * are left 0. overwrite bytes. */
+void model_comm_per_step(const model_config *cfg, int T_loc, const comm_ctx *comm,
+                         const model_options *opt, int micro, double bytes[COMM_KIND_COUNT]);
 
 /* ---- init, forward, backward (model.c) ------------------------------------------------------ */
 

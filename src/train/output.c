@@ -51,6 +51,10 @@ void print_summary(const train_run *r) {
                (double)(mem_live(MEM_PARAMS) + mem_live(MEM_GRADS) + mem_live(MEM_OPTIMIZER))));
     printf("  layout  %d rank%s: %d replica(s) x context-parallel %d, T_loc=%d", r->world,
            r->world == 1 ? "" : "s", r->comm.D, r->P, r->T_loc);
+    if (r->comm.nodes > 1 || r->P > 1) /* DESIGN.md §8.3 */
+        printf(", %d node%s: %s; context-parallel groups %s", r->comm.nodes,
+               r->comm.nodes == 1 ? "" : "s", r->comm.node_desc,
+               r->comm.cp_nodes == 1 ? "within a node" : "across nodes");
     if (o->front.mopt.U)
         printf(", UPipe stages of %d heads%s", o->front.mopt.U,
                model_attention_overlaps(m) ? ", next stage's exchange overlapped" : "");
@@ -137,7 +141,11 @@ void write_log_record(const train_run *r, const train_step_stats *s, double tps)
     json_object_set_new(
         rec, "fsdp_s",
         json_real_digits(st[COMM_FSDP_GATHER].seconds + st[COMM_FSDP_REDUCE].seconds, 6));
+    json_object_set_new(
+        rec, "fsdp_bytes",
+        json_real_digits(st[COMM_FSDP_GATHER].bytes + st[COMM_FSDP_REDUCE].bytes, 6));
     json_object_set_new(rec, "grad_reduce_s", json_real_digits(st[COMM_GRAD_REDUCE].seconds, 6));
+    json_object_set_new(rec, "grad_reduce_bytes", json_real_digits(st[COMM_GRAD_REDUCE].bytes, 6));
     json_object_set_new(rec, "flops_per_s", json_real_digits(r->flops / s->dt, 6));
     json_object_set_new(rec, "peak_bytes", json_integer((json_int_t)mem_peak_total()));
     json_object_set_new(rec, "rss_bytes", json_integer((json_int_t)mem_rss_now()));

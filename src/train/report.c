@@ -54,6 +54,23 @@ void report_print_plan(const report_memory *p, long T, const model_config *c, in
     fflush(stdout);
 }
 
+void report_print_comm(const double bytes[COMM_KIND_COUNT], const comm_ctx *comm, int micro) {
+    if (comm->R == 1) return;
+    char a[32], b[32];
+    printf("communication per step (%d micro-batch%s), bytes all %d ranks send: %d node%s: %s\n",
+           micro, micro == 1 ? "" : "es", comm->R, comm->nodes, comm->nodes == 1 ? "" : "s",
+           comm->node_desc);
+    printf("  %-12s %14s %14s\n", "collective", "inside a node", "across nodes");
+    for (int k = 0; k < COMM_KIND_COUNT; k++) {
+        if (k == COMM_LOSS_REDUCE || k == COMM_OTHER) continue; /* a few bytes */
+        double in, out;
+        comm_split_nodes(comm, (comm_kind)k, bytes[k], &in, &out);
+        printf("  %-12s %14s %14s\n", comm_kind_name((comm_kind)k), up_fmt_bytes(a, sizeof a, in),
+               up_fmt_bytes(b, sizeof b, out));
+    }
+    fflush(stdout);
+}
+
 void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T) {
     if (mem_limit == 0 || p->peak <= mem_limit) return;
     /* the two largest categories and what shrinks them */

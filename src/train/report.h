@@ -22,6 +22,9 @@ void report_print_plan(const report_memory *p, long T, const model_config *c, in
 /* When mem_limit (bytes, --mem-limit) is set and the plan's peak exceeds it, stops every rank
  * (up_die_all) with the two largest categories and the flags that shrink them. Call on every
  * rank. */
+/* --dry-run's communication table (rank 0): the bytes per step of each kind of collective
+ * (model_comm_per_step) inside a node and across nodes (comm_split_nodes). */
+void report_print_comm(const double bytes[COMM_KIND_COUNT], const comm_ctx *comm, int micro);
 void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T);
 /* Writes the JSON memory report to path (atomically, from rank 0), each figure the max over
  * ranks; predicted: 1 for a plan (no RSS), 0 for measured peaks. Collective over comm. */

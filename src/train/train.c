@@ -417,8 +417,12 @@ int train_main(int argc, char **argv) {
     run_setup(&r);
     report_memory plan = run_plan(&r);
     if (r.o.front.dry_run) {
-        if (r.rank == 0)
+        if (r.rank == 0) {
             report_print_plan(&plan, r.o.front.T, &r.cfg, r.P, r.T_loc, r.o.front.mopt.dtype);
+            double bytes[COMM_KIND_COUNT];
+            model_comm_per_step(&r.cfg, r.T_loc, &r.comm, &r.o.front.mopt, r.o.accum, bytes);
+            report_print_comm(bytes, &r.comm, r.o.accum);
+        }
         if (r.o.front.mem_report) report_write_memory(r.o.front.mem_report, &r.comm, &plan, 1);
     } else {
         report_check_mem_limit(&plan, r.o.front.mem_limit, r.o.front.T);
