@@ -1,7 +1,8 @@
 /* bench_tokenizer.c — encode speed of src/tokenizer: MB/s of one text on 1 thread and on N
  * threads (the text cut at tok_cut_point into 1 MiB parts, one encoder per thread, as
  * `upipe data` does). The thread counts alternate within each of R rounds (a cold cache each
- * time) and the medians are reported, with the median of each round's ratio to the first count:
+ * time, the team's cores woken by 20 ms of spinning before the clock starts) and the medians are
+ * reported, with the median of each round's ratio to the first count:
  * a ratio taken within one round is what survives a shared, noisy host. The ids of every thread
  * count are checked equal.
  * usage: bench_tokenizer TOKENIZER_DIR TEXT [THREADS ...]   (default: 1 2; UPIPE_BENCH_ROUNDS=R,
@@ -83,8 +84,18 @@ int main(int argc, char **argv) {
         for (int l = 0; l < nl; l++) {
             int nth = nthr_list[l];
             tok_encoder **enc = calloc((size_t)nth, sizeof *enc);
-            for (int i = 0; i < nth; i++) /* a cold cache each time */
+            tok_cache_reset(t); /* a cold cache each time */
+            for (int i = 0; i < nth; i++)
                 enc[i] = tok_encoder_new(t);
+                /* every thread of the team busy for 20 ms first: a core idle since the last run
+                 * (a VM's vCPU descheduled, a core in a sleep state) wakes before the clock starts,
+                 * as in a long run */
+#pragma omp parallel num_threads(nth)
+            {
+                double w0 = now_s();
+                while (now_s() - w0 < 0.02) {
+                }
+            }
             double t0 = now_s();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
             for (size_t p = 0; p < np; p++) {

@@ -240,7 +240,17 @@ static int encode_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
         }
     }
     size_t before = out->n;
-    if (bpe_piece(e, p, n, out) != 0) return -1;
+    uint32_t shared_n = 0;
+    const int32_t *shared = tok_shared_find(e->t->shared, h, p, n, &shared_n);
+    if (shared != NULL) {
+        if (grow((void **)&out->ids, &out->cap, out->n + shared_n, sizeof *out->ids) != 0)
+            return -1;
+        if (shared_n > 0) memcpy(out->ids + out->n, shared, shared_n * sizeof *out->ids);
+        out->n += shared_n;
+    } else {
+        if (bpe_piece(e, p, n, out) != 0) return -1;
+        tok_shared_put(e->t->shared, h, p, n, out->ids + before, (uint32_t)(out->n - before));
+    }
     size_t k = out->n - before;
     if (e->cache_used + 1 > CACHE_SLOTS / 2 || e->keys_len + n > CACHE_POOL ||
         (e->ids_len + k) * sizeof(int32_t) > CACHE_POOL) {

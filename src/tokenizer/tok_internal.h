@@ -18,6 +18,18 @@ typedef struct {
     int32_t id; /* the merged token */
 } tok_merge_slot;
 
+/* The per-piece cache the encoders of one tokenizer share (tok_shared.c). Keys are hashes with
+ * the low bit set. */
+typedef struct tok_shared tok_shared;
+tok_shared *tok_shared_new(void);
+void tok_shared_free(tok_shared *c);
+void tok_shared_reset(tok_shared *c);
+/* The ids of piece p[0, n) (hash h) and their count, or NULL; safe from any thread. */
+const int32_t *tok_shared_find(tok_shared *c, uint64_t h, const char *p, size_t n, uint32_t *nids);
+/* Puts the ids of piece p[0, n) (at most once; nothing when full); safe from any thread. */
+void tok_shared_put(tok_shared *c, uint64_t h, const char *p, size_t n, const int32_t *ids,
+                    uint32_t nids);
+
 typedef struct {
     const char *s; /* content (into tokenizer.pool) */
     uint32_t len;
@@ -61,6 +73,8 @@ struct tokenizer {
     int dec_strip; /* leading spaces the SentencePiece decoder strips */
     int32_t bos_id, eos_id;
     char desc[256];
+    tok_shared *shared; /* the encoders' shared per-piece cache (written through a const
+                           tokenizer: its own synchronisation, tok_shared.c) */
 };
 
 /* FNV-1a over bytes (the vocabulary table and the per-piece cache). */

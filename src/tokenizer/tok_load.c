@@ -101,6 +101,7 @@ void tok_free(tokenizer *t) {
     free(t->mhash);
     free(t->added);
     if (t->re != NULL) pcre2_code_free(t->re);
+    tok_shared_free(t->shared);
     free(t);
 }
 
@@ -728,7 +729,16 @@ tokenizer *tok_load(const char *path, char *err, size_t errlen) {
         up_errf(err, errlen, file, "not a JSON object: not a tokenizer.json");
     json_decref(root);
     json_decref(cfg);
+    if (t != NULL && (t->shared = tok_shared_new()) == NULL) {
+        tok_free(t);
+        up_errf(err, errlen, file, "out of memory for the shared piece cache");
+        return NULL;
+    }
     return t;
+}
+
+void tok_cache_reset(tokenizer *t) {
+    tok_shared_reset(t->shared);
 }
 
 uint32_t tok_vocab_size(const tokenizer *t) {

@@ -77,7 +77,12 @@ int32_t tok_eos_id(const tokenizer *t);
 /* 1 when id is a special added token. */
 int tok_is_special(const tokenizer *t, int32_t id);
 
-/* Per-thread encoding state. NULL when out of memory. */
+/* Empties the per-piece cache the encoders share (for benchmarks that start cold); no encoder
+ * of t may be encoding meanwhile. */
+void tok_cache_reset(tokenizer *t);
+
+/* Per-thread encoding state (a per-piece cache of its own in front of the one all encoders of
+ * the tokenizer share). NULL when out of memory. */
 tok_encoder *tok_encoder_new(const tokenizer *t);
 void tok_encoder_free(tok_encoder *e);
 /* Appends the ids of text[0, len) to out (flags: TOK_*). 0, or -1 when out of memory. */
