@@ -36,7 +36,8 @@ rc=0
   --steps 3 --log /dev/full >"$TMP/full.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -q "upipe: error.*--log /dev/full.*write failed" "$TMP/full.out" \
   && ok "--log on a full disk: $(grep error "$TMP/full.out")" || { bad "--log /dev/full: exit $rc"; cat "$TMP/full.out"; }
-# ---- a stalled rank (SIGSTOP): the others' watchdog names the collective and stops the job ----
+# ---- a stalled rank (SIGSTOP): the other's watchdog names the step, the collective and the
+# stalled rank, and stops the job ----
 mpirun_n 2 "$UPIPE" train --quiet --threads 1 --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" \
   --seq-len 256 --steps 100000 --lr 1e-3 --watchdog 2.5 --log "$TMP/wd2.jsonl" >"$TMP/wd.out" 2>&1 &
 job=$!
@@ -50,9 +51,13 @@ t0=$(date +%s.%N)
 rc=0; wait "$job" || rc=$?
 dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 [ -n "$victim" ] && kill -CONT "$victim" 2>/dev/null; kill -9 "$victim" 2>/dev/null
-# the message names the step and the collective, and the floor as it was set (2.5, not "2")
-if [ "$rc" -ne 0 ] && grep -q "watchdog: step .* has waited .* in comm_.*now 2.5 s" "$TMP/wd.out"; then
-  ok "stalled rank: job stopped in ${dt} s: $(grep -o 'watchdog: .*hangs' "$TMP/wd.out" | head -n1)"
+# a survivor's one line names the step, the collective, the stopped rank (it does not answer the
+# probe) and the floor as it was set (2.5, not "2")
+line=$(grep -m1 "upipe: error (rank [0-9]*): step [0-9]*: no progress for .* in MPI_[A-Za-z]* (comm_[a-z_]*, 2 ranks; limit .*, --watchdog 2.5): no answer from rank [0-9]" "$TMP/wd.out")
+me=$(sed -n 's/^upipe: error (rank \([0-9]*\)).*/\1/p' <<<"$line")
+peer=$(sed -n 's/.*no answer from rank \([0-9]*\) .*/\1/p' <<<"$line")
+if [ "$rc" -ne 0 ] && [ -n "$line" ] && [ "$me" != "$peer" ]; then
+  ok "stalled rank: job stopped in ${dt} s: ${line#upipe: error }"
 else bad "stalled rank: exit $rc after ${dt} s"; cat "$TMP/wd.out"; fi
 # ---- a healthy job is never stopped, on any host or load: start-up (allocating and zeroing
 # 850 MiB), the first step (its page faults; one step of configs/bench.json at T = 4096 on one
