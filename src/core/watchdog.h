@@ -10,8 +10,8 @@
  *     max(floor, 10 x the longest step after the first), or in the second step, before there is
  *     one, max(floor, 10 x the first step), is a hang. The first step is left out once a later
  *     one is measured: it pays one-time costs (MPI connects its endpoints lazily on the first
- *     collectives; the buffers' first page faults) that made it 10-20x a later step, so a lost
- *     link was found only after 10 x those costs instead of the floor;
+ *     collectives; the buffers' first page faults), and 10 x those made a lost link wait 25.6 s
+ *     under a floor of 3 s after a first step of 2.5 s;
  *   - start-up (allocation, loading), the first step (its page faults), validation, checkpoint
  *     writes and the end of the run: computation and I/O are never judged (nothing measured says
  *     how long they may take); a wait inside MPI is a hang after max(floor, 10 x the longest step
