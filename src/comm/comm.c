@@ -5,6 +5,7 @@
 #include "core/watchdog.h"
 
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,42 +103,53 @@ static int find_lost(comm_ctx *c, comm_group g, char *lost) {
     return nlost;
 }
 
-/* Appends to buf (of len, at *at) the MPI ranks of the lost members of g, runs of three or more
- * as ranges ("ranks 2, 3", "ranks 8-15"), then their nodes ("(node upn1)"). */
+/* Formats at buf + at, cut at len; returns where the text ends (at most len - 1). */
+static UP_PRINTF(4, 5) size_t append(char *buf, size_t len, size_t at, const char *fmt, ...) {
+    if (at + 1 >= len) return at;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + at, len - at, fmt, ap);
+    va_end(ap);
+    return n < 0 ? at : at + (size_t)n < len ? at + (size_t)n : len - 1;
+}
+
+/* Writes into buf the MPI ranks of the lost members of g in order, runs of three or more as
+ * ranges ("ranks 2, 3", "ranks 8-15"), and their nodes ("(node upn1)"). */
 static void describe_lost(const comm_ctx *c, comm_group g, const char *lost, int nlost, char *buf,
                           size_t len) {
     int n = group_size(c, g), k = 0, *r = malloc((size_t)nlost * sizeof *r);
     char *seen = calloc((size_t)c->nodes, 1);
     UP_CHECK(r && seen, "out of memory");
+    int nodes = 0;
     for (int i = 0; i < n; i++)
-        if (lost[i]) r[k++] = c->mpi_rank[group_member(c, g, i)];
+        if (lost[i]) {
+            r[k++] = c->mpi_rank[group_member(c, g, i)];
+            nodes += !seen[c->node_of[group_member(c, g, i)]]++;
+        }
     for (int a = 1; a < k; a++) /* sorted: MPI's ranks need not follow the layout's */
         for (int b = a; b > 0 && r[b - 1] > r[b]; b--) {
             int t = r[b];
             r[b] = r[b - 1];
             r[b - 1] = t;
         }
-    size_t at = (size_t)snprintf(buf, len, "rank%s ", k > 1 ? "s" : "");
-    for (int a = 0, b; a < k && at < len; a = b) {
+    size_t at = append(buf, len, 0, "rank%s", k > 1 ? "s" : "");
+    for (int a = 0, b; a < k; a = b) {
         for (b = a + 1; b < k && r[b] == r[b - 1] + 1; b++) {
         }
-        if (b - a < 3) b = a + 1; /* a run of two: one by one */
-        if (b - a >= 3)
-            at += (size_t)snprintf(buf + at, len - at, "%s%d-%d", a ? ", " : "", r[a], r[b - 1]);
+        if (b - a < 3) b = a + 1; /* a run of two is listed one by one */
+        if (b - a == 1)
+            at = append(buf, len, at, "%s %d", a ? "," : "", r[a]);
         else
-            at += (size_t)snprintf(buf + at, len - at, "%s%d", a ? ", " : "", r[a]);
+            at = append(buf, len, at, "%s %d-%d", a ? "," : "", r[a], r[b - 1]);
     }
-    int nn = 0;
-    for (int i = 0; i < n; i++)
-        if (lost[i]) nn += !seen[c->node_of[group_member(c, g, i)]]++;
-    for (int m = 0, j = 0; m < c->nodes && at < len; m++)
-        if (seen[m])
-            at += (size_t)snprintf(buf + at, len - at, "%s%s",
-                                   j++      ? ", "
-                                   : nn > 1 ? " (nodes "
-                                            : " (node ",
-                                   c->node_names + (size_t)m * MPI_MAX_PROCESSOR_NAME);
-    if (at < len) snprintf(buf + at, len - at, ")");
+    const char *sep = nodes > 1 ? " (nodes " : " (node ";
+    for (int m = 0; m < c->nodes; m++)
+        if (seen[m]) {
+            at = append(buf, len, at, "%s%s", sep,
+                        c->node_names + (size_t)m * MPI_MAX_PROCESSOR_NAME);
+            sep = ", ";
+        }
+    append(buf, len, at, ")");
     free(r);
     free(seen);
 }
