@@ -178,9 +178,9 @@ static UP_NORETURN void wait_hung(comm_ctx *c, comm_group g, const char *func, c
                  ranks, COMM_PROBE_S, nlost > 1 ? "them" : "it", nlost > 1 ? "they are" : "it is");
     }
     free(lost);
-    up_die("%s%sno progress for %.1f s in %s (%s, %d ranks; limit %.1f s, --watchdog %g): %s; "
-           "resume from the last checkpoint",
-           phase, phase[0] ? ": " : "", idle, routine, func, n, limit, watchdog_floor(), who);
+    up_die("watchdog: %s: no progress for %.1f s in %s (%s, %d ranks; limit %.1f s, --watchdog "
+           "%g): %s; resume from the last checkpoint",
+           phase, idle, routine, func, n, limit, watchdog_floor(), who);
 }
 
 /* Completes the n requests of a wait on group g by testing them in a loop: MPI_Wait would hold
@@ -324,6 +324,20 @@ static void node_describe(comm_ctx *c) {
     free(names);
 }
 
+/* Cancels the probes' receives nobody sent to: from comm_free, or from MPI_Finalize, which deletes
+ * MPI_COMM_SELF's attributes first, when a stop finalizes without comm_free (up_die_all; UCX
+ * would warn of requests never returned). */
+static int probes_at_finalize(MPI_Comm self, int key, void *ctx, void *extra) {
+    (void)self, (void)key, (void)extra;
+    comm_ctx *c = ctx;
+    for (int j = 0; j < c->R; j++)
+        if (c->probe_req[j] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&c->probe_req[j]);
+            MPI_Wait(&c->probe_req[j], MPI_STATUS_IGNORE);
+        }
+    return MPI_SUCCESS;
+}
+
 /* One receive posted per peer on a duplicate of world, for the probes of a rank whose wait
  * passed the watchdog's limit (find_lost): MPI completes an MPI_Issend only once a receive
  * matched it, so a peer answers whenever its MPI makes progress, whatever it waits in. */
@@ -341,6 +355,9 @@ static void probes_post(comm_ctx *c) {
             MPI_CALL(MPI_Irecv(&c->probe_buf[j], 1, MPI_INT, j, COMM_PROBE_TAG, c->probe,
                                &c->probe_req[j]));
     }
+    MPI_CALL(
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, probes_at_finalize, &c->probe_key, NULL));
+    MPI_CALL(MPI_Comm_set_attr(MPI_COMM_SELF, c->probe_key, c));
 }
 
 void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
@@ -383,12 +400,9 @@ void comm_split_nodes(const comm_ctx *c, comm_kind k, double per_rank, double *i
 }
 
 void comm_free(comm_ctx *c) {
-    if (c->probe_req) { /* the probes' receives nobody sent to */
-        for (int j = 0; j < c->R; j++)
-            if (c->probe_req[j] != MPI_REQUEST_NULL) {
-                MPI_Cancel(&c->probe_req[j]);
-                MPI_Wait(&c->probe_req[j], MPI_STATUS_IGNORE);
-            }
+    if (c->probe_req) { /* cancels the probes' receives (probes_at_finalize) */
+        MPI_Comm_delete_attr(MPI_COMM_SELF, c->probe_key);
+        MPI_Comm_free_keyval(&c->probe_key);
     }
     if (c->probe != MPI_COMM_NULL && c->probe) MPI_Comm_free(&c->probe);
     if (c->a2a != MPI_COMM_NULL && c->a2a) MPI_Comm_free(&c->a2a);

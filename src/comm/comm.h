@@ -75,6 +75,7 @@ typedef struct {
     MPI_Comm probe;
     MPI_Request *probe_req; /* R, MPI_REQUEST_NULL for this rank */
     int *probe_buf;
+    int probe_key; /* MPI_COMM_SELF's attribute that cancels them in MPI_Finalize */
 } comm_ctx;
 
 /* MPI_Init_thread for a command (not collective before it returns; MPI_Finalize is the

@@ -88,7 +88,7 @@ dt=$(elapsed "$t0")
 while [ -n "$(upipe_pids upn0)$(upipe_pids upn1)" ] && awk -v d="$(elapsed "$t0")" 'BEGIN { exit !(d < 60) }'; do sleep 0.2; done
 gone=$(elapsed "$t0")
 left="$(upipe_pids upn0)$(upipe_pids upn1)"
-line=$(grep -m1 "^upipe: error (rank [01]): step [0-9]*: no progress for [0-9.]* s in MPI_[A-Za-z_/]* (comm_[a-z0-9_]*, 4 ranks; limit [0-9.]* s, --watchdog $FLOOR): no answer from ranks 2, 3 (node upn1) within 2 s" "$TMP/down.out")
+line=$(grep -m1 "^upipe: error (rank [01]): watchdog: step [0-9]*: no progress for [0-9.]* s in MPI_[A-Za-z_/]* (comm_[a-z0-9_]*, 4 ranks; limit [0-9.]* s, --watchdog $FLOOR): no answer from ranks 2, 3 (node upn1) within 2 s" "$TMP/down.out")
 limit=$(sed -n 's/.*; limit \([0-9.]*\) s,.*/\1/p' <<<"$line")
 # the limit comes from the steps after the first (rank 0's log; the watchdog's step also holds
 # the log line: 20% and 0.5 s of slack), not from the first, which pays the lazy connections

@@ -53,7 +53,7 @@ dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 [ -n "$victim" ] && kill -CONT "$victim" 2>/dev/null; kill -9 "$victim" 2>/dev/null
 # a survivor's one line names the step, the collective, the stopped rank (it does not answer the
 # probe) and the floor as it was set (2.5, not "2")
-line=$(grep -m1 "upipe: error (rank [0-9]*): step [0-9]*: no progress for .* in MPI_[A-Za-z]* (comm_[a-z_]*, 2 ranks; limit .*, --watchdog 2.5): no answer from rank [0-9]" "$TMP/wd.out")
+line=$(grep -m1 "upipe: error (rank [0-9]*): watchdog: step [0-9]*: no progress for .* in MPI_[A-Za-z_/]* (comm_[a-z0-9_]*, 2 ranks; limit .*, --watchdog 2.5): no answer from rank [0-9]" "$TMP/wd.out")
 me=$(sed -n 's/^upipe: error (rank \([0-9]*\)).*/\1/p' <<<"$line")
 peer=$(sed -n 's/.*no answer from rank \([0-9]*\) .*/\1/p' <<<"$line")
 if [ "$rc" -ne 0 ] && [ -n "$line" ] && [ "$me" != "$peer" ]; then
