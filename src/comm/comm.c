@@ -5,6 +5,7 @@
 #include "core/watchdog.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,7 +191,7 @@ static UP_NORETURN void wait_hung(comm_ctx *c, comm_group g, const char *func, c
 static void wait_polled(comm_ctx *c, comm_group g, int n, MPI_Request *req, const char *func,
                         const char *routine) {
     watchdog_enter_polled(func, routine);
-    for (int i = 0; i < n;) {
+    for (int i = 0, polls = 0; i < n;) {
         int done = 0;
         int rc = MPI_Test(&req[i], &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) mpi_failed(__FILE__, __LINE__, func, routine, rc);
@@ -199,6 +200,9 @@ static void wait_polled(comm_ctx *c, comm_group g, int n, MPI_Request *req, cons
             i++;
         else if (watchdog_overdue(&idle, &limit))
             wait_hung(c, g, func, routine, idle, limit);
+        else if (++polls % 1000 == 0)
+            sched_yield(); /* as MPICH's own busy waits do (MPIR_CVAR_POLLS_BEFORE_YIELD): a
+                            * rank sharing its core lets the peer it waits for run */
     }
     watchdog_leave();
 }
