@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Faults injected on purpose: a signal while the weights are being written leaves no temporary
 # file; a log on a full disk stops the run with a message; a stalled rank (SIGSTOP) ends the job
-# through the watchdog with a message instead of a hang, and a healthy job whose start-up, first
-# step, checkpoints and validation each outlast the floor is not stopped.
+# through the other's watchdog with a message naming it (it does not answer a probe) instead of a
+# hang, and a healthy job whose start-up, first step, checkpoints and validation each outlast the
+# floor is not stopped.
 source "$(dirname "$0")/lib.sh"
 "$UPIPE" data recall --output "$TMP/d.bin" --tokens 20000 --distance 64 >/dev/null || bad "data recall"
 # a vocabulary of 64K makes --save write ~70 MB, long enough to be caught in the middle
