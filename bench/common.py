@@ -32,12 +32,13 @@ def write_config(tmp, name, **kw):
 
 
 def train(upipe, config, data, T, ranks=1, threads=2, steps=3, extra=(), tag="run", tmp=None,
-          dry_run=False):
+          dry_run=False, launcher=("mpiexec",)):
     """Median figures over the steps after the first (all steps when there is one), and the
-    memory report. dry_run: the plan only."""
+    memory report. dry_run: the plan only. launcher: the command that takes `-n R` and the
+    program (tools/cluster.sh's `mpirun` for a cluster in a box)."""
     tmp = tmp or tempfile.mkdtemp(prefix="upipe-bench.")
     log, rep = os.path.join(tmp, f"{tag}.jsonl"), os.path.join(tmp, f"{tag}.mem.json")
-    cmd = ["mpiexec", "-n", str(ranks), upipe, "train", "--config", config, "--data", data,
+    cmd = list(launcher) + ["-n", str(ranks), upipe, "train", "--config", config, "--data", data,
            "--seq-len", str(T), "--steps", str(steps), "--lr", "1e-4", "--threads", str(threads),
            "--quiet", "--mem-report", rep] + list(extra)
     if dry_run:

@@ -56,7 +56,7 @@ fi
 mkdir -p "$TMP/store"
 B="--quiet --threads 1 --config $G/config.json --data $G/tokens.bin --init $G/weights.safetensors --seq-len 80 --steps 2 --dtype bf16"
 if timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" train $B --fsdp --offload "$TMP/store" --tile-mlp 16 \
-     --tile-loss 7 --upipe-heads 2 --upipe-overlap >>"$TMP/bf16.out" 2>&1 &&
+     --tile-loss 7 --upipe-heads 2 --upipe-overlap-on-node >>"$TMP/bf16.out" 2>&1 &&
    timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" train $B --checkpoint --save "$TMP/b.st" --save-dtype bf16 \
      >>"$TMP/bf16.out" 2>&1; then
   echo "sanitize: 2-rank bf16 train (FSDP, offload, tiles, the pipe; unsharded): ok"

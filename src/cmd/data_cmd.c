@@ -99,7 +99,8 @@ static const char data_usage_tokenizer[] =
 
 static const char data_usage_decode[] =
     "\n"
-    "upipe data decode: prints the text of a shard's tokens (for inspection).\n"
+    "upipe data decode: prints the text of a shard's tokens (for inspection), as HF's\n"
+    "tokenizers library decodes them: a range cut inside a character shows U+FFFD there.\n"
     "  --tokenizer PATH         the model folder or tokenizer.json the shard was made with\n"
     "  --input SHARD            the shard\n"
     "  --from N                 the first token (default 0)\n"

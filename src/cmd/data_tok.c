@@ -487,6 +487,14 @@ int data_tok_decode(const data_tok_args *a) {
     for (size_t done = 0; done < n;) {
         size_t k = n - done < CHUNK ? n - done : CHUNK;
         shard_read(&s, (size_t)a->from + done, k, ids);
+        /* a chunk that is not the last ends where the text of separate calls is that of one
+         * call (not inside a character's bytes: HF replaces a broken one by U+FFFD) */
+        if (done + k < n) {
+            size_t j = k - 1;
+            while (j > 0 && !tok_decode_boundary(t, ids[j]))
+                j--;
+            if (j > 0) k = j; /* the next chunk starts at ids[j] */
+        }
         out.n = 0;
         if (tok_decode(t, ids, k, done > 0 ? TOK_CONTINUE : 0, &out, err, sizeof err) != 0)
             up_die("data decode: %s", err);

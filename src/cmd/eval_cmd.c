@@ -130,8 +130,10 @@ static const flag_help_line g_eval_page[] = {
     {"cp", "context-parallel degree (Ulysses; default: all ranks)"},
     {"upipe-heads", NULL},
     {"upipe-overlap no-upipe-overlap",
-     "exchange the next stage's q, k, v while this stage's attention\n"
-     "runs (one more set of stage buffers; default: off)"},
+     "where a context-parallel group spans nodes: exchange the next\n"
+     "stage's q, k, v and the last stage's o while this stage's\n"
+     "attention runs (more stage buffers; default: off)"},
+    {"upipe-overlap-on-node", NULL},
     {"fsdp", "parameters sharded over all ranks, gathered layer by layer"},
     {"tile-mlp", NULL},
     {"tile-loss", "final norm, LM head, loss and top prediction over tiles of N\n"

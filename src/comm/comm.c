@@ -541,6 +541,7 @@ void comm_seq_to_head(comm_ctx *c, const void *send, void *recv, int T_loc, int 
 
 void comm_exchange_init(const comm_ctx *c, comm_exchange *x) {
     x->n = 0;
+    x->kind = COMM_SEQ_TO_HEAD;
     x->req = calloc((size_t)(2 * c->P), sizeof *x->req);
     UP_CHECK(x->req, "out of memory");
 }
@@ -560,6 +561,7 @@ void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc
         return;
     }
     int P = c->P, me = c->cp_rank;
+    x->kind = COMM_SEQ_TO_HEAD;
     int n = seq_to_head_pack(c, send, T_loc, nh, HS, dt, pack);
     // every receive and send posted at once (MPI_Ialltoall's pairwise rounds over 4 ranks would
     // each wait for both peers to enter MPI: measured, hardly any finished during attention)
@@ -595,22 +597,17 @@ void comm_exchange_wait(comm_ctx *c, comm_exchange *x) {
     uint64_t tt = x->n ? trace_begin() : 0; /* the wait for an exchange in flight */
     wait_polled(c, GROUP_CP, x->n, x->req, __func__, "MPI_Irecv/MPI_Isend");
     x->n = 0;
-    c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t0;
-    count(c, COMM_SEQ_TO_HEAD, t0, 0);
+    c->stats[x->kind].mpi_seconds += MPI_Wtime() - t0;
+    count(c, x->kind, t0, 0);
     trace_end(tt, "comm", "a2a_wait");
 }
 
-void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
-                      mem_dtype dt, void *pack) {
-    double t0 = MPI_Wtime();
-    uint64_t tt = trace_begin(); /* P == 1: a copy, not traced */
-    if (exchange_trivial(c, COMM_HEAD_TO_SEQ, send, recv, T_loc, nh, HS, dt, t0)) return;
+/* Unpacks comm_head_to_seq's received blocks: pack (P blocks of (T_loc, nh_out, HS), block j
+ * from rank j) -> recv (T_loc, nh, HS); replicated heads (nh < P) summed in rank order. */
+static void head_to_seq_unpack(const comm_ctx *c, const void *pack, void *recv, int T_loc, int nh,
+                               int HS, mem_dtype dt) {
     int P = c->P, nh_out = heads_out(nh, P);
-    int n = block_count(block_floats(T_loc, nh_out, HS));
-    // block j of send (tokens j*T_loc..) goes to rank j as is
-    double t1 = MPI_Wtime();
-    alltoall(c, send, pack, n, mpi_type(dt), __func__);
-    c->stats[COMM_HEAD_TO_SEQ].mpi_seconds += MPI_Wtime() - t1;
+    size_t n = block_floats(T_loc, nh_out, HS);
     size_t row = (size_t)nh * HS, blk = (size_t)nh_out * HS;
     if (nh >= P) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -639,9 +636,58 @@ void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int 
                 }
             }
     }
-    double bytes = (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1);
+}
+
+void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
+                      mem_dtype dt, void *pack) {
+    double t0 = MPI_Wtime();
+    uint64_t tt = trace_begin(); /* P == 1: a copy, not traced */
+    if (exchange_trivial(c, COMM_HEAD_TO_SEQ, send, recv, T_loc, nh, HS, dt, t0)) return;
+    int n = block_count(block_floats(T_loc, heads_out(nh, c->P), HS));
+    // block j of send (tokens j*T_loc..) goes to rank j as is
+    double t1 = MPI_Wtime();
+    alltoall(c, send, pack, n, mpi_type(dt), __func__);
+    c->stats[COMM_HEAD_TO_SEQ].mpi_seconds += MPI_Wtime() - t1;
+    head_to_seq_unpack(c, pack, recv, T_loc, nh, HS, dt);
+    double bytes = (double)mem_dtype_bytes(dt, (size_t)n) * (c->P - 1);
     count(c, COMM_HEAD_TO_SEQ, t0, bytes);
     trace_end2(tt, "comm", "a2a_head_to_seq", "bytes", (int64_t)bytes, "heads", nh);
+}
+
+void comm_head_to_seq_start(comm_ctx *c, const void *send, int T_loc, int nh, int HS, mem_dtype dt,
+                            void *pack, int tag, comm_exchange *x) {
+    double t0 = MPI_Wtime();
+    UP_CHECK(x->req && x->n == 0, "comm_head_to_seq_start: exchange not initialised or in use");
+    UP_CHECK(c->P > 1, "comm_head_to_seq_start: one rank has nothing to exchange");
+    UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh, c->P);
+    int P = c->P, me = c->cp_rank;
+    int n = block_count(block_floats(T_loc, heads_out(nh, P), HS));
+    x->kind = COMM_HEAD_TO_SEQ;
+    // as comm_seq_to_head_start: every transfer posted at once; block j of send goes to rank j
+    double t1 = MPI_Wtime();
+    for (int k = 1; k < P; k++) {
+        int j = (me + P - k) % P;
+        MPI_CALL(MPI_Irecv(dtype_at(dt, pack, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
+                           &x->req[x->n++]));
+    }
+    for (int k = 1; k < P; k++) {
+        int j = (me + k) % P;
+        MPI_CALL(MPI_Isend(dtype_at(dt, send, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
+                           &x->req[x->n++]));
+    }
+    c->stats[COMM_HEAD_TO_SEQ].mpi_seconds += MPI_Wtime() - t1;
+    memcpy(dtype_at(dt, pack, (size_t)me * n), dtype_at(dt, send, (size_t)me * n),
+           mem_dtype_bytes(dt, (size_t)n));
+    count(c, COMM_HEAD_TO_SEQ, t0, (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1));
+    c->stats[COMM_HEAD_TO_SEQ].calls--; /* counted once, at the wait */
+}
+
+void comm_head_to_seq_finish(comm_ctx *c, const void *pack, void *recv, int T_loc, int nh, int HS,
+                             mem_dtype dt) {
+    double t0 = MPI_Wtime();
+    head_to_seq_unpack(c, pack, recv, T_loc, nh, HS, dt);
+    count(c, COMM_HEAD_TO_SEQ, t0, 0);
+    c->stats[COMM_HEAD_TO_SEQ].calls--; /* the wait counted the call */
 }
 
 void comm_reduce_grads(comm_ctx *c, float *g, size_t n) {

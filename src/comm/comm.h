@@ -123,6 +123,7 @@ void comm_seq_to_head(comm_ctx *c, const void *send, void *recv, int T_loc, int 
 typedef struct {
     MPI_Request *req; /* 2 * P */
     int n;            /* requests in flight, 0: none */
+    comm_kind kind;   /* the direction, where the wait's time is counted */
 } comm_exchange;
 void comm_exchange_init(const comm_ctx *c, comm_exchange *x);
 void comm_exchange_free(comm_exchange *x);
@@ -136,6 +137,14 @@ void comm_exchange_wait(comm_ctx *c, comm_exchange *x);
  * rounded once). overwrite recv. */
 void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
                       mem_dtype dt, void *pack);
+/* The same, non-blocking (the pipe's exchanges back, DESIGN.md §3): comm_head_to_seq_start posts
+ * the transfers of send's blocks (send must not change until the wait) into pack (P blocks of
+ * (T_loc, nh_out, HS)); after comm_exchange_wait, comm_head_to_seq_finish unpacks pack into recv
+ * (T_loc, nh, HS), the replicas summed as above. Requires P > 1. */
+void comm_head_to_seq_start(comm_ctx *c, const void *send, int T_loc, int nh, int HS, mem_dtype dt,
+                            void *pack, int tag, comm_exchange *x);
+void comm_head_to_seq_finish(comm_ctx *c, const void *pack, void *recv, int T_loc, int nh, int HS,
+                             mem_dtype dt);
 /* Elements of the pack scratch both exchanges need for these shapes. */
 size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS);
 

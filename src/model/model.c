@@ -174,6 +174,10 @@ static void *owned_buffer(model *m, mem_category cat, size_t bytes) {
     return p;
 }
 
+int model_pipe_wanted(const model_options *opt, const comm_ctx *comm) {
+    return opt->upipe_overlap_node || (opt->upipe_overlap && comm->cp_nodes > 1);
+}
+
 model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_options *opt) {
     model *m = calloc(1, sizeof *m);
     UP_CHECK(m, "out of memory");
@@ -216,7 +220,7 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
                              .keep_qkv = opt->U == 0,
                              .comm = comm,
                              .forward_only = opt->forward_only,
-                             .overlap = opt->upipe_overlap,
+                             .overlap = model_pipe_wanted(opt, comm),
                              .dtype = opt->dtype,
                              .tk = &m->tk};
     buf_table t = {0};

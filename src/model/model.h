@@ -31,7 +31,9 @@ typedef struct {
     int tile_loss;           /* tokens per loss tile (final norm, LM head, CE), 0: T_loc */
     int U;                   /* query heads per UPipe stage (staged path), 0: plain Ulysses */
     int upipe_overlap;       /* the pipe: the next stage's exchange in flight during this
-                                stage's attention (staged path, P > 1); same results */
+                                stage's attention (staged path, P > 1); same results; only
+                                where a context-parallel group spans nodes ... */
+    int upipe_overlap_node;  /* ... unless this is set: also within a node (DESIGN.md §3) */
     int fsdp;                /* shard params, grads and optimizer state over all ranks */
     int docs;                /* packed documents: attention within a document, positions from
                                 its start (model_set_documents after each window) */
@@ -107,6 +109,11 @@ int model_sharded(const model *m);
 double model_attention_seconds(model *m, int reset);
 /* 1 when the UPipe stages overlap the next stage's exchange with this one's attention. */
 int model_attention_overlaps(const model *m);
+/* Whether the options ask for the pipe on this layout: --upipe-overlap where a context-parallel
+ * group spans nodes (within a node the exchange is a copy on the cores attention runs on, so the
+ * pipe cannot hide it: DESIGN.md §3), --upipe-overlap-on-node everywhere. The pipe then runs
+ * where it has something to overlap (cp_attention_init). */
+int model_pipe_wanted(const model_options *opt, const comm_ctx *comm);
 
 /* Packed documents (opt.docs): from the window's T*P inputs (model_read_window, every rank)
  * and the separator that opens a document, sets the document of every position (attention stays

@@ -22,7 +22,8 @@ struct cp_attention {
     int chunks;           /* NKV / Kc */
     int stages;           /* chunks * stages_per_chunk = NH / U */
     int model_order;      /* U == NH: the one stage is every head in model order */
-    int overlap;          /* the pipe: the next stage's inputs are in flight during attention */
+    int overlap;          /* the pipe: the next stage's inputs, and the previous stage's
+                             outputs (o; dq, dk, dv), are in flight during attention */
     int nblk, bw;         /* the stage's q rows as nblk blocks of bw floats (one under keep_qkv) */
     /* stage tensors in the run's type (s.dtype); the kernels' workspace ws fp32 */
     void *qs, *ks, *vs; /* (T_loc, U*HS), (T_loc, Kc*HS) x2: projections, later gradients */
@@ -32,12 +33,17 @@ struct cp_attention {
     void *oh[2], *doh[2];        /* (T, U_loc, HS): NULL when they alias a sequence-layout one */
     void *dqh;                   /* (T, U_loc, HS): NULL when it aliases qs */
     void *dts;                   /* (T_loc, U*HS) the stage's d loss / d att, sequence layout */
-    void *dkh, *dvh;             /* (T, Kc_loc, HS): accumulated over the stages of a chunk */
+    void *dqh1;                  /* the pipe: dq of every other stage (dq in flight back) */
+    void *dkh[2], *dvh[2];       /* (T, Kc_loc, HS): accumulated over the stages of a chunk;
+                                    [1] under the pipe with several chunks (dk, dv in flight) */
     void *dkh_s, *dvh_s;         /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
     void *pack;                  /* all-to-all packing (and q's in flight) */
     float *ws;                   /* flash attention workspace (fp32) */
     void *pack_k, *pack_v, *pack_o, *pack_do; /* the pipe: packs of the other inputs in flight */
-    comm_exchange inflight[5]; /* the pipe: the next stage's exchanges (k, v, o, do, q) */
+    void *back_q, *back_k, *back_v;           /* the pipe: where o or dq, and dk, dv arrive back */
+    /* the pipe: the next stage's exchanges (k, v, o, do, q) and the previous stage's back (o;
+     * dq, dk, dv) */
+    comm_exchange inflight[8];
     int ninflight;
     double kernel_s; /* seconds inside the attention kernels since the last reset */
 };
@@ -137,15 +143,22 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
                 a->vh[b] = stage_buffer(s, kvh);
             }
         }
-        if (!(P1 && a->model_order) && (b == 0 || bwd)) /* else o is read in place */
+        if (!(P1 && a->model_order)) /* else o is read in place */
             a->oh[b] = stage_buffer(s, qh);
         if (bwd && !P1) a->doh[b] = stage_buffer(s, qh); /* P == 1: do is dts itself */
     }
     if (bwd) a->dts = stage_buffer(s, up_mul3(T, (size_t)s->U, HS));
     if (bwd && !(P1 && keep)) { /* else dq, dk, dv land in qs, ks, vs */
         a->dqh = stage_buffer(s, qh);
-        a->dkh = stage_buffer(s, kvh);
-        a->dvh = stage_buffer(s, kvh);
+        a->dkh[0] = stage_buffer(s, kvh);
+        a->dvh[0] = stage_buffer(s, kvh);
+    }
+    if (bwd && a->overlap) {
+        a->dqh1 = stage_buffer(s, qh);
+        if (kv2) {
+            a->dkh[1] = stage_buffer(s, kvh);
+            a->dvh[1] = stage_buffer(s, kvh);
+        }
     }
     if (bwd && a->stages_per_chunk > 1) {
         a->dkh_s = stage_buffer(s, kvh);
@@ -162,7 +175,10 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         if (a->overlap && bwd) {
             a->pack_o = stage_buffer(s, pq);
             a->pack_do = stage_buffer(s, pq);
+            a->back_k = stage_buffer(s, pkv);
+            a->back_v = stage_buffer(s, pkv);
         }
+        if (a->overlap) a->back_q = stage_buffer(s, pq);
     }
     /* scores, probabilities, running statistics and accumulators: fp32 whatever the dtype */
     a->ws = mem_alloc_f32(MEM_ATTENTION, typed_attention_workspace_floats(s->dtype, a->Tg, a->U_loc,
@@ -178,10 +194,11 @@ int cp_attention_overlaps(const cp_attention *a) {
 
 void cp_attention_free(cp_attention *a) {
     if (!a) return;
-    void *bufs[] = {a->qs,     a->ks,     a->vs,      a->qh[0],  a->kh[0], a->vh[0],  a->qh[1],
-                    a->kh[1],  a->vh[1],  a->oh[0],   a->doh[0], a->oh[1], a->doh[1], a->dqh,
-                    a->dkh,    a->dvh,    a->dkh_s,   a->dvh_s,  a->dts,   a->pack,   a->pack_k,
-                    a->pack_v, a->pack_o, a->pack_do, a->ws};
+    void *bufs[] = {a->qs,     a->ks,     a->vs,     a->qh[0],  a->kh[0],  a->vh[0],   a->qh[1],
+                    a->kh[1],  a->vh[1],  a->oh[0],  a->doh[0], a->oh[1],  a->doh[1],  a->dqh,
+                    a->dqh1,   a->dkh[0], a->dvh[0], a->dkh[1], a->dvh[1], a->dkh_s,   a->dvh_s,
+                    a->dts,    a->pack,   a->pack_k, a->pack_v, a->pack_o, a->pack_do, a->back_q,
+                    a->back_k, a->back_v, a->ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
     for (size_t i = 0; a->overlap && i < sizeof a->inflight / sizeof a->inflight[0]; i++)
@@ -383,21 +400,88 @@ static void kernel_backward(cp_attention *a, void *dq, void *dk, void *dv, const
                              a->U_loc, a->Kc_loc, a->s.HS, a->ws);
 }
 
+/* ---- the pipe's exchanges back ------------------------------------------------------------ */
+
+/* Head -> sequence layout of a stage's output, left in flight: from head (which must not change
+ * until inputs_wait) into back, unpacked after the wait by comm_head_to_seq_finish. */
+static void output_to_seq(cp_attention *a, const void *head, void *back, int nh) {
+    UP_CHECK(a->ninflight < (int)(sizeof a->inflight / sizeof a->inflight[0]),
+             "cp_attention: too many exchanges in flight");
+    int i = a->ninflight++;
+    comm_head_to_seq_start(a->s.comm, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, back, i,
+                           &a->inflight[i]);
+}
+
+static void output_unpack(cp_attention *a, const void *back, void *seq, int nh) {
+    comm_head_to_seq_finish(a->s.comm, back, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype);
+}
+
+/* Stage s's o (T, U_loc, HS) back into the saved o (T_loc, NH*HS) in model head order: from the
+ * head-layout buffer at once, or (back: the pipe) from where its exchange arrived. */
+static void forward_output(cp_attention *a, cp_attention_saved *sv, const void *oh,
+                           const void *back, int s) {
+    int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk, U = a->s.U;
+    void *seq = a->model_order ? sv->att : a->qs; /* qs is free again */
+    if (back)
+        output_unpack(a, back, seq, U);
+    else
+        to_seq(a, oh, seq, U);
+    if (!a->model_order) stage_copy(a, a->qs, NULL, sv->att, c, j);
+}
+
+/* Stage s's dq, in sequence layout in qs: q = rope(h Wq[stage rows]^T), so RoPE^T, then
+ * dh += dq Wq[rows], dWq[rows] += dq^T h. */
+static void backward_q_tail(cp_attention *a, const void *h, const cp_attention_weights *w,
+                            const cp_attention_weights *g, void *dh, int s) {
+    int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, ld = a->s.U * HS;
+    int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk;
+    typed_rope_backward(a->s.tk, a->qs, a->s.rope_cos, a->s.rope_sin, T, a->s.U, HS);
+    for (int kk = 0; kk < a->nblk; kk++) {
+        size_t qo = (size_t)block_head(a, c, j, kk) * HS * C;
+        typed_matmul_backward(a->s.tk, dh, C, (float *)g->wq + qo, C,
+                              at(a, a->qs, (size_t)kk * a->bw), ld, h, C, at(a, w->wq, qo), C, T, C,
+                              a->bw);
+    }
+}
+
+/* Chunk c's dk, dv, in sequence layout in ks, vs (replica gradients summed on the way back):
+ * k = rope(h Wk[chunk]^T), v = h Wv[chunk]^T. */
+static void backward_kv_tail(cp_attention *a, const void *h, const cp_attention_weights *w,
+                             const cp_attention_weights *g, void *dh, int c) {
+    int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, kw = a->Kc * HS;
+    typed_rope_backward(a->s.tk, a->ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
+    size_t off = (size_t)c * kw * C;
+    typed_mm_bwd(a->s.tk, dh, (float *)g->wk + off, a->ks, h, at(a, w->wk, off), T, C, kw);
+    typed_mm_bwd(a->s.tk, dh, (float *)g->wv + off, a->vs, h, at(a, w->wv, off), T, C, kw);
+}
+
+/* Under the pipe, the tails of stage s (after the wait that completed its exchanges back): dq,
+ * and dk, dv when s closes its chunk; the same order of additions into dh as without the pipe. */
+static void backward_back_done(cp_attention *a, const void *h, const cp_attention_weights *w,
+                               const cp_attention_weights *g, void *dh, int s) {
+    output_unpack(a, a->back_q, a->qs, a->s.U);
+    backward_q_tail(a, h, w, g, dh, s);
+    if (s % a->stages_per_chunk < a->stages_per_chunk - 1) return;
+    output_unpack(a, a->back_k, a->ks, a->Kc);
+    output_unpack(a, a->back_v, a->vs, a->Kc);
+    backward_kv_tail(a, h, w, g, dh, s / a->stages_per_chunk);
+}
+
 /* ---- forward / backward --------------------------------------------------------------------- */
 
 /* Every stage: its inputs (at once for the first stage, or for all without the pipe), the next
- * stage's inputs started (the pipe), attention, the exchanges completed, the output back. */
+ * stage's inputs started (the pipe), attention, the exchanges completed, the output back (at
+ * once; under the pipe started here and unpacked after the next stage's attention). */
 void cp_attention_forward(cp_attention *a, const void *h, const cp_attention_weights *w,
                           cp_attention_saved *sv) {
-    int U = a->s.U;
     size_t lse_stage = (size_t)a->U_loc * a->Tg;
     if (a->overlap) attention_set_progress(inputs_progress, a);
     for (int s = 0; s < a->stages; s++) {
-        int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk;
+        int c = s / a->stages_per_chunk;
         uint64_t tt = trace_begin();
         if (s == 0 || !a->overlap) forward_inputs(a, h, w, sv, s, 0);
         if (a->overlap && s + 1 < a->stages) forward_inputs(a, h, w, sv, s + 1, 1);
-        void *oh = a->oh[0] ? a->oh[0] : sv->att; // P == 1, model order
+        void *oh = a->oh[qset(a, s)] ? a->oh[qset(a, s)] : sv->att; // P == 1, model order
         double t0 = now_s();
         uint64_t tk = trace_begin();
         kernel_forward(a, oh, sv->lse + s * lse_stage, head_q(a, sv, s), head_k(a, sv, c),
@@ -405,13 +489,17 @@ void cp_attention_forward(cp_attention *a, const void *h, const cp_attention_wei
         trace_end(tk, "attention", "flash_forward");
         a->kernel_s += now_s() - t0;
         inputs_wait(a);
-        if (a->model_order) {
-            to_seq(a, oh, sv->att, U); // (T_loc, NH*HS)
+        if (!a->overlap) {
+            forward_output(a, sv, oh, NULL, s);
         } else {
-            to_seq(a, oh, a->qs, U);                   // qs is free again
-            stage_copy(a, a->qs, NULL, sv->att, c, j); // model head order
+            if (s > 0) forward_output(a, sv, NULL, a->back_q, s - 1);
+            output_to_seq(a, oh, a->back_q, a->s.U);
         }
-        trace_end2(tt, "attention", "stage_forward", "stage", s, "heads", U);
+        trace_end2(tt, "attention", "stage_forward", "stage", s, "heads", a->s.U);
+    }
+    if (a->overlap) {
+        inputs_wait(a);
+        forward_output(a, sv, NULL, a->back_q, a->stages - 1);
     }
     attention_set_progress(NULL, NULL);
 }
@@ -419,18 +507,21 @@ void cp_attention_forward(cp_attention *a, const void *h, const cp_attention_wei
 void cp_attention_backward(cp_attention *a, const void *h, const cp_attention_weights *w,
                            const cp_attention_weights *g, const void *dres, const void *wo,
                            const cp_attention_saved *sv, void *dh) {
-    int T = a->s.T_loc, C = a->s.C, HS = a->s.HS, U = a->s.U, ld = U * HS, kw = a->Kc * HS;
-    size_t lse_stage = (size_t)a->U_loc * a->Tg, kvh = (size_t)a->Tg * a->Kc_loc * HS;
-    void *dqh = a->dqh ? a->dqh : a->qs, *dkh = a->dkh ? a->dkh : a->ks;
-    void *dvh = a->dvh ? a->dvh : a->vs;
+    int U = a->s.U;
+    size_t lse_stage = (size_t)a->U_loc * a->Tg, kvh = (size_t)a->Tg * a->Kc_loc * a->s.HS;
     if (a->overlap) attention_set_progress(inputs_progress, a);
     for (int s = 0; s < a->stages; s++) {
         int c = s / a->stages_per_chunk, j = s % a->stages_per_chunk, b = qset(a, s);
+        int last = j == a->stages_per_chunk - 1, kv = kvset(a, c);
         uint64_t tt = trace_begin();
         if (s == 0 || !a->overlap) backward_inputs(a, h, w, dres, wo, sv, s, 0);
         if (a->overlap && s + 1 < a->stages) backward_inputs(a, h, w, dres, wo, sv, s + 1, 1);
         const void *oh = a->oh[b] ? a->oh[b] : sv->att;   // P == 1, model order: in place
         const void *doh = a->doh[b] ? a->doh[b] : a->dts; // P == 1: where it was formed
+        // dq, dk, dv in head layout; P == 1 with keep_qkv: in qs, ks, vs themselves. Under the
+        // pipe dq alternates stage by stage (one is in flight back), dk, dv chunk by chunk
+        void *dqh = b ? a->dqh1 : a->dqh ? a->dqh : a->qs;
+        void *dkh = a->dkh[kv] ? a->dkh[kv] : a->ks, *dvh = a->dvh[kv] ? a->dvh[kv] : a->vs;
         // the first stage of a chunk writes dk, dv; later ones add theirs
         void *dk = j == 0 ? dkh : a->dkh_s, *dv = j == 0 ? dvh : a->dvh_s;
         double t0 = now_s();
@@ -444,26 +535,27 @@ void cp_attention_backward(cp_attention *a, const void *h, const cp_attention_we
             typed_add(a->s.tk, dkh, dk, kvh);
             typed_add(a->s.tk, dvh, dv, kvh);
         }
-        // q = rope(h Wq[stage rows]^T)
-        to_seq(a, dqh, a->qs, U); // dq (T_loc, U*HS)
-        typed_rope_backward(a->s.tk, a->qs, a->s.rope_cos, a->s.rope_sin, T, U, HS);
-        for (int kk = 0; kk < a->nblk; kk++) {
-            size_t qo = (size_t)block_head(a, c, j, kk) * HS * C;
-            // dh += dq Wq[rows], dWq[rows] += dq^T h
-            typed_matmul_backward(a->s.tk, dh, C, (float *)g->wq + qo, C,
-                                  at(a, a->qs, (size_t)kk * a->bw), ld, h, C, at(a, w->wq, qo), C,
-                                  T, C, a->bw);
+        if (a->overlap) { /* the previous stage's tails; this stage's gradients start back */
+            if (s > 0) backward_back_done(a, h, w, g, dh, s - 1);
+            output_to_seq(a, dqh, a->back_q, U);
+            if (last) {
+                output_to_seq(a, dkh, a->back_k, a->Kc);
+                output_to_seq(a, dvh, a->back_v, a->Kc);
+            }
+        } else {
+            to_seq(a, dqh, a->qs, U); // dq (T_loc, U*HS)
+            backward_q_tail(a, h, w, g, dh, s);
+            if (last) {
+                to_seq(a, dkh, a->ks, a->Kc);
+                to_seq(a, dvh, a->vs, a->Kc);
+                backward_kv_tail(a, h, w, g, dh, c);
+            }
         }
         trace_end2(tt, "attention", "stage_backward", "stage", s, "heads", U);
-        if (j < a->stages_per_chunk - 1) continue;
-        // the chunk's last stage: k = rope(h Wk[chunk]^T), v = h Wv[chunk]^T (replica
-        // gradients summed on the way back)
-        to_seq(a, dkh, a->ks, a->Kc);
-        to_seq(a, dvh, a->vs, a->Kc);
-        typed_rope_backward(a->s.tk, a->ks, a->s.rope_cos, a->s.rope_sin, T, a->Kc, HS);
-        size_t off = (size_t)c * kw * C;
-        typed_mm_bwd(a->s.tk, dh, (float *)g->wk + off, a->ks, h, at(a, w->wk, off), T, C, kw);
-        typed_mm_bwd(a->s.tk, dh, (float *)g->wv + off, a->vs, h, at(a, w->wv, off), T, C, kw);
+    }
+    if (a->overlap) {
+        inputs_wait(a);
+        backward_back_done(a, h, w, g, dh, a->stages - 1);
     }
     attention_set_progress(NULL, NULL);
 }

@@ -540,9 +540,67 @@ static int text_put(tok_text *out, const char *s, size_t n) {
     return 0;
 }
 
+/* Length of the well-formed UTF-8 character at s[0, n), or of its maximal ill-formed subpart
+ * (negated, at least 1): the bytes a lossy decoder replaces by one U+FFFD (Unicode's "maximal
+ * subpart" practice, as Rust's String::from_utf8_lossy and the WHATWG TextDecoder apply it). */
+static int utf8_step(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    int len = c >= 0xC2 && c <= 0xDF   ? 2
+              : c >= 0xE0 && c <= 0xEF ? 3
+              : c >= 0xF0 && c <= 0xF4 ? 4
+                                       : 0;
+    if (len == 0) return -1;
+    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    for (int k = 1; k < len; k++) {
+        if ((size_t)k >= n || s[k] < (k == 1 ? lo : 0x80) || s[k] > (k == 1 ? hi : 0xBF)) return -k;
+    }
+    return len;
+}
+
+/* out[from, n) made valid UTF-8: each maximal ill-formed subpart becomes U+FFFD, or (per_byte:
+ * the SentencePiece ByteFallback decoder's rule) the whole stretch, when it is not valid, one
+ * U+FFFD per byte. */
+static int text_lossy(tok_text *out, size_t from, int per_byte) {
+    static const char fffd[] = "\xEF\xBF\xBD";
+    size_t n = out->n - from, bad = 0;
+    const unsigned char *s = (const unsigned char *)out->s + from;
+    for (size_t i = 0; i < n;) {
+        int k = utf8_step(s + i, n - i);
+        bad += k < 0;
+        i += (size_t)(k < 0 ? -k : k);
+    }
+    if (bad == 0) return 0;
+    char *copy = malloc(n);
+    if (copy == NULL) return -1;
+    memcpy(copy, s, n);
+    out->n = from;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0;) {
+        int k = per_byte ? -1 : utf8_step((const unsigned char *)copy + i, n - i);
+        rc = k > 0 ? text_put(out, copy + i, (size_t)k) : text_put(out, fffd, 3);
+        i += (size_t)(k < 0 ? -k : k);
+    }
+    free(copy);
+    return rc;
+}
+
+int tok_decode_boundary(const tokenizer *t, int32_t id) {
+    if (id < 0 || (uint32_t)id >= t->nids || t->tok_len[id] == UINT32_MAX) return 1;
+    if (t->special[id]) return 1;
+    if (t->family == TOK_SENTENCEPIECE) return t->id_byte[id] < 0;
+    unsigned char c = (unsigned char)t->pool[t->tok_off[id]];
+    return t->tok_len[id] > 0 && (c < 0x80 || c >= 0xC0); /* not a continuation byte */
+}
+
 int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_text *out,
                char *err, size_t errlen) {
     size_t start = out->n;
+    int lossy = !(flags & TOK_BYTES);
+    /* Byte-level: the bytes between special tokens go through the lossy rule as one text (HF's
+     * ByteLevel decoder); SentencePiece-style: each run of byte-fallback tokens (ByteFallback) */
+    size_t run = out->n, group = SIZE_MAX;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || (uint32_t)id >= t->nids || t->tok_len[id] == UINT32_MAX)
@@ -551,10 +609,21 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_
         const char *s = t->pool + t->tok_off[id];
         size_t len = t->tok_len[id];
         int rc = 0;
-        if (t->family == TOK_BYTE_LEVEL || t->special[id]) {
+        int is_byte = t->family == TOK_SENTENCEPIECE && !t->special[id] && t->id_byte[id] >= 0;
+        if (lossy && group != SIZE_MAX && !is_byte) { /* a byte-fallback run ends */
+            rc = text_lossy(out, group, 1);
+            group = SIZE_MAX;
+        }
+        if (lossy && t->family == TOK_BYTE_LEVEL && t->special[id]) {
+            rc = rc ? rc : text_lossy(out, run, 0);
+            run = out->n + len;
+        }
+        if (rc != 0) {
+        } else if (t->family == TOK_BYTE_LEVEL || t->special[id]) {
             rc = text_put(out, s, len);
-        } else if (t->id_byte[id] >= 0) {
+        } else if (is_byte) {
             char b = (char)t->id_byte[id];
+            if (group == SIZE_MAX) group = out->n;
             rc = text_put(out, &b, 1);
         } else {
             for (size_t k = 0; k < len && rc == 0;) { /* "▁" -> " " */
@@ -569,6 +638,10 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_
         }
         if (rc != 0) return up_errf(err, errlen, NULL, "out of memory");
     }
+    int rc = 0;
+    if (lossy && group != SIZE_MAX) rc = text_lossy(out, group, 1);
+    if (lossy && t->family == TOK_BYTE_LEVEL && rc == 0) rc = text_lossy(out, run, 0);
+    if (rc != 0) return up_errf(err, errlen, NULL, "out of memory");
     int strip = 0; /* HF's Strip decoder, after Fuse: leading spaces of the whole text */
     while (!(flags & TOK_CONTINUE) && strip < t->dec_strip && start + (size_t)strip < out->n &&
            out->s[start + strip] == ' ')

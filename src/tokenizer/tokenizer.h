@@ -55,6 +55,7 @@ enum {
                               non-special added tokens are always matched, as HF does) */
     TOK_CONTINUE = 4,      /* text continues a text cut at tok_cut_point: no Prepend "▁" nor
                               prefix space at its start */
+    TOK_BYTES = 8,         /* tok_decode: the tokens' bytes as they are, valid UTF-8 or not */
 };
 
 /* Loads path: a tokenizer.json, or a model folder holding tokenizer.json (and optionally
@@ -112,10 +113,18 @@ size_t tok_cut_point(const tokenizer *t, const char *text, size_t n);
 
 /* Appends the text of ids to out as HF's decoder writes it (special tokens as their content);
  * the SentencePiece Strip decoder applies at the start of this call unless flags holds
- * TOK_CONTINUE (ids that continue those of an earlier call). Byte-level text is written as its
- * bytes (HF would replace invalid UTF-8 by U+FFFD). 0, or -1 with err (an id out of range, out
- * of memory). */
+ * TOK_CONTINUE (ids that continue those of an earlier call). Ids that do not make valid UTF-8
+ * (a window cut inside a character) decode as HF's Rust library decodes them: byte-level, each
+ * maximal ill-formed subpart of the bytes between special tokens becomes U+FFFD (ByteLevel's
+ * from_utf8_lossy); SentencePiece-style, a run of byte-fallback tokens that is not valid UTF-8
+ * becomes one U+FFFD per token (ByteFallback; HF's JavaScript port replaces maximal subparts
+ * instead). TOK_BYTES: the raw bytes. 0, or -1 with err (an id out of range, out of memory). */
 int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_text *out,
                char *err, size_t errlen);
+/* 1 when a decode may be cut before id (the ids before it in one tok_decode call, the rest with
+ * TOK_CONTINUE in the next) and give the text of one call: a special token, a SentencePiece
+ * token that is not a byte-fallback one, a byte-level token that does not start with a UTF-8
+ * continuation byte. */
+int tok_decode_boundary(const tokenizer *t, int32_t id);
 
 #endif

@@ -117,14 +117,21 @@ static const flag_spec g_front_flags[] = {
      .kind = FLAG_SET,
      .off = AT(mopt.upipe_overlap),
      .def = MODEL_UPIPE_OVERLAP_DEFAULT,
-     .help = "with --upipe-heads and --cp > 1: exchange the next stage's\n"
-             "inputs (q, k, v; o, do in backward) while this stage's\n"
-             "attention runs, on one more set of stage buffers (category\n"
-             "attention); same results to the bit (default: off)"},
+     .help = "with --upipe-heads, where a context-parallel group spans\n"
+             "nodes: exchange the next stage's inputs (q, k, v; o, do) and\n"
+             "the last stage's outputs (o; dq, dk, dv) while this stage's\n"
+             "attention runs, on more stage buffers (category attention);\n"
+             "same results to the bit. Off where a group shares a node (the\n"
+             "exchange is a copy there: nothing to hide; default: off)"},
     {.name = "no-upipe-overlap",
      .kind = FLAG_CLEAR,
      .off = AT(mopt.upipe_overlap),
      .help = NULL /* on --upipe-overlap's line */},
+    {.name = "upipe-overlap-on-node",
+     .kind = FLAG_SET,
+     .off = AT(mopt.upipe_overlap_node),
+     .help = "the pipe also where a group shares a node (for tests and\n"
+             "measurements: it is slower there)"},
     {.name = "dry-run",
      .kind = FLAG_SET,
      .off = AT(dry_run),

@@ -305,6 +305,7 @@ static const flag_help_line g_train_page[] = {
     {"tile-loss", NULL},
     {"upipe-heads", NULL},
     {"upipe-overlap no-upipe-overlap", NULL},
+    {"upipe-overlap-on-node", NULL},
     {"dry-run", NULL},
     {"mem-limit", NULL},
     {NULL, "\nparallelism (launch with mpiexec -n R)"},

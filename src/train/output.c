@@ -57,7 +57,11 @@ void print_summary(const train_run *r) {
                r->comm.cp_nodes == 1 ? "within a node" : "across nodes");
     if (o->front.mopt.U)
         printf(", UPipe stages of %d heads%s", o->front.mopt.U,
-               model_attention_overlaps(m) ? ", next stage's exchange overlapped" : "");
+               model_attention_overlaps(m) ? ", exchanges overlapped with attention"
+               : o->front.mopt.upipe_overlap && r->P > 1 &&
+                       !model_pipe_wanted(&o->front.mopt, &r->comm)
+                   ? ", no overlap within a node (--upipe-overlap-on-node forces it)"
+                   : "");
     printf("\n");
     fflush(stdout);
 }

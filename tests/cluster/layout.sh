@@ -49,6 +49,24 @@ job hf2 2 "$CLUSTER" mpirun && {
   echo "(wire bytes of the node-by-node launch, --cp 2: $WIRE)"
 }
 
+# The pipe across nodes (DESIGN.md §3): --cp 4 groups span both nodes, so --upipe-overlap runs
+# it (the layout line says so) and the weights are those of the run without it, byte for byte
+# (the same launch and layout; the pipe moves the same data and sums nothing differently). NH =
+# NKV = 8 with U = 4: two stages, each its own KV chunk, so o, q, k, v go out and o, dq, dk, dv
+# come back while the other stage's attention runs.
+sed 's/"num_attention_heads": 4/"num_attention_heads": 8/; s/"num_key_value_heads": 2/"num_key_value_heads": 8/' \
+  "$SRC/configs/tiny.json" >"$TMP/mha.json"
+PIPE="--threads 1 --config $TMP/mha.json --data $TMP/d.bin --seq-len 1024 --steps 2 --lr 1e-3 --cp 4 --upipe-heads 4"
+for ov in no-upipe-overlap upipe-overlap; do
+  timeout 300 "$JOB" $RR -n 4 "$UPIPE" train $PIPE --$ov --save "$TMP/$ov.st" >"$TMP/$ov.out" 2>&1 \
+    || { bad "--$ov across nodes: run failed"; tail -n 5 "$TMP/$ov.out"; }
+done
+lp=$(grep "layout" "$TMP/upipe-overlap.out")
+[[ "$lp" == *"across nodes, UPipe stages of 4 heads, exchanges overlapped with attention"* ]] \
+  && [ -s "$TMP/upipe-overlap.st" ] && cmp -s "$TMP/no-upipe-overlap.st" "$TMP/upipe-overlap.st" \
+  && ok "--upipe-overlap across nodes: on, the same weights to the byte" \
+  || bad "--upipe-overlap across nodes: ${lp#*T_loc=}; weights $(cmp "$TMP/no-upipe-overlap.st" "$TMP/upipe-overlap.st" 2>&1)"
+
 # --dry-run's table: the bytes per step of each collective inside a node and across nodes. The
 # all-to-all stays inside the nodes with --cp 2 and sends 2 of each rank's 3 blocks across with
 # --cp 4; the table's totals are what the runs above counted (the log: one rank's bytes of the

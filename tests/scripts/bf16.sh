@@ -35,7 +35,7 @@ run_case b1 1 $G && compare b1 ref_gqa
 run_case b2 2 $G && compare b2 ref_gqa                       # Ulysses, one KV head per rank
 run_case b4 4 $G && compare b4 ref_gqa                       # P > NKV: KV heads replicated
 run_case stack2 2 $G --fsdp --offload "$TMP/store" --tile-mlp 16 --tile-loss 7 --upipe-heads 2 \
-  --upipe-overlap && compare stack2 ref_gqa
+  --upipe-overlap-on-node && compare stack2 ref_gqa
 run_case stack4 4 $G --fsdp --checkpoint --tile-mlp 8 --tile-loss 5 --upipe-heads 4 \
   && compare stack4 ref_gqa
 T3="--config $TIED/config.json --data $TIED/tokens.bin --init $TIED/weights.safetensors --seq-len 33 --dtype bf16"

@@ -109,17 +109,18 @@ plans tiny_stack 1 $TRAIN --config "$TINY" --seq-len $T --checkpoint --tile-mlp 
 # 2 ranks, FSDP + offload + tiles + UPipe U=2 with the pipe: T_loc = 256, P = 2; a stage is one
 # query head of each KV head (one chunk of both, two stages), in head layout one query and one
 # KV head per rank over Tg = T = 512 rows. In units of (Tg, HS): q, k, v projections 3 (T_loc rows of 2 heads); q and o, do twice (the pipe's second
-# set), k and v once (one chunk): 8; d att 1; dq, dk, dv 3; a stage's dk, dv 2 (two stages);
-# the exchange pack 1 and the pipe's o, do packs 2: 20. The model state stays fp32 and sharded;
+# set), k and v once (one chunk): 8; d att 1; dq twice (one in flight back), dk, dv once: 4; a
+# stage's dk, dv 2 (two stages); the exchange pack 1, the pipe's o, do packs 2 and the packs its
+# exchanges back arrive in (o or dq, dk, dv) 3: 24. The model state stays fp32 and sharded;
 # the two gather slots (R x the largest shard) halve; the offload buffer and slots halve
 # (T_loc * C * 2 bytes is a multiple of the store's 4096-byte rounding).
 T=512; TL=$((T / 2)); R=2; MS=$(max_shard $R)
 plans tiny_fsdp 2 $TRAIN --config "$TINY" --seq-len $T --fsdp --offload "$TMP/store" --tile-mlp $TM \
-  --tile-loss 64 --upipe-heads 2 --upipe-overlap \
+  --tile-loss 64 --upipe-heads 2 --upipe-overlap-on-node \
   && check tiny_fsdp 0 0 0 \
     $((-2 * TL * C)) \
     $((-2 * TL * NH * HS)) \
-    $((-2 * 20 * T * HS + $(attn_ws_delta $T 1 1))) \
+    $((-2 * 24 * T * HS + $(attn_ws_delta $T 1 1))) \
     $((-2 * (3 * TL * C + 4 * TM * F + TM * C) + $(typed_ws))) \
     $((-2 * 2 * MS * R)) \
     $((-2 * L * TL * C))

@@ -29,7 +29,7 @@ same() { # name ranks args...: with and without the pipe, byte for byte
   local name=$1 n=$2
   shift 2
   two_steps ${name}_off "$n" "$@" --no-upipe-overlap || return
-  two_steps ${name}_on "$n" "$@" --upipe-overlap || return
+  two_steps ${name}_on "$n" "$@" --upipe-overlap-on-node || return
   if cmp -s "$TMP/${name}_off.w.st" "$TMP/${name}_on.w.st" && cmp -s "$TMP/${name}_off.g.st" "$TMP/${name}_on.g.st"; then
     ok "$name: weights and gradients identical with --upipe-overlap"
   else
@@ -48,12 +48,12 @@ same gqa_docs 2 --config "$TMP/gqa.json" --upipe-heads 2 --doc-sep 59 --grad-acc
 same gqa_threads 2 --config "$TMP/gqa.json" --upipe-heads 2 --threads 2
 
 # Evaluation (forward only): the same report.
-for ov in no-upipe-overlap upipe-overlap; do
+for ov in no-upipe-overlap upipe-overlap-on-node; do
   mpirun_n 2 "$UPIPE" eval --quiet --threads 1 --config "$TMP/gqa.json" --init "$TMP/gqa_2_off.w.st" \
     --data "$TMP/d.bin" --seq-len 512 --windows 2 --upipe-heads 2 --$ov --report "$TMP/eval_$ov.json" \
     >"$TMP/eval_$ov.out" 2>&1 || { bad "eval --$ov failed"; cat "$TMP/eval_$ov.out"; }
 done
-[ -s "$TMP/eval_upipe-overlap.json" ] && cmp -s "$TMP/eval_no-upipe-overlap.json" "$TMP/eval_upipe-overlap.json" \
+[ -s "$TMP/eval_upipe-overlap-on-node.json" ] && cmp -s "$TMP/eval_no-upipe-overlap.json" "$TMP/eval_upipe-overlap-on-node.json" \
   && ok "eval: the same report with --upipe-overlap" || bad "eval: reports differ with --upipe-overlap"
 
 # The plan counts the second set of stage buffers and packs (category attention) and equals
@@ -69,15 +69,23 @@ plan_vs_run() { # name ranks args...
   if [ -n "$p" ] && [ "$p" = "$m" ]; then ok "$name: plan $p = measured"; else bad "$name: plan $p vs measured $m"; fi
 }
 TR="train --quiet --threads 1 --steps 1 --data $TMP/d.bin --seq-len 1024"
-for ov in no-upipe-overlap upipe-overlap; do
+for ov in no-upipe-overlap upipe-overlap-on-node upipe-overlap; do
   plan_vs_run train_$ov 2 $TR --config "$TMP/gqa.json" --upipe-heads 2 --$ov
   plan_vs_run eval_$ov 2 eval --quiet --threads 1 --config "$TMP/gqa.json" --init "$TMP/gqa_2_off.w.st" \
     --data "$TMP/d.bin" --seq-len 1024 --windows 1 --upipe-heads 2 --$ov
   plan_vs_run one_$ov 1 $TR --config "$TMP/gqa.json" --upipe-heads 2 --$ov
 done
-a0=$(att "$TMP/train_no-upipe-overlap.json"); a1=$(att "$TMP/train_upipe-overlap.json")
+a0=$(att "$TMP/train_no-upipe-overlap.json"); a1=$(att "$TMP/train_upipe-overlap-on-node.json")
 is_num "$a0" && is_num "$a1" && [ "$a1" -gt "$a0" ] && ok "attention category grows with the pipe: $a0 -> $a1 B" \
   || bad "attention category with the pipe: $a0 -> $a1 B"
-[ "$(att "$TMP/one_no-upipe-overlap.json")" = "$(att "$TMP/one_upipe-overlap.json")" ] \
+[ "$(att "$TMP/one_no-upipe-overlap.json")" = "$(att "$TMP/one_upipe-overlap-on-node.json")" ] \
   && ok "one rank: no pipe, no extra buffer" || bad "one rank: the pipe changed the plan"
+# --upipe-overlap where the group shares a node (every rank here): no pipe, the plan of a run
+# without it, and the layout line says why
+mpirun_n 2 "$UPIPE" ${TR/--quiet/} --config "$TMP/gqa.json" --upipe-heads 2 --upipe-overlap \
+  >"$TMP/layout.out" 2>&1 || bad "a run with --upipe-overlap"
+[ "$(att "$TMP/train_no-upipe-overlap.json")" = "$(att "$TMP/train_upipe-overlap.json")" ] \
+  && grep -q "no overlap within a node (--upipe-overlap-on-node forces it)" "$TMP/layout.out" \
+  && ok "--upipe-overlap within a node: no pipe, no extra buffer, said on the layout line" \
+  || bad "--upipe-overlap within a node: $(grep -o 'UPipe.*' "$TMP/layout.out")"
 finish

@@ -138,20 +138,27 @@ steps_of() { grep -o '"step": [0-9]*' "$1" | sed 's/.*: //' | tr '\n' ' '; }
 losses_of() { sed 's/.*"loss": *\([^,]*\),.*/\1/' "$1" | tr '\n' ' '; }
 field() { sl scontrol show job "$1" 2>/dev/null | grep -o "$2=[^ ]*" | cut -d= -f2; }
 
-# The README's batch script, with this test's paths: the same command line for the first start
-# and every requeue; stopped early (SIGTERM with the run unfinished), it requeues itself.
+# The README's batch script as written (its block after "Under SLURM"), with this test's names:
+# one node of 2 tasks for 2 nodes of 8, this build, this run's flags and folder, a checkpoint
+# every 50 steps; one line added after the #SBATCH line (the restart count, which the test
+# reads). The same command line for the first start and every requeue; stopped early (SIGTERM
+# with the run unfinished), it requeues itself. A README that no longer matches fails here.
 batch_script() { # name
   local ck=$TMP/ck_$1 last
   last=$(printf 'step-%08d' "$STEPS")
-  cat <<EOF
-#!/bin/bash
-#SBATCH --ntasks=2 --requeue --signal=TERM@120 --open-mode=append
-echo "run \${SLURM_RESTART_COUNT:-0}"
-srun --mpi=pmi2 $UPIPE train $(echo $A) --ckpt-dir $ck --ckpt-every 50 --resume \\
-  --save $TMP/$1.st --log $TMP/$1.jsonl || exit
-[ -d $ck/$last ] || scontrol requeue "\$SLURM_JOB_ID"
-EOF
+  sed -n '/^Under SLURM/,/^## /p' "$SRC/README.md" | sed -n '/^    #!\/bin\/bash/,/^$/p' | sed 's/^    //' \
+    | sed -e 's/--nodes=2 --ntasks-per-node=8 /--ntasks=2 /' \
+      -e "s|build/upipe train \.\.\. --steps 10000|$UPIPE train $(echo $A) --save $TMP/$1.st --log $TMP/$1.jsonl|" \
+      -e "s|/shared/ckpt/step-00010000|$ck/$last|" -e "s|/shared/ckpt|$ck|" \
+      -e 's/--ckpt-every 200 /--ckpt-every 50 /' -e '/^#SBATCH/a echo "run ${SLURM_RESTART_COUNT:-0}"'
 }
+# Every substitution took: the script names this test's build, folder and final checkpoint.
+script=$(batch_script check)
+for want in "#SBATCH --ntasks=2 --requeue" "srun --mpi=pmi2 $UPIPE train" "--ckpt-dir $TMP/ck_check --ckpt-every 50 --resume" \
+  "[ -d $TMP/ck_check/$(printf 'step-%08d' "$STEPS") ] || scontrol requeue"; do
+  grep -qF -- "$want" <<<"$script" || bad "README's batch script: no '$want' after the substitutions: $script"
+done
+! grep -qE '\.\.\.|/shared|--nodes' <<<"$script" || bad "README's batch script: left unsubstituted: $script"
 # The job's upipe processes (2 ranks), found by their --log.
 ranks() {
   local p

@@ -3,9 +3,11 @@
 // add_special_tokens: true and writes one line of space-separated ids per corpus line.
 // JSON modes (chat_data.py): "encode" writes the ids of each text of a JSON list without the
 // post-processor's tokens (as apply_chat_template(tokenize=True) encodes a rendered
-// conversation); "decode" the text of each id list of a JSON list (special tokens kept).
+// conversation); "decode" the text of each id list of a JSON list (special tokens kept),
+// "rawdecode" the same as the tokenizers library writes it (transformers' clean-up of spaces
+// before punctuation, which tokenizer_config.json may ask for, not applied).
 // usage: node hf_encode.mjs NODE_MODULES TOKENIZER_DIR CORPUS.jsonl OUT.txt
-//        node hf_encode.mjs NODE_MODULES TOKENIZER_DIR encode|decode IN.json OUT.json
+//        node hf_encode.mjs NODE_MODULES TOKENIZER_DIR encode|decode|rawdecode IN.json OUT.json
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
@@ -24,7 +26,7 @@ if (args.length === 5) {
   const out = items.map((x) =>
     mode === "encode"
       ? tok.encode(x, { add_special_tokens: false }).ids
-      : tok.decode(x, { skip_special_tokens: false }),
+      : tok.decode(x, { skip_special_tokens: false, clean_up_tokenization_spaces: mode === "decode" ? undefined : false }),
   );
   fs.writeFileSync(outPath, JSON.stringify(out));
 } else {

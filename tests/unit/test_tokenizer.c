@@ -76,6 +76,61 @@ static int special_at_1(void *ctx, size_t start, size_t end) {
     return start == 1;
 }
 
+/* sp_json with byte_fallback: the 256 tokens <0x00> .. <0xFF> (ids 8 .. 263) and the
+ * ByteFallback decoder after Replace, as Llama 2's tokenizer.json has them. */
+static char *byte_fallback_json(void) {
+    static char buf[sizeof sp_json + 256 * 16 + 64];
+    const char *vocab_end = strstr(sp_json, "\"\\u2581ab\": 7}") + strlen("\"\\u2581ab\": 7");
+    const char *fuse = strstr(sp_json, "{\"type\": \"Fuse\"}");
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, sizeof buf - o, "%.*s", (int)(fuse - sp_json), sp_json);
+    o += (size_t)snprintf(buf + o, sizeof buf - o, "{\"type\": \"ByteFallback\"}, ");
+    o += (size_t)snprintf(buf + o, sizeof buf - o, "%.*s", (int)(vocab_end - fuse), fuse);
+    for (int b = 0; b < 256; b++)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, ", \"<0x%02X>\": %d", b, 8 + b);
+    snprintf(buf + o, sizeof buf - o, "%s", vocab_end);
+    char *f = strstr(buf, "\"byte_fallback\": false");
+    memcpy(f, "\"byte_fallback\": true ", strlen("\"byte_fallback\": true "));
+    return buf;
+}
+
+/* Decoding ids that do not make valid UTF-8, as HF's Rust library does (ByteFallback: a run of
+ * byte tokens that is not valid UTF-8 becomes one U+FFFD per token; the JavaScript port would
+ * write one per maximal ill-formed subpart), and TOK_BYTES. */
+static void expect_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags,
+                          const char *want) {
+    tok_text out = {0};
+    char err[256];
+    int rc = tok_decode(t, ids, n, flags, &out, err, sizeof err);
+    EXPECT(rc == 0 && out.n == strlen(want) && memcmp(out.s, want, out.n) == 0,
+           "decode of %zu ids (flags %d): \"%s\", expected \"%s\"", n, flags, out.s ? out.s : "",
+           want);
+    free(out.s);
+}
+
+static void byte_fallback_decoding(void) {
+    char err[1024];
+    const char *json = byte_fallback_json();
+    write_file(json, strlen(json));
+    tokenizer *t = tok_load(path, err, sizeof err);
+    EXPECT(t != NULL, "the byte-fallback vocabulary is refused: %s", err);
+    if (t == NULL) return;
+    enum { A = 3, E2 = 8 + 0xE2, X82 = 8 + 0x82, AC = 8 + 0xAC, X41 = 8 + 0x41, FF = 8 + 0xFF };
+#define FFFD "\xEF\xBF\xBD"
+    expect_decode(t, (const int32_t[]){E2, X82, AC}, 3, 0, "\xE2\x82\xAC"); /* valid: the euro */
+    expect_decode(t, (const int32_t[]){E2, X82}, 2, 0, FFFD FFFD);          /* cut: one each */
+    expect_decode(t, (const int32_t[]){E2, X82, A, AC}, 4, 0, FFFD FFFD "a" FFFD);
+    expect_decode(t, (const int32_t[]){X41, FF, X41}, 3, 0, FFFD FFFD FFFD); /* the whole run */
+    expect_decode(t, (const int32_t[]){X41, A, FF}, 3, 0, "Aa" FFFD);
+    expect_decode(t, (const int32_t[]){E2, X82, 1, AC}, 4, 0, FFFD FFFD "<s>" FFFD);
+    expect_decode(t, (const int32_t[]){E2, X82}, 2, TOK_BYTES, "\xE2\x82");
+#undef FFFD
+    /* a decode may be cut before a token that is not a byte (or is special), not before one */
+    EXPECT(tok_decode_boundary(t, A) && tok_decode_boundary(t, 1) && !tok_decode_boundary(t, X82),
+           "tok_decode_boundary");
+    tok_free(t);
+}
+
 int main(void) {
     snprintf(path, sizeof path, "/tmp/upipe_test_tokenizer_%d.json", (int)getpid());
     char err[1024];
@@ -112,6 +167,7 @@ int main(void) {
         tok_encoder_free(e);
         tok_free(t);
     }
+    byte_fallback_decoding();
     /* every truncation of the file: refused, never a crash */
     size_t len = strlen(sp_json);
     for (size_t cut = 0; cut < len; cut += 3) {
