@@ -9,7 +9,17 @@
  * multiple of P (DESIGN.md §8.3). Every function here is
  * collective over the group it names and must be called in the same order on all its ranks.
  * Errors of MPI calls stop every rank with the MPI error string. Bytes sent and seconds spent
- * are counted per kind of collective (comm_stats). */
+ * are counted per kind of collective (comm_stats).
+ *
+ * A lost peer (DESIGN.md §8.3): the waits that can hang (the collectives of a step, the
+ * all-to-alls and the pipe's exchange, FSDP's gathers) are non-blocking calls completed by
+ * MPI_Test in a loop on the main thread. Past the watchdog's limit (core/watchdog.h) the rank sends
+ * a probe (MPI_Issend) to each peer of the group it waits on; a probe completes only when the
+ * peer's MPI matched it (every rank keeps one receive per peer posted for them), so the peers whose
+ * probes are still pending after COMM_PROBE_S are the ones named in the rank's one line, with their
+ * nodes, before it stops the job (up_die). FSDP's reduce-scatter stays blocking: MPICH's
+ * non-blocking one sums in another order at some sizes, which would change the weights; a hang
+ * there is stopped by the watchdog thread, naming the call but not the peer. */
 #ifndef UP_COMM_H
 #define UP_COMM_H
 
@@ -37,19 +47,35 @@ typedef struct {
     long calls;
 } comm_stat;
 
+/* Seconds a rank whose wait passed the watchdog's limit gives its peers to answer a probe: a live
+ * peer answers within milliseconds even on a loaded host (its main thread is inside MPI, or it
+ * is stalled: then it is named). */
+#define COMM_PROBE_S 2.0
+
 typedef struct {
-    MPI_Comm world;      /* duplicate of the caller's communicator */
-    MPI_Comm cp;         /* the P ranks holding slices of one sequence */
-    MPI_Comm dp;         /* the D ranks with the same CP rank across replicas */
-    int rank, R;         /* in world */
-    int P, cp_rank;      /* context-parallel degree and rank */
-    int D, dp_rank;      /* data-parallel replicas and replica index */
-    int node, nodes;     /* this rank's node (0 .. nodes-1, in world order) and the job's nodes */
-    int cp_nodes;        /* most nodes one CP group spans: 1 = every all-to-all inside a node */
-    char node_desc[256]; /* e.g. "upn0 (ranks 0-1), upn1 (ranks 2-3)", cut with "..." */
-    double cp_across;    /* of all (rank, CP peer) pairs, the share on different nodes */
-    double world_across; /* of all (rank, other rank) pairs, the share on different nodes */
+    MPI_Comm world;       /* duplicate of the caller's communicator */
+    MPI_Comm cp;          /* the P ranks holding slices of one sequence */
+    MPI_Comm a2a;         /* duplicate of cp for comm_seq_to_head and comm_head_to_seq */
+    MPI_Request *a2a_req; /* 2 * P */
+    MPI_Comm dp;          /* the D ranks with the same CP rank across replicas */
+    int rank, R;          /* in world */
+    int P, cp_rank;       /* context-parallel degree and rank */
+    int D, dp_rank;       /* data-parallel replicas and replica index */
+    int node, nodes;      /* this rank's node (0 .. nodes-1, in world order) and the job's nodes */
+    int cp_nodes;         /* most nodes one CP group spans: 1 = every all-to-all inside a node */
+    char node_desc[256];  /* e.g. "upn0 (ranks 0-1), upn1 (ranks 2-3)", cut with "..." */
+    double cp_across;     /* of all (rank, CP peer) pairs, the share on different nodes */
+    double world_across;  /* of all (rank, other rank) pairs, the share on different nodes */
     comm_stat stats[COMM_KIND_COUNT];
+    /* for the line that names a lost peer: each world rank's rank in the caller's communicator
+     * (messages use MPI's own ranks) and node, the nodes' names; the probes' communicator (a
+     * duplicate of world) with one receive per peer posted from comm_init to comm_free */
+    int *mpi_rank, *node_of;
+    char *node_names; /* nodes x MPI_MAX_PROCESSOR_NAME */
+    MPI_Comm probe;
+    MPI_Request *probe_req; /* R, MPI_REQUEST_NULL for this rank */
+    int *probe_buf;
+    int probe_key; /* MPI_COMM_SELF's attribute that cancels them in MPI_Finalize */
 } comm_ctx;
 
 /* MPI_Init_thread for a command (not collective before it returns; MPI_Finalize is the

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Faults injected on purpose: a signal while the weights are being written leaves no temporary
 # file; a log on a full disk stops the run with a message; a stalled rank (SIGSTOP) ends the job
-# through the watchdog with a message instead of a hang, and a healthy job whose start-up, first
-# step, checkpoints and validation each outlast the floor is not stopped.
+# through the other's watchdog with a message naming it (it does not answer a probe) instead of a
+# hang, and a healthy job whose start-up, first step, checkpoints and validation each outlast the
+# floor is not stopped.
 source "$(dirname "$0")/lib.sh"
 "$UPIPE" data recall --output "$TMP/d.bin" --tokens 20000 --distance 64 >/dev/null || bad "data recall"
 # a vocabulary of 64K makes --save write ~70 MB, long enough to be caught in the middle
@@ -36,7 +37,8 @@ rc=0
   --steps 3 --log /dev/full >"$TMP/full.out" 2>&1 || rc=$?
 [ "$rc" = 1 ] && grep -q "upipe: error.*--log /dev/full.*write failed" "$TMP/full.out" \
   && ok "--log on a full disk: $(grep error "$TMP/full.out")" || { bad "--log /dev/full: exit $rc"; cat "$TMP/full.out"; }
-# ---- a stalled rank (SIGSTOP): the others' watchdog names the collective and stops the job ----
+# ---- a stalled rank (SIGSTOP): the other's watchdog names the step, the collective and the
+# stalled rank, and stops the job ----
 mpirun_n 2 "$UPIPE" train --quiet --threads 1 --config "$SRC/configs/tiny.json" --data "$TMP/d.bin" \
   --seq-len 256 --steps 100000 --lr 1e-3 --watchdog 2.5 --log "$TMP/wd2.jsonl" >"$TMP/wd.out" 2>&1 &
 job=$!
@@ -50,9 +52,13 @@ t0=$(date +%s.%N)
 rc=0; wait "$job" || rc=$?
 dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 [ -n "$victim" ] && kill -CONT "$victim" 2>/dev/null; kill -9 "$victim" 2>/dev/null
-# the message names the step and the collective, and the floor as it was set (2.5, not "2")
-if [ "$rc" -ne 0 ] && grep -q "watchdog: step .* has waited .* in comm_.*now 2.5 s" "$TMP/wd.out"; then
-  ok "stalled rank: job stopped in ${dt} s: $(grep -o 'watchdog: .*hangs' "$TMP/wd.out" | head -n1)"
+# a survivor's one line names the step, the collective, the stopped rank (it does not answer the
+# probe) and the floor as it was set (2.5, not "2")
+line=$(grep -m1 "upipe: error (rank [0-9]*): watchdog: step [0-9]*: no progress for .* in MPI_[A-Za-z_/]* (comm_[a-z0-9_]*, 2 ranks; limit .*, --watchdog 2.5): no answer from rank [0-9]" "$TMP/wd.out")
+me=$(sed -n 's/^upipe: error (rank \([0-9]*\)).*/\1/p' <<<"$line")
+peer=$(sed -n 's/.*no answer from rank \([0-9]*\) .*/\1/p' <<<"$line")
+if [ "$rc" -ne 0 ] && [ -n "$line" ] && [ "$me" != "$peer" ]; then
+  ok "stalled rank: job stopped in ${dt} s: ${line#upipe: error }"
 else bad "stalled rank: exit $rc after ${dt} s"; cat "$TMP/wd.out"; fi
 # ---- a healthy job is never stopped, on any host or load: start-up (allocating and zeroing
 # 850 MiB), the first step (its page faults; one step of configs/bench.json at T = 4096 on one
