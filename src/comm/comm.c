@@ -499,6 +499,28 @@ static int seq_to_head_pack(const comm_ctx *c, const void *send, int T_loc, int 
     return n;
 }
 
+/* Posts the P-1 receives (block j of recv from rank j) and P-1 sends (block j of send to rank j)
+ * of an all-to-all of the CP group on comm with tag, into req, and copies this rank's own block;
+ * returns the requests posted. n elements of t per block. */
+static int post_blocks(comm_ctx *c, MPI_Comm comm, int tag, const void *send, void *recv, int n,
+                       MPI_Datatype t, MPI_Request *req, const char *func) {
+    int P = c->P, me = c->cp_rank, k = 0, size;
+    MPI_Type_size(t, &size);
+    for (int s = 1; s < P; s++) {
+        int j = (me + P - s) % P;
+        MPI_CALL_IN(func,
+                    MPI_Irecv((char *)recv + (size_t)j * n * size, n, t, j, tag, comm, &req[k++]));
+    }
+    for (int s = 1; s < P; s++) {
+        int j = (me + s) % P;
+        MPI_CALL_IN(func, MPI_Isend((const char *)send + (size_t)j * n * size, n, t, j, tag, comm,
+                                    &req[k++]));
+    }
+    memcpy((char *)recv + (size_t)me * n * size, (const char *)send + (size_t)me * n * size,
+           (size_t)n * size);
+    return k;
+}
+
 /* The blocking all-to-all of the CP group: block j of send (n elements of t) to rank j, block j of
  * recv from it, every receive and send posted at once on the group's own duplicate (a2a: no tag
  * of the pipe's exchanges in flight on cp can meet these) and completed by wait_polled. Moves
@@ -506,20 +528,7 @@ static int seq_to_head_pack(const comm_ctx *c, const void *send, int T_loc, int 
  * MPI_Alltoall and MPI_Ialltoall (5 against 9 and 10 us for blocks of 8192 floats). */
 static void alltoall(comm_ctx *c, const void *send, void *recv, int n, MPI_Datatype t,
                      const char *func) {
-    int P = c->P, me = c->cp_rank, k = 0, size;
-    MPI_Type_size(t, &size);
-    for (int s = 1; s < P; s++) {
-        int j = (me + P - s) % P;
-        MPI_CALL_IN(func, MPI_Irecv((char *)recv + (size_t)j * n * size, n, t, j, 0, c->a2a,
-                                    &c->a2a_req[k++]));
-    }
-    for (int s = 1; s < P; s++) {
-        int j = (me + s) % P;
-        MPI_CALL_IN(func, MPI_Isend((const char *)send + (size_t)j * n * size, n, t, j, 0, c->a2a,
-                                    &c->a2a_req[k++]));
-    }
-    memcpy((char *)recv + (size_t)me * n * size, (const char *)send + (size_t)me * n * size,
-           (size_t)n * size);
+    int k = post_blocks(c, c->a2a, 0, send, recv, n, t, c->a2a_req, func);
     wait_polled(c, GROUP_CP, k, c->a2a_req, func, "MPI_Irecv/MPI_Isend");
 }
 
@@ -560,25 +569,14 @@ void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc
         c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
         return;
     }
-    int P = c->P, me = c->cp_rank;
+    int P = c->P;
     x->kind = COMM_SEQ_TO_HEAD;
     int n = seq_to_head_pack(c, send, T_loc, nh, HS, dt, pack);
     // every receive and send posted at once (MPI_Ialltoall's pairwise rounds over 4 ranks would
     // each wait for both peers to enter MPI: measured, hardly any finished during attention)
     double t1 = MPI_Wtime();
-    for (int k = 1; k < P; k++) {
-        int j = (me + P - k) % P;
-        MPI_CALL(MPI_Irecv(dtype_at(dt, recv, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
-                           &x->req[x->n++]));
-    }
-    for (int k = 1; k < P; k++) {
-        int j = (me + k) % P;
-        MPI_CALL(MPI_Isend(dtype_at(dt, pack, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
-                           &x->req[x->n++]));
-    }
+    x->n = post_blocks(c, c->cp, tag, pack, recv, n, mpi_type(dt), x->req, __func__);
     c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
-    memcpy(dtype_at(dt, recv, (size_t)me * n), dtype_at(dt, pack, (size_t)me * n),
-           mem_dtype_bytes(dt, (size_t)n));
     count(c, COMM_SEQ_TO_HEAD, t0, (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1));
     c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
 }
@@ -660,24 +658,13 @@ void comm_head_to_seq_start(comm_ctx *c, const void *send, int T_loc, int nh, in
     UP_CHECK(x->req && x->n == 0, "comm_head_to_seq_start: exchange not initialised or in use");
     UP_CHECK(c->P > 1, "comm_head_to_seq_start: one rank has nothing to exchange");
     UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh, c->P);
-    int P = c->P, me = c->cp_rank;
+    int P = c->P;
     int n = block_count(block_floats(T_loc, heads_out(nh, P), HS));
     x->kind = COMM_HEAD_TO_SEQ;
     // as comm_seq_to_head_start: every transfer posted at once; block j of send goes to rank j
     double t1 = MPI_Wtime();
-    for (int k = 1; k < P; k++) {
-        int j = (me + P - k) % P;
-        MPI_CALL(MPI_Irecv(dtype_at(dt, pack, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
-                           &x->req[x->n++]));
-    }
-    for (int k = 1; k < P; k++) {
-        int j = (me + k) % P;
-        MPI_CALL(MPI_Isend(dtype_at(dt, send, (size_t)j * n), n, mpi_type(dt), j, tag, c->cp,
-                           &x->req[x->n++]));
-    }
+    x->n = post_blocks(c, c->cp, tag, send, pack, n, mpi_type(dt), x->req, __func__);
     c->stats[COMM_HEAD_TO_SEQ].mpi_seconds += MPI_Wtime() - t1;
-    memcpy(dtype_at(dt, pack, (size_t)me * n), dtype_at(dt, send, (size_t)me * n),
-           mem_dtype_bytes(dt, (size_t)n));
     count(c, COMM_HEAD_TO_SEQ, t0, (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1));
     c->stats[COMM_HEAD_TO_SEQ].calls--; /* counted once, at the wait */
 }
