@@ -598,9 +598,11 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_
                char *err, size_t errlen) {
     size_t start = out->n;
     int lossy = !(flags & TOK_BYTES);
-    /* Byte-level: the bytes between special tokens go through the lossy rule as one text (HF's
-     * ByteLevel decoder); SentencePiece-style: each run of byte-fallback tokens (ByteFallback) */
-    size_t run = out->n, group = SIZE_MAX;
+    /* The stretch the lossy rule covers as one text: byte-level, the bytes since the last special
+     * token (HF's ByteLevel decoder); SentencePiece-style, the current run of byte-fallback
+     * tokens (ByteFallback; SIZE_MAX: none) */
+    int sp = t->family == TOK_SENTENCEPIECE;
+    size_t from = sp ? SIZE_MAX : out->n;
     for (size_t i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || (uint32_t)id >= t->nids || t->tok_len[id] == UINT32_MAX)
@@ -608,22 +610,15 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_
                            t->nids - 1);
         const char *s = t->pool + t->tok_off[id];
         size_t len = t->tok_len[id];
-        int rc = 0;
-        int is_byte = t->family == TOK_SENTENCEPIECE && !t->special[id] && t->id_byte[id] >= 0;
-        if (lossy && group != SIZE_MAX && !is_byte) { /* a byte-fallback run ends */
-            rc = text_lossy(out, group, 1);
-            group = SIZE_MAX;
-        }
-        if (lossy && t->family == TOK_BYTE_LEVEL && t->special[id]) {
-            rc = rc ? rc : text_lossy(out, run, 0);
-            run = out->n + len;
-        }
-        if (rc != 0) {
-        } else if (t->family == TOK_BYTE_LEVEL || t->special[id]) {
+        int is_byte = sp && !t->special[id] && t->id_byte[id] >= 0;
+        int ends = sp ? from != SIZE_MAX && !is_byte : t->special[id] != 0;
+        int rc = lossy && ends ? text_lossy(out, from, sp) : 0;
+        if (rc != 0) return up_errf(err, errlen, NULL, "out of memory");
+        if (!sp || t->special[id]) {
             rc = text_put(out, s, len);
         } else if (is_byte) {
             char b = (char)t->id_byte[id];
-            if (group == SIZE_MAX) group = out->n;
+            if (from == SIZE_MAX) from = out->n;
             rc = text_put(out, &b, 1);
         } else {
             for (size_t k = 0; k < len && rc == 0;) { /* "▁" -> " " */
@@ -637,11 +632,10 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_
             }
         }
         if (rc != 0) return up_errf(err, errlen, NULL, "out of memory");
+        if (ends) from = sp ? SIZE_MAX : out->n; /* byte-level: after the special token */
     }
-    int rc = 0;
-    if (lossy && group != SIZE_MAX) rc = text_lossy(out, group, 1);
-    if (lossy && t->family == TOK_BYTE_LEVEL && rc == 0) rc = text_lossy(out, run, 0);
-    if (rc != 0) return up_errf(err, errlen, NULL, "out of memory");
+    if (lossy && from != SIZE_MAX && text_lossy(out, from, sp) != 0)
+        return up_errf(err, errlen, NULL, "out of memory");
     int strip = 0; /* HF's Strip decoder, after Fuse: leading spaces of the whole text */
     while (!(flags & TOK_CONTINUE) && strip < t->dec_strip && start + (size_t)strip < out->n &&
            out->s[start + strip] == ' ')
