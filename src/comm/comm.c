@@ -561,6 +561,18 @@ void comm_exchange_free(comm_exchange *x) {
     x->n = 0;
 }
 
+/* The pipe's exchanges in flight: x's transfers of kind k posted on cp with tag (blocks of n
+ * elements), the bytes counted from t0 and the call left to the wait. */
+static void exchange_post(comm_ctx *c, comm_kind k, int tag, const void *send, void *recv, int n,
+                          mem_dtype dt, comm_exchange *x, double t0, const char *func) {
+    x->kind = k;
+    double t1 = MPI_Wtime();
+    x->n = post_blocks(c, c->cp, tag, send, recv, n, mpi_type(dt), x->req, func);
+    c->stats[k].mpi_seconds += MPI_Wtime() - t1;
+    count(c, k, t0, (double)mem_dtype_bytes(dt, (size_t)n) * (c->P - 1));
+    c->stats[k].calls--; /* counted once, at the wait */
+}
+
 void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
                             mem_dtype dt, void *pack, int tag, comm_exchange *x) {
     double t0 = MPI_Wtime();
@@ -569,16 +581,10 @@ void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc
         c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
         return;
     }
-    int P = c->P;
-    x->kind = COMM_SEQ_TO_HEAD;
     int n = seq_to_head_pack(c, send, T_loc, nh, HS, dt, pack);
     // every receive and send posted at once (MPI_Ialltoall's pairwise rounds over 4 ranks would
     // each wait for both peers to enter MPI: measured, hardly any finished during attention)
-    double t1 = MPI_Wtime();
-    x->n = post_blocks(c, c->cp, tag, pack, recv, n, mpi_type(dt), x->req, __func__);
-    c->stats[COMM_SEQ_TO_HEAD].mpi_seconds += MPI_Wtime() - t1;
-    count(c, COMM_SEQ_TO_HEAD, t0, (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1));
-    c->stats[COMM_SEQ_TO_HEAD].calls--; /* counted once, at the wait */
+    exchange_post(c, COMM_SEQ_TO_HEAD, tag, pack, recv, n, dt, x, t0, __func__);
 }
 
 int comm_exchange_test(comm_ctx *c, comm_exchange *x) {
@@ -658,15 +664,9 @@ void comm_head_to_seq_start(comm_ctx *c, const void *send, int T_loc, int nh, in
     UP_CHECK(x->req && x->n == 0, "comm_head_to_seq_start: exchange not initialised or in use");
     UP_CHECK(c->P > 1, "comm_head_to_seq_start: one rank has nothing to exchange");
     UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh, c->P);
-    int P = c->P;
-    int n = block_count(block_floats(T_loc, heads_out(nh, P), HS));
-    x->kind = COMM_HEAD_TO_SEQ;
+    int n = block_count(block_floats(T_loc, heads_out(nh, c->P), HS));
     // as comm_seq_to_head_start: every transfer posted at once; block j of send goes to rank j
-    double t1 = MPI_Wtime();
-    x->n = post_blocks(c, c->cp, tag, send, pack, n, mpi_type(dt), x->req, __func__);
-    c->stats[COMM_HEAD_TO_SEQ].mpi_seconds += MPI_Wtime() - t1;
-    count(c, COMM_HEAD_TO_SEQ, t0, (double)mem_dtype_bytes(dt, (size_t)n) * (P - 1));
-    c->stats[COMM_HEAD_TO_SEQ].calls--; /* counted once, at the wait */
+    exchange_post(c, COMM_HEAD_TO_SEQ, tag, send, pack, n, dt, x, t0, __func__);
 }
 
 void comm_head_to_seq_finish(comm_ctx *c, const void *pack, void *recv, int T_loc, int nh, int HS,
