@@ -392,6 +392,11 @@ void comm_init(comm_ctx *c, MPI_Comm parent, int P) {
     c->mpi_rank = calloc((size_t)c->R, sizeof *c->mpi_rank);
     UP_CHECK(c->mpi_rank, "out of memory");
     MPI_CALL(MPI_Allgather(&prank, 1, MPI_INT, c->mpi_rank, 1, MPI_INT, c->world));
+    /* comm_reduce_scatter's point-to-point messages, on a duplicate of world of their own */
+    MPI_CALL(MPI_Comm_dup(c->world, &c->rs));
+    MPI_CALL(MPI_Comm_set_errhandler(c->rs, MPI_ERRORS_RETURN));
+    c->rs_req = calloc((size_t)c->R, sizeof *c->rs_req);
+    UP_CHECK(c->rs_req, "out of memory");
     probes_post(c);
 }
 
@@ -410,6 +415,8 @@ void comm_free(comm_ctx *c) {
     }
     if (c->probe != MPI_COMM_NULL && c->probe) MPI_Comm_free(&c->probe);
     if (c->a2a != MPI_COMM_NULL && c->a2a) MPI_Comm_free(&c->a2a);
+    if (c->rs != MPI_COMM_NULL && c->rs) MPI_Comm_free(&c->rs);
+    free(c->rs_req);
     free(c->a2a_req);
     free(c->probe_req);
     free(c->probe_buf);
@@ -698,10 +705,6 @@ size_t comm_reduce_temp_bytes(const comm_ctx *c, size_t n) {
     return (n < COMM_REDUCE_CHUNK ? n : COMM_REDUCE_CHUNK) * sizeof(float);
 }
 
-size_t comm_reduce_scatter_temp_bytes(const comm_ctx *c, size_t shard_n) {
-    return c->R == 1 ? 0 : shard_n * sizeof(float);
-}
-
 void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *cnt) {
     double t0 = MPI_Wtime();
     uint64_t tt = trace_begin();
@@ -737,13 +740,44 @@ void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind) {
     count(c, kind, t0, 0);
 }
 
-void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n) {
+void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, float *recv, size_t n) {
     double t0 = MPI_Wtime();
-    /* blocking: MPICH's MPI_Ireduce_scatter_block sums in another order at some sizes (measured:
-     * 65536 and 100000 floats a block on 3 and 4 ranks), which would change the weights; a hang
-     * here is the watchdog thread's to stop (comm.h) */
-    MPI_CALL(MPI_Reduce_scatter_block(full, shard, int_count(n), MPI_FLOAT, MPI_SUM, c->world));
-    count(c, COMM_FSDP_REDUCE, t0, (double)n * sizeof(float) * (c->R - 1));
+    int R = c->R, me = c->rank, k = int_count(n);
+    const float *own = full + (size_t)me * n;
+    if (R == 1) {
+        memcpy(shard, own, n * sizeof *shard);
+        count(c, COMM_FSDP_REDUCE, t0, 0);
+        return;
+    }
+    // every send posted at once (block j of full to rank j); the blocks this rank receives are
+    // summed in rank order, x_0 + x_1 + ... + x_{R-1}, one receive at a time into recv (the first
+    // straight into shard): the same bits on every network and every MPI, unlike
+    // MPI_Reduce_scatter_block, whose order follows its algorithm and cannot be polled
+    MPI_Request *sreq = c->rs_req, first = MPI_REQUEST_NULL;
+    for (int s = 1; s < R; s++) {
+        int j = (me + s) % R;
+        MPI_CALL(MPI_Isend(full + (size_t)j * n, k, MPI_FLOAT, j, 0, c->rs, &sreq[s - 1]));
+    }
+    if (me == 0)
+        memcpy(shard, own, n * sizeof *shard);
+    else
+        MPI_CALL(MPI_Irecv(shard, k, MPI_FLOAT, 0, 0, c->rs, &first));
+    for (int j = 1; j < R; j++) {
+        const float *x = own;
+        if (j != me) {
+            MPI_Request q;
+            MPI_CALL(MPI_Irecv(recv, k, MPI_FLOAT, j, 0, c->rs, &q));
+            wait_polled(c, GROUP_WORLD, 1, &q, __func__, "MPI_Irecv");
+            x = recv;
+        }
+        if (first != MPI_REQUEST_NULL)
+            wait_polled(c, GROUP_WORLD, 1, &first, __func__, "MPI_Irecv");
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++)
+            shard[i] += x[i];
+    }
+    wait_polled(c, GROUP_WORLD, R - 1, sreq, __func__, "MPI_Isend");
+    count(c, COMM_FSDP_REDUCE, t0, (double)n * sizeof(float) * (R - 1));
 }
 
 void comm_sum_double(comm_ctx *c, double *v) {

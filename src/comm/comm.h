@@ -17,9 +17,10 @@
  * a probe (MPI_Issend) to each peer of the group it waits on; a probe completes only when the
  * peer's MPI matched it (every rank keeps one receive per peer posted for them), so the peers whose
  * probes are still pending after COMM_PROBE_S are the ones named in the rank's one line, with their
- * nodes, before it stops the job (up_die). FSDP's reduce-scatter stays blocking: MPICH's
- * non-blocking one sums in another order at some sizes, which would change the weights; a hang
- * there is stopped by the watchdog thread, naming the call but not the peer. */
+ * nodes, before it stops the job (up_die). FSDP's reduce-scatter is upipe's own, point to point
+ * and polled (MPICH's non-blocking one sums in another order than its blocking one at some sizes);
+ * only start-up's collectives block (a hang there is stopped by the watchdog thread, naming the
+ * call but not the peer). */
 #ifndef UP_COMM_H
 #define UP_COMM_H
 
@@ -57,6 +58,8 @@ typedef struct {
     MPI_Comm cp;          /* the P ranks holding slices of one sequence */
     MPI_Comm a2a;         /* duplicate of cp for comm_seq_to_head and comm_head_to_seq */
     MPI_Request *a2a_req; /* 2 * P */
+    MPI_Comm rs;          /* duplicate of world for comm_reduce_scatter */
+    MPI_Request *rs_req;  /* R - 1 sends */
     MPI_Comm dp;          /* the D ranks with the same CP rank across replicas */
     int rank, R;          /* in world */
     int P, cp_rank;       /* context-parallel degree and rank */
@@ -162,14 +165,15 @@ void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
 void comm_allgather_start(comm_ctx *c, const void *shard, void *full, size_t n, mem_dtype dt,
                           MPI_Request *req);
 void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind);
-/* Reduce-scatter: full (R * n) summed over ranks, this rank's block i = rank lands in shard (n).
- * overwrite shard. */
-void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, size_t n);
+/* Reduce-scatter: full (R * n) summed over ranks, this rank's block i = rank lands in shard (n),
+ * overwriting it; each element summed in rank order (x_0 + x_1 + ... + x_{R-1}: the same bits
+ * on any network). recv (n floats) is the caller's buffer for the blocks received. Polled: a
+ * lost peer is named (see above). */
+void comm_reduce_scatter(comm_ctx *c, const float *full, float *shard, float *recv, size_t n);
 /* Bytes MPI holds inside the collectives above for a gradient reduction of n floats (plain or
- * data parallel), or for reduce-scatters whose largest shard is shard_n floats (FSDP): counted
- * in the `comm` category so that the plan bounds the real RSS (DESIGN.md §5). 0 on one rank. */
+ * data parallel): counted in the `comm` category so that the plan bounds the real RSS
+ * (DESIGN.md §5). 0 on one rank. */
 size_t comm_reduce_temp_bytes(const comm_ctx *c, size_t n);
-size_t comm_reduce_scatter_temp_bytes(const comm_ctx *c, size_t shard_n);
 /* Sum of one double over the world, in place (e.g. the squared gradient norm of shards). */
 void comm_sum_double(comm_ctx *c, double *v);
 /* Sum of n doubles over the world, in place (evaluation statistics: counts and loss sums). */

@@ -29,7 +29,8 @@ struct param_store {
     float *gradbuf;      /* (R * max shard_n) full gradients of the unit in backward (sharded) */
     float *tied_gradbuf; /* the tied unit's, accumulated over both its uses (sharded) */
     float *rs_tmp;       /* (max shard_n) reduce-scatter result before it is added */
-    size_t mpi_temp;     /* bytes MPI holds inside the gradient collective (counted in comm) */
+    float *rs_recv;      /* (max shard_n) the blocks the reduce-scatter receives */
+    size_t mpi_temp;     /* bytes MPI holds inside the all-reduce (unsharded; counted in comm) */
     /* the walk of the current pass: its direction and the unit it expects next */
     int dir, next, walking;
 };
@@ -94,8 +95,7 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
         s->slab[STORE_GRADS] = mem_alloc_f32(MEM_GRADS, s->nshard);
         s->slab[STORE_M] = mem_alloc_f32(MEM_OPTIMIZER, s->nshard);
         s->slab[STORE_V] = mem_alloc_f32(MEM_OPTIMIZER, s->nshard);
-        s->mpi_temp =
-            sharded ? fsdp_reduce_temp_bytes(comm, maxs) : comm_reduce_temp_bytes(comm, s->nshard);
+        s->mpi_temp = sharded ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
         mem_count(MEM_COMM, (long long)s->mpi_temp);
     }
     if (!sharded && view_is_master(s->wtype)) return s; /* the matmuls read the slab itself */
@@ -109,6 +109,7 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     if (grads && sharded) {
         s->gradbuf = mem_alloc_f32(MEM_COMM, full);
         s->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
+        s->rs_recv = mem_alloc_f32(MEM_COMM, maxs);
     }
     if (s->tied_unit >= 0) {
         size_t e = up_mul(s->shard_n[s->tied_unit], (size_t)R);
@@ -120,8 +121,8 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
 
 void store_free(param_store *s) {
     if (!s) return;
-    void *bufs[] = {s->slab[0], s->slab[1], s->slab[2], s->slab[3],      s->slot[0],
-                    s->slot[1], s->slot[2], s->gradbuf, s->tied_gradbuf, s->rs_tmp};
+    void *bufs[] = {s->slab[0], s->slab[1], s->slab[2],      s->slab[3], s->slot[0], s->slot[1],
+                    s->slot[2], s->gradbuf, s->tied_gradbuf, s->rs_tmp,  s->rs_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
     mem_count(MEM_COMM, -(long long)s->mpi_temp);
@@ -218,8 +219,8 @@ float *store_grads(param_store *s, int u) {
 void store_release(param_store *s, int u) {
     if (s->R == 1) return;
     const float *g = u == s->tied_unit ? s->tied_gradbuf : s->gradbuf;
-    fsdp_reduce_add(s->comm, g, s->rs_tmp, s->slab[STORE_GRADS] + s->shard_off[u], s->shard_n[u],
-                    u);
+    fsdp_reduce_add(s->comm, g, s->rs_tmp, s->rs_recv, s->slab[STORE_GRADS] + s->shard_off[u],
+                    s->shard_n[u], u);
 }
 
 const float *store_gather_slab(param_store *s, const float *slab, int u) {

@@ -34,16 +34,13 @@ void fsdp_gather_now(comm_ctx *c, void *full, size_t n, mem_dtype dt) {
     comm_wait(c, &req, COMM_FSDP_GATHER);
 }
 
-void fsdp_reduce_add(comm_ctx *c, const float *full, float *tmp, float *shard, size_t n, int u) {
+void fsdp_reduce_add(comm_ctx *c, const float *full, float *tmp, float *recv, float *shard,
+                     size_t n, int u) {
     uint64_t tt = trace_begin();
     /* the reduce-scatter overwrites; the shard accumulates over micro-batches */
-    comm_reduce_scatter(c, full, tmp, n);
+    comm_reduce_scatter(c, full, tmp, recv, n);
     for (size_t i = 0; i < n; i++)
         shard[i] += tmp[i];
     trace_end2(tt, "fsdp", "fsdp_reduce_scatter", "unit", u, "bytes",
                shard_bytes(c, n, MEM_DTYPE_F32));
-}
-
-size_t fsdp_reduce_temp_bytes(comm_ctx *c, size_t max_shard) {
-    return comm_reduce_scatter_temp_bytes(c, max_shard);
 }

@@ -25,10 +25,9 @@ void fsdp_gather_start(comm_ctx *c, void *full, size_t n, mem_dtype dt, MPI_Requ
 void fsdp_gather_wait(comm_ctx *c, MPI_Request *req, int u, size_t n, mem_dtype dt);
 /* The same, gathered now, without a span (a save's units). Collective. */
 void fsdp_gather_now(comm_ctx *c, void *full, size_t n, mem_dtype dt);
-/* shard[0..n) += the sum over ranks of this rank's part of full (R * n floats); tmp: n floats.
- * Collective. */
-void fsdp_reduce_add(comm_ctx *c, const float *full, float *tmp, float *shard, size_t n, int u);
-/* Bytes MPI holds inside the gradient collective (counted in comm). */
-size_t fsdp_reduce_temp_bytes(comm_ctx *c, size_t max_shard);
+/* shard[0..n) += the sum over ranks of this rank's part of full (R * n floats), summed in rank
+ * order; tmp and recv: n floats each. Collective. */
+void fsdp_reduce_add(comm_ctx *c, const float *full, float *tmp, float *recv, float *shard,
+                     size_t n, int u);
 
 #endif

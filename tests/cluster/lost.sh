@@ -74,41 +74,47 @@ resume_on_upn0 "$TMP/ck" "lost node"
 # MPI_Abort, which ends mpiexec at once (after an abort hydra does not wait for the lost node's
 # proxy; after plain exits it would wait for ever). The lost node's ranks, cut off, end the same
 # way on their side (their lines are lost with the link).
-rm -f "$TMP/down.jsonl"
-timeout 300 "$JOB" "$CLUSTER" mpirun -n 4 "$UPIPE" train $A --cp 2 --ckpt-dir "$TMP/ckd" --ckpt-every 4 \
-  --log "$TMP/down.jsonl" >"$TMP/down.out" 2>&1 &
-job=$!
-while kill -0 "$job" 2>/dev/null && [ "$(cat "$TMP/down.jsonl" 2>/dev/null | wc -l)" -lt 10 ]; do sleep 0.05; done
-t0=$(date +%s.%N)
-ip -n upn1 link set upneth0 down
-rc=0
-wait "$job" || rc=$?
-dt=$(elapsed "$t0")
-# the cut-off ranks name the other node in their own lines (lost with the link); their MPI_Abort
-# then waits for a process manager it cannot reach, and their watchdog thread ends them
-# WATCHDOG_POLL_GRACE_S (5 s) past their limit (their steps were as long as upn0's)
-while [ -n "$(upipe_pids upn0)$(upipe_pids upn1)" ] && awk -v d="$(elapsed "$t0")" 'BEGIN { exit !(d < 60) }'; do sleep 0.2; done
-gone=$(elapsed "$t0")
-left="$(upipe_pids upn0)$(upipe_pids upn1)"
-line=$(grep -m1 "^upipe: error (rank [01]): watchdog: step [0-9]*: no progress for [0-9.]* s in MPI_[A-Za-z_/]* (comm_[a-z0-9_]*, 4 ranks; limit [0-9.]* s, --watchdog $FLOOR): no answer from ranks 2, 3 (node upn1) within 2 s" "$TMP/down.out")
-limit=$(sed -n 's/.*; limit \([0-9.]*\) s,.*/\1/p' <<<"$line")
-# the limit comes from the steps after the first (rank 0's log; the watchdog's step also holds
-# the log line: 20% and 0.5 s of slack), not from the first, which pays the lazy connections
-first=$(sed -n '1s/.*"step_s": *\([0-9.]*\).*/\1/p' "$TMP/down.jsonl")
-later=$(sed -n '2,$s/.*"step_s": *\([0-9.]*\).*/\1/p' "$TMP/down.jsonl" | sort -g | tail -n1)
-# the end: the limit, the probes' 2 s, then up to 3 s for the watchdog's 0.2 s sampling, the
-# 0.2 s a stop leaves the launcher to forward the line, MPI_Abort and hydra's teardown (measured
-# 0.3 s when a node is killed) on a loaded host
-if [ "$rc" != 0 ] && [ -n "$line" ] && awk -v d="$dt" -v l="$limit" -v f="$FLOOR" -v s="$later" \
-  'BEGIN { m = 12 * s + 0.5; if (m < f) m = f; exit !(d <= l + 2 + 3 && l <= m) }'; then
-  ok "link down: the job ended in $dt s with status $rc (limit $limit s; steps after the first up to $later s, the first $first s): ${line#upipe: error }"
-else bad "link down: status $rc after $dt s, limit ${limit:-?} s (steps after the first up to ${later:-?} s)"; tail -n 5 "$TMP/down.out"; fi
-# their limit within half of upn0's, the grace, then 3 s as above
-if [ -z "$left" ] && awk -v g="$gone" -v l="${limit:-0}" 'BEGIN { exit !(g <= 1.5 * l + 5 + 3) }'; then
-  ok "link down: no upipe process left on either node ($gone s after the link went down)"
-else bad "link down: upipe processes left after $gone s: ${left:-none}"; fi
-ip -n upn1 link set upneth0 up
-resume_on_upn0 "$TMP/ckd" "link down"
+link_down() { # name extra-flags
+  rm -f "$TMP/$1.jsonl"
+  timeout 300 "$JOB" "$CLUSTER" mpirun -n 4 "$UPIPE" train $A --cp 2 $2 --ckpt-dir "$TMP/ck$1" --ckpt-every 4 \
+    --log "$TMP/$1.jsonl" >"$TMP/$1.out" 2>&1 &
+  job=$!
+  while kill -0 "$job" 2>/dev/null && [ "$(cat "$TMP/$1.jsonl" 2>/dev/null | wc -l)" -lt 10 ]; do sleep 0.05; done
+  t0=$(date +%s.%N)
+  ip -n upn1 link set upneth0 down
+  rc=0
+  wait "$job" || rc=$?
+  dt=$(elapsed "$t0")
+  # the cut-off ranks name the other node in their own lines (lost with the link); their MPI_Abort
+  # then waits for a process manager it cannot reach, and their watchdog thread ends them
+  # WATCHDOG_POLL_GRACE_S (5 s) past their limit (their steps were as long as upn0's)
+  while [ -n "$(upipe_pids upn0)$(upipe_pids upn1)" ] && awk -v d="$(elapsed "$t0")" 'BEGIN { exit !(d < 60) }'; do sleep 0.2; done
+  gone=$(elapsed "$t0")
+  left="$(upipe_pids upn0)$(upipe_pids upn1)"
+  line=$(grep -m1 "^upipe: error (rank [01]): watchdog: step [0-9]*: no progress for [0-9.]* s in MPI_[A-Za-z_/]* (comm_[a-z0-9_]*, 4 ranks; limit [0-9.]* s, --watchdog $FLOOR): no answer from ranks 2, 3 (node upn1) within 2 s" "$TMP/$1.out")
+  limit=$(sed -n 's/.*; limit \([0-9.]*\) s,.*/\1/p' <<<"$line")
+  # the limit comes from the steps after the first (rank 0's log; the watchdog's step also holds
+  # the log line: 20% and 0.5 s of slack), not from the first, which pays the lazy connections
+  first=$(sed -n '1s/.*"step_s": *\([0-9.]*\).*/\1/p' "$TMP/$1.jsonl")
+  later=$(sed -n '2,$s/.*"step_s": *\([0-9.]*\).*/\1/p' "$TMP/$1.jsonl" | sort -g | tail -n1)
+  # the end: the limit, the probes' 2 s, then up to 3 s for the watchdog's 0.2 s sampling, the
+  # 0.2 s a stop leaves the launcher to forward the line, MPI_Abort and hydra's teardown (measured
+  # 0.3 s when a node is killed) on a loaded host
+  if [ "$rc" != 0 ] && [ -n "$line" ] && awk -v d="$dt" -v l="$limit" -v f="$FLOOR" -v s="$later" \
+    'BEGIN { m = 12 * s + 0.5; if (m < f) m = f; exit !(d <= l + 2 + 3 && l <= m) }'; then
+    ok "$1: the job ended in $dt s with status $rc (limit $limit s; steps after the first up to $later s, the first $first s): ${line#upipe: error }"
+  else bad "$1: status $rc after $dt s, limit ${limit:-?} s (steps after the first up to ${later:-?} s)"; tail -n 5 "$TMP/$1.out"; fi
+  # their limit within half of upn0's, the grace, then 3 s as above
+  if [ -z "$left" ] && awk -v g="$gone" -v l="${limit:-0}" 'BEGIN { exit !(g <= 1.5 * l + 5 + 3) }'; then
+    ok "$1: no upipe process left on either node ($gone s after the link went down)"
+  else bad "$1: upipe processes left after $gone s: ${left:-none}"; fi
+  ip -n upn1 link set upneth0 up
+}
+link_down down ""
+resume_on_upn0 "$TMP/ckdown" "link down"
+# The same under FSDP: the world's gathers and reduce-scatters cross the link, and each is polled
+# (the reduce-scatter is upipe's own, point to point), so the peers are named there too
+link_down down-fsdp --fsdp
 
 # A link that drops for 3 s and comes back: MPI over TCP rides it out (the kernel retransmits,
 # UCX's connections stay up), the step across the outage takes the outage longer, and the run

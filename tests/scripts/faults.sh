@@ -60,6 +60,17 @@ peer=$(sed -n 's/.*no answer from rank \([0-9]*\) .*/\1/p' <<<"$line")
 if [ "$rc" -ne 0 ] && [ -n "$line" ] && [ "$me" != "$peer" ]; then
   ok "stalled rank: job stopped in ${dt} s: ${line#upipe: error }"
 else bad "stalled rank: exit $rc after ${dt} s"; cat "$TMP/wd.out"; fi
+# ---- the same in FSDP's reduce-scatter (upipe's own, point to point and polled): rank 1 stops
+# calling MPI in the middle of one; rank 0 names the call and rank 1 past its 1 s limit, within
+# the probes' 2 s, and MPI_Abort ends the job (test_comm --stall) ----
+t0=$(date +%s.%N)
+rc=0
+timeout 60 $MPIEXEC -n 2 "$BUILD/tests/test_comm" --stall >"$TMP/rs.out" 2>&1 || rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+line=$(grep -m1 "upipe: error (rank 0): watchdog: step 3: no progress for .* in MPI_Irecv (comm_reduce_scatter, 2 ranks; limit 1.0 s, --watchdog 1): no answer from rank 1 " "$TMP/rs.out")
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$line" ]; then
+  ok "stalled in a reduce-scatter: job stopped in ${dt} s: ${line#upipe: error }"
+else bad "stalled in a reduce-scatter: exit $rc after ${dt} s"; cat "$TMP/rs.out"; fi
 # ---- a healthy job is never stopped, on any host or load: start-up (allocating and zeroing
 # 850 MiB), the first step (its page faults; one step of configs/bench.json at T = 4096 on one
 # thread takes seconds with no MPI call inside it) and the second are all longer than a floor of
