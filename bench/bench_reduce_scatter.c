@@ -19,8 +19,7 @@ static double median(double *v, int n) {
 }
 
 /* Seconds of one call, the slowest rank's, after a barrier. */
-static double timed(comm_ctx *c, int ours, const float *full, float *shard, float *recv,
-                    size_t n) {
+static double timed(comm_ctx *c, int ours, const float *full, float *shard, float *recv, size_t n) {
     MPI_Barrier(c->world);
     double t0 = MPI_Wtime();
     if (ours)

@@ -1,10 +1,9 @@
 /* bench_tokenizer.c — encode speed of src/tokenizer: MB/s of one text on 1 thread and on N
- * threads (the text cut at tok_cut_point into 1 MiB parts, one encoder per thread, as
- * `upipe data` does). The thread counts alternate within each of R rounds (a cold cache each
- * time, the team's cores woken by 20 ms of spinning before the clock starts) and the medians are
- * reported, with the median of each round's ratio to the first count:
- * a ratio taken within one round is what survives a shared, noisy host. The ids of every thread
- * count are checked equal.
+ * threads (the text cut at tok_cut_point into 256 KiB parts, one encoder per thread, as
+ * `upipe data` cuts its items). The thread counts alternate within each of R rounds (a cold cache
+ * each time, the team's cores woken by 20 ms of spinning before the clock starts) and the medians
+ * are reported, with the median of each round's ratio to the first count: a ratio taken within one
+ * round is what survives a shared, noisy host. The ids of every thread count are checked equal.
  * usage: bench_tokenizer TOKENIZER_DIR TEXT [THREADS ...]   (default: 1 2; UPIPE_BENCH_ROUNDS=R,
  * default 11) */
 #include "bench_util.h"
@@ -64,9 +63,9 @@ int main(int argc, char **argv) {
             nthr_list[nl++] = atoi(argv[i]);
     }
     const char *pe = getenv("UPIPE_BENCH_PART_KB");
-    size_t part = pe != NULL && atoi(pe) > 0
-                      ? (size_t)atoi(pe) << 10
-                      : 1 << 20; /* 1 MiB parts: many per thread, so dynamic scheduling balances */
+    size_t part = pe != NULL && atoi(pe) > 0 ? (size_t)atoi(pe) << 10
+                                             : 256 << 10; /* as upipe data's items: many per thread,
+                                                           * so dynamic scheduling balances */
     size_t *starts = malloc((n / 16 + 2) * sizeof *starts);
     size_t np = make_parts(t, text, n, part, starts);
     tok_ids *out = calloc(np, sizeof *out);

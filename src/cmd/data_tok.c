@@ -23,6 +23,9 @@
 
 #define BLOCK_BYTES (4u << 20)      /* text read per step; a cut is looked for in each block */
 #define BATCH_PER_THREAD (4u << 20) /* text bytes encoded per thread between writes */
+#define ITEM_BYTES                                                                                 \
+    (256u << 10) /* text cut into items of about this size: many per thread in                     \
+                  * a batch, so the threads finish it together */
 #define BATCH_ITEMS 8192
 #define WRITE_BUF 65536 /* tokens written per fwrite */
 
@@ -221,6 +224,24 @@ static void add_item(tok_run *r, const char *text, size_t len, int start, int en
         flush_batch(r);
 }
 
+/* Queues text[0, len) as items of about ITEM_BYTES, cut where tok_cut_point allows (the first
+ * item opens the document when start, and continues the text before it when cont; the last
+ * closes it when end). A stretch with no cut in its first ITEM_BYTES is looked at whole: a
+ * window twice as long, and so on. */
+static void add_text(tok_run *r, const char *text, size_t len, int start, int end, int mask,
+                     int cont) {
+    for (size_t w = ITEM_BYTES; len > w;) {
+        size_t c = tok_cut_point(r->t, text, w);
+        if (c == 0) {
+            w *= 2;
+            continue;
+        }
+        add_item(r, text, c, start, 0, mask, cont, NULL);
+        text += c, len -= c, start = 0, cont = 1, w = ITEM_BYTES;
+    }
+    add_item(r, text, len, start, end, mask, cont, NULL);
+}
+
 /* One text file, one document, read in blocks and cut where the tokenizer allows. */
 static void add_text_file(tok_run *r, const char *path) {
     FILE *f = fopen(path, "rb");
@@ -242,14 +263,14 @@ static void add_text_file(tok_run *r, const char *path) {
         if (got < BLOCK_BYTES) break; /* end of file */
         size_t cut = tok_cut_point(r->t, buf, len);
         if (cut == 0) continue; /* no safe cut yet: read on (the piece grows) */
-        add_item(r, buf, cut, first, 0, 1, !first, NULL);
+        add_text(r, buf, cut, first, 0, 1, !first);
         first = 0;
         memmove(buf, buf + cut, len - cut);
         len -= cut;
     }
     fclose(f);
     if (!any) data_fail("%s: the file is empty: a document needs at least one byte", path);
-    add_item(r, buf, len, first, 1, 1, !first, NULL);
+    add_text(r, buf, len, first, 1, 1, !first);
     free(buf);
 }
 
@@ -314,11 +335,11 @@ static void add_jsonl_file(tok_run *r, const char *path) {
         if (json_object_get(o, "messages") != NULL) {
             add_chat(r, o, path, lineno);
         } else if (json_is_string(tx) && p == NULL && re == NULL && json_string_length(tx) > 0) {
-            add_item(r, json_string_value(tx), json_string_length(tx), 1, 1, 1, 0, NULL);
+            add_text(r, json_string_value(tx), json_string_length(tx), 1, 1, 1, 0);
         } else if (tx == NULL && json_is_string(p) && json_is_string(re) &&
                    json_string_length(re) > 0) {
-            add_item(r, json_string_value(p), json_string_length(p), 1, 0, 0, 0, NULL);
-            add_item(r, json_string_value(re), json_string_length(re), 0, 1, 1, 1, NULL);
+            add_text(r, json_string_value(p), json_string_length(p), 1, 0, 0, 0);
+            add_text(r, json_string_value(re), json_string_length(re), 0, 1, 1, 1);
         } else {
             data_fail("%s:%zu: expected {\"text\": non-empty string}, {\"prompt\": string, "
                       "\"response\": non-empty string} or {\"messages\": [...]}",

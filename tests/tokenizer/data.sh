@@ -3,10 +3,11 @@
 # line, a non-zero exit and no output; with the npm fixtures (tools/install-tokenizer-fixtures.sh)
 # a corpus of 6 MB (cut into blocks, 2 threads) decodes back to its text, and the ids of the
 # data path equal tok_compare's whole-text ids (same shard with 1 and 2 threads).
-# usage: data.sh UPIPE TESTS_TOKENIZER_DIR
+# usage: data.sh UPIPE TESTS_TOKENIZER_DIR TOK_COMPARE
 set -uo pipefail
 upipe=$1
 here=$2
+tok_compare=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -64,6 +65,8 @@ for th in 1 2; do
 done
 grep -q "train with: --doc-sep 128000" "$tmp/log2" || bad "no --doc-sep line: $(cat "$tmp/log2")"
 cmp -s "$tmp/big1.bin" "$tmp/big2.bin" || bad "1 and 2 threads give different shards"
+# cut into items of about 256 KiB at tok_cut_point, encoded apart: the ids of the whole text
+"$tok_compare" --whole "$dir" "$tmp/big.txt" "$tmp/big2.bin" || bad "the cut text's ids differ from the whole text's"
 "$upipe" data decode --tokenizer "$dir" --input "$tmp/big2.bin" --from 1 >"$tmp/back.txt" || bad "decode failed"
 cmp -s "$tmp/back.txt" "$tmp/big.txt" && echo "ok: 6 MB text decodes back to itself" || bad "decode(encode(x)) != x"
 "$upipe" data decode --tokenizer "$dir" --input "$tmp/big2.bin" --from 1 --count 3 >"$tmp/three.txt" || bad "decode --count failed"

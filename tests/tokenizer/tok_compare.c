@@ -3,7 +3,9 @@
  * (lines marked "special" with special tokens allowed, as HF-JS always matches them); a plain
  * line gives the same ids with special tokens refused, and decodes back to its text; a
  * "special" line encoded with special tokens refused holds no special token.
- * usage: tok_compare TOKENIZER_DIR CORPUS.jsonl REF.txt; exit status 0 when all agree. */
+ * usage: tok_compare TOKENIZER_DIR CORPUS.jsonl REF.txt; exit status 0 when all agree (and the
+ * --decode and --whole modes below). */
+#include "io/shard.h"
 #include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
@@ -177,7 +179,53 @@ static int compare_decode(const tokenizer *t, const char *ids_path, const char *
     return bad != 0;
 }
 
+/* --whole: the shard `upipe data text` wrote from one text file (cut into items, on threads)
+ * holds the separator, then the ids of the whole text encoded at once. */
+static int compare_whole(const char *dir, const char *text_path, const char *shard_path) {
+    char err[1024];
+    tokenizer *t = tok_load(dir, err, sizeof err);
+    if (t == NULL) return printf("not ok: %s\n", err), 1;
+    FILE *f = fopen(text_path, "rb");
+    if (f == NULL) return printf("not ok: cannot open %s\n", text_path), 1;
+    fseek(f, 0, SEEK_END);
+    size_t n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc(n + 1);
+    if (text == NULL || fread(text, 1, n, f) != n) return printf("not ok: read %s\n", text_path), 1;
+    fclose(f);
+    tok_encoder *e = tok_encoder_new(t);
+    tok_ids ids = {0};
+    token_shard sh;
+    if (e == NULL || tok_encode(e, text, n, 0, &ids) != 0 ||
+        shard_open(&sh, shard_path, (int)tok_vocab_size(t), err, sizeof err) != 0)
+        return printf("not ok: encode or open %s: %s\n", shard_path, err), 1;
+    int32_t *got = malloc((sh.ntok + 1) * sizeof *got);
+    if (got == NULL) return 1;
+    shard_read(&sh, 0, sh.ntok, got);
+    size_t first = sh.ntok;
+    for (size_t i = 0; i + 1 < sh.ntok && i < ids.n && first == sh.ntok; i++)
+        if (got[i + 1] != ids.ids[i]) first = i;
+    int ok = sh.ntok == ids.n + 1 && first == sh.ntok;
+    if (ok)
+        printf("ok: %s: the shard's %zu ids after the separator are the whole text's, encoded at "
+               "once\n",
+               shard_path, ids.n);
+    else
+        printf("not ok: %s: %zu ids after the separator against %zu of the whole text, first "
+               "difference at %zu\n",
+               shard_path, sh.ntok - 1, ids.n, first);
+    shard_close(&sh);
+    free(got);
+    free(ids.ids);
+    free(text);
+    tok_encoder_free(e);
+    tok_free(t);
+    return !ok;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "--whole") == 0)
+        return compare_whole(argv[2], argv[3], argv[4]);
     if (argc == 5 && strcmp(argv[1], "--decode") == 0) {
         char err[1024];
         tokenizer *t = tok_load(argv[2], err, sizeof err);
@@ -189,7 +237,8 @@ int main(int argc, char **argv) {
     }
     if (argc != 4) {
         fprintf(stderr, "usage: tok_compare TOKENIZER_DIR CORPUS.jsonl REF.txt\n"
-                        "       tok_compare --decode TOKENIZER_DIR IDS.json REF.json\n");
+                        "       tok_compare --decode TOKENIZER_DIR IDS.json REF.json\n"
+                        "       tok_compare --whole TOKENIZER_DIR TEXT SHARD.bin\n");
         return 2;
     }
     char err[1024];
