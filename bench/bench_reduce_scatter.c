@@ -13,11 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Seconds of one call, the slowest rank's, after a barrier. */
 static double timed(comm_ctx *c, int ours, const float *full, float *shard, float *recv, size_t n) {
     MPI_Barrier(c->world);

@@ -14,12 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Median of v[0..n) (v is sorted in place). */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Cuts text into parts of about `target` bytes at tok_cut_point; returns the count. */
 static size_t make_parts(const tokenizer *t, const char *text, size_t n, size_t target,
                          size_t *starts) {

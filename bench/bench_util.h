@@ -1,10 +1,11 @@
 /* bench_util.h — the small helpers the C benchmarks share: a monotonic clock, the comparison
- * qsort needs for medians, and the CPU model for the headers. Header-only (each benchmark is one
+ * qsort needs and the median, and the CPU model for the headers. Header-only (each benchmark is one
  * file). */
 #ifndef UP_BENCH_UTIL_H
 #define UP_BENCH_UTIL_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -17,6 +18,12 @@ static inline double now_s(void) {
 static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (v is sorted in place). */
+static inline double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* "model name (family F, model M)" of the first CPU in /proc/cpuinfo, for benchmark headers. */
