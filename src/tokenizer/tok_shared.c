@@ -42,12 +42,13 @@ struct tok_shared {
 tok_shared *tok_shared_new(void) {
     tok_shared *c = calloc(1, sizeof *c);
     if (c == NULL) return NULL;
-    c->slots = calloc(SHARED_SLOTS, sizeof *c->slots);
+    c->slots = aligned_alloc(64, SHARED_SLOTS * sizeof *c->slots);
     c->arena = malloc(SHARED_ARENA);
     if (c->slots == NULL || c->arena == NULL) {
         tok_shared_free(c);
         return NULL;
     }
+    tok_shared_reset(c); /* zeroed by writing, as the encoders' caches (tok_encoder_new) */
     return c;
 }
 
