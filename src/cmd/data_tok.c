@@ -50,8 +50,9 @@ typedef struct {
     int nth, flags;
     int32_t sep, suffix[8];
     int nsuffix;
-    tok_item *items;
-    size_t nitems, batch_bytes;
+    tok_item *items, *prev; /* the batch being filled; the one encoded before it, not yet written */
+    size_t nitems, nprev, batch_bytes;
+    int write_oom;
     /* outputs */
     up_atomic_file shard, mask;
     int tb, have_mask;
@@ -115,9 +116,13 @@ static void put_token(tok_run *r, int32_t id, uint8_t m) {
 
 static void end_doc(tok_run *r) {
     if (r->ndoc == r->doc_cap) {
-        r->doc_cap = r->doc_cap ? 2 * r->doc_cap : 1024;
-        r->doc_len = realloc(r->doc_len, r->doc_cap * sizeof *r->doc_len);
-        if (r->doc_len == NULL) data_fail("data %s: out of memory", r->a->sub);
+        size_t cap = r->doc_cap ? 2 * r->doc_cap : 1024;
+        size_t *d = realloc(r->doc_len, cap * sizeof *d);
+        if (d == NULL) { /* on a thread of flush_batch's team: reported after it */
+            r->write_oom = 1;
+            return;
+        }
+        r->doc_len = d, r->doc_cap = cap;
     }
     r->doc_len[r->ndoc++] = r->cur_doc;
     r->cur_doc = 0;
@@ -159,23 +164,10 @@ static int encode_chat(tok_encoder *e, tok_spans *sp, tok_item *it) {
     return 0;
 }
 
-/* Encodes the batch on all threads, then writes it in order. */
-static void flush_batch(tok_run *r) {
-    int oom = 0;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(r->nth) reduction(| : oom)
-    for (size_t i = 0; i < r->nitems; i++) {
-        tok_item *it = &r->items[i];
-        int th = omp_get_thread_num();
-        it->ids.n = 0;
-        if (it->chat != NULL)
-            oom |= encode_chat(r->enc[th], &r->spans[th], it) != 0;
-        else
-            oom |= tok_encode(r->enc[th], it->text, it->len,
-                              r->flags | (it->cont ? TOK_CONTINUE : 0), &it->ids) != 0;
-    }
-    if (oom) data_fail("data %s: out of memory while encoding", r->a->sub);
-    for (size_t i = 0; i < r->nitems; i++) {
-        tok_item *it = &r->items[i];
+/* Writes the encoded batch r->prev in order and frees it. */
+static void write_items(tok_run *r) {
+    for (size_t i = 0; i < r->nprev; i++) {
+        tok_item *it = &r->prev[i];
         size_t k = 0;
         /* a template that writes the separator itself (Llama 3's bos_token) opens the
          * document with it: no second one */
@@ -200,13 +192,45 @@ static void flush_batch(tok_run *r) {
         if (it->chat != NULL) chat_rendered_free(it->chat);
         free(it->chat);
     }
+    r->nprev = 0;
+}
+
+static void check_written(tok_run *r) {
+    if (r->write_oom) data_fail("data %s: out of memory", r->a->sub);
     if (r->ntok > (size_t)INT32_MAX)
         data_fail("data %s: over %d tokens do not fit one shard (the header count is int32): "
                   "split the input",
                   r->a->sub, INT32_MAX);
     if (ferror(r->shard.f) || (r->have_mask && ferror(r->mask.f)))
         data_fail("data %s: writing %s failed: check free disk space", r->a->sub, r->a->output);
-    r->nitems = 0;
+}
+
+/* Encodes the batch on all threads while one of them first writes the batch before it (the
+ * writing, a tenth of the work on 2 threads, overlaps the encoding); the batch becomes r->prev.
+ * At most two batches of text and ids are held. */
+static void flush_batch(tok_run *r) {
+    int oom = 0;
+#pragma omp parallel num_threads(r->nth) reduction(| : oom)
+    {
+#pragma omp single nowait
+        write_items(r);
+#pragma omp for schedule(dynamic, 1) nowait
+        for (size_t i = 0; i < r->nitems; i++) {
+            tok_item *it = &r->items[i];
+            int th = omp_get_thread_num();
+            it->ids.n = 0;
+            if (it->chat != NULL)
+                oom |= encode_chat(r->enc[th], &r->spans[th], it) != 0;
+            else
+                oom |= tok_encode(r->enc[th], it->text, it->len,
+                                  r->flags | (it->cont ? TOK_CONTINUE : 0), &it->ids) != 0;
+        }
+    }
+    if (oom) data_fail("data %s: out of memory while encoding", r->a->sub);
+    check_written(r);
+    tok_item *t = r->prev;
+    r->prev = r->items, r->nprev = r->nitems;
+    r->items = t, r->nitems = 0;
     r->batch_bytes = 0;
     progress(r, 0);
 }
@@ -410,8 +434,9 @@ int data_tok_docs(const data_tok_args *a) {
     r.nth = a->threads > 0 ? a->threads : omp_get_max_threads();
     r.enc = calloc((size_t)r.nth, sizeof *r.enc);
     r.items = calloc(BATCH_ITEMS, sizeof *r.items);
+    r.prev = calloc(BATCH_ITEMS, sizeof *r.prev);
     r.spans = calloc((size_t)r.nth, sizeof *r.spans);
-    if (r.enc == NULL || r.items == NULL || r.spans == NULL)
+    if (r.enc == NULL || r.items == NULL || r.prev == NULL || r.spans == NULL)
         up_die("data %s: out of memory", a->sub);
     for (int i = 0; i < r.nth; i++)
         if ((r.enc[i] = tok_encoder_new(r.t)) == NULL) up_die("data %s: out of memory", a->sub);
@@ -438,6 +463,8 @@ int data_tok_docs(const data_tok_args *a) {
             add_text_file(&r, a->inputs[i]);
     }
     flush_batch(&r);
+    write_items(&r);
+    check_written(&r);
     write_out(&r);
     progress(&r, 1);
     if (r.printed) fputc('\n', stderr);
@@ -485,6 +512,7 @@ int data_tok_docs(const data_tok_args *a) {
     free(r.spans);
     chat_template_free(r.ct);
     free(r.items);
+    free(r.prev);
     free(r.doc_len);
     tok_free(r.t);
     return 0;

@@ -79,5 +79,21 @@ printf 'a<|eot_id|>b' >"$tmp/sp.txt"
 printf '{"prompt": "Q: 2+2?", "response": " A: 4"}\n{"text": "plain"}\n' >"$tmp/c.jsonl"
 "$upipe" data jsonl --tokenizer "$dir" --input "$tmp/c.jsonl" --output "$tmp/c.bin" --mask-output "$tmp/c.mask" >"$tmp/clog" || bad "jsonl failed: $(cat "$tmp/clog")"
 grep -q "2 documents" "$tmp/clog" || bad "jsonl: $(cat "$tmp/clog")"
+# 20000 records: three batches of at most 8192 items, each written while the next encodes; every
+# record back, in order, on 1 and 2 threads
+python3 - "$tmp/many.jsonl" "$tmp/many.txt" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f, open(sys.argv[2], "w") as g:
+    for i in range(20000):
+        t = "record %d: %s" % (i, "word " * (i % 13))
+        f.write(json.dumps({"text": t}) + "\n")
+        g.write("<|begin_of_text|>" + t)
+PY
+for th in 1 2; do
+  "$upipe" data jsonl --tokenizer "$dir" --input "$tmp/many.jsonl" --output "$tmp/many$th.bin" --threads $th >"$tmp/mlog" || bad "jsonl of 20000 records on $th threads: $(cat "$tmp/mlog")"
+  grep -q "20000 documents" "$tmp/mlog" || bad "jsonl of 20000 records on $th threads: $(head -1 "$tmp/mlog")"
+  "$upipe" data decode --tokenizer "$dir" --input "$tmp/many$th.bin" >"$tmp/mback.txt" || bad "decode of the records failed"
+  cmp -s "$tmp/mback.txt" "$tmp/many.txt" && echo "ok: 20000 records with --threads $th decode back in order" || bad "20000 records with --threads $th: not decoded back in order"
+done
 [ $fail -eq 0 ] && echo "ok: tokenizer_data"
 exit $fail
