@@ -95,5 +95,8 @@ for th in 1 2; do
   "$upipe" data decode --tokenizer "$dir" --input "$tmp/many$th.bin" >"$tmp/mback.txt" || bad "decode of the records failed"
   cmp -s "$tmp/mback.txt" "$tmp/many.txt" && echo "ok: 20000 records with --threads $th decode back in order" || bad "20000 records with --threads $th: not decoded back in order"
 done
+# a bad line after two full batches (one encoded, not yet written): one line, no shard
+echo 'oops' >>"$tmp/many.jsonl"
+refuse "bad JSON line 20001, a batch not yet written" "many.jsonl:20001:" jsonl --tokenizer "$dir" --input "$tmp/many.jsonl" --output "$tmp/s.bin" --threads 2
 [ $fail -eq 0 ] && echo "ok: tokenizer_data"
 exit $fail
