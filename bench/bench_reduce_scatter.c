@@ -44,7 +44,8 @@ int main(int argc, char **argv) {
     if (rank == 0)
         printf("# cpu: %s, %d ranks, %d thread%s each, %d rounds\n", cpu, R, threads,
                threads > 1 ? "s" : "", rounds);
-    double *t[2] = {malloc(sizeof(double) * (size_t)rounds), malloc(sizeof(double) * rounds)};
+    double *t[2] = {malloc(sizeof(double) * (size_t)rounds),
+                    malloc(sizeof(double) * (size_t)rounds)};
     double *ratio = malloc(sizeof(double) * (size_t)rounds);
     for (int s = 0; s < ns; s++) {
         size_t n = sizes[s];

@@ -62,6 +62,11 @@ static int ids_push(tok_ids *out, int32_t id) {
     return 0;
 }
 
+static void cache_clear(tok_encoder *e) {
+    memset(e->cache, 0, CACHE_SLOTS * sizeof *e->cache);
+    e->cache_used = e->keys_len = e->ids_len = 0;
+}
+
 tok_encoder *tok_encoder_new(const tokenizer *t) {
     /* a cache line of its own: encoders of other threads are allocated next to it */
     size_t sz = (sizeof(tok_encoder) + 63) / 64 * 64;
@@ -69,12 +74,11 @@ tok_encoder *tok_encoder_new(const tokenizer *t) {
     if (e == NULL) return NULL;
     memset(e, 0, sz);
     e->t = t;
-    /* zeroed by writing, not calloc: a calloc'd page a lookup reads first is the shared zero page,
-     * and the first store to it a copy-on-write whose TLB flush interrupts every other core of
-     * the process (with 2 threads, a tenth of the encoding time on a VM). aligned_alloc, as the
-     * compiler turns malloc + memset into calloc */
+    /* zeroed by writing (cache_clear), not calloc: a calloc'd page a lookup reads first is the
+     * shared zero page, and the first store to it a copy-on-write whose TLB flush interrupts every
+     * other core of the process (with 2 threads, a tenth of the encoding time on a VM).
+     * aligned_alloc, as the compiler turns malloc + memset into calloc */
     e->cache = aligned_alloc(64, CACHE_SLOTS * sizeof *e->cache);
-    if (e->cache != NULL) memset(e->cache, 0, CACHE_SLOTS * sizeof *e->cache);
     e->cache_keys = malloc(CACHE_POOL);
     e->cache_ids = malloc(CACHE_POOL);
     if (t->re != NULL) e->md = pcre2_match_data_create_from_pattern(t->re, NULL);
@@ -83,6 +87,7 @@ tok_encoder *tok_encoder_new(const tokenizer *t) {
         tok_encoder_free(e);
         return NULL;
     }
+    cache_clear(e);
     return e;
 }
 
@@ -220,11 +225,6 @@ static int bpe_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
     for (int32_t i = ns > 0 ? 0 : -1; i >= 0; i = e->sym[i].next)
         if (ids_push(out, e->sym[i].id) != 0) return -1;
     return 0;
-}
-
-static void cache_clear(tok_encoder *e) {
-    memset(e->cache, 0, CACHE_SLOTS * sizeof *e->cache);
-    e->cache_used = e->keys_len = e->ids_len = 0;
 }
 
 /* BPE of one piece through the per-piece cache. */
