@@ -69,6 +69,20 @@ static int group_member(const comm_ctx *c, comm_group g, int i) {
     return g == GROUP_CP ? c->dp_rank * c->P + i : i;
 }
 
+/* Posts again the probes' receives that a peer's probe matched (probes_post), so that a rank
+ * answers every round of probes (wait_hung probes twice), not only the first. Errors are left to
+ * the probe that meets them. */
+static void probes_repost(comm_ctx *c) {
+    for (int j = 0; c->probe_req && j < c->R; j++) {
+        int done = 0;
+        if (c->probe_req[j] == MPI_REQUEST_NULL) continue;
+        if (MPI_Test(&c->probe_req[j], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) continue;
+        if (done && MPI_Irecv(&c->probe_buf[j], 1, MPI_INT, j, COMM_PROBE_TAG, c->probe,
+                              &c->probe_req[j]) != MPI_SUCCESS)
+            c->probe_req[j] = MPI_REQUEST_NULL;
+    }
+}
+
 /* Marks in lost (one per member of g) the peers that do not match a probe within COMM_PROBE_S
  * and returns their count. A probe that fails (MPI could not reach the peer) counts as no answer.
  * The requests still pending are left: the process stops right after. */
@@ -77,6 +91,7 @@ static int find_lost(comm_ctx *c, comm_group g, char *lost) {
     int n = group_size(c, g), nlost = 0, pending = 1;
     MPI_Request *req = malloc((size_t)n * sizeof *req);
     UP_CHECK(req, "out of memory");
+    probes_repost(c);
     for (int i = 0; i < n; i++) {
         int w = group_member(c, g, i);
         req[i] = MPI_REQUEST_NULL;
@@ -157,20 +172,33 @@ static void describe_lost(const comm_ctx *c, comm_group g, const char *lost, int
 
 /* A wait on group g past the watchdog's limit: the peers that do not answer a probe are named in
  * one line (the phase, the routine, the calling function, the wait and its limit) and the job
- * stops (up_die: MPI_Abort, status 1). */
-static UP_NORETURN void wait_hung(comm_ctx *c, comm_group g, const char *func, const char *routine,
-                                  double idle, double limit) {
+ * stops (up_die: MPI_Abort, status 1). When every peer answers, one of them most likely waits
+ * itself, on a rank that is lost, and names it once its own probes (COMM_PROBE_S) are done: a
+ * rank that stopped the job at once would win that race with a line that names no one (measured:
+ * a rank waiting on its node's peer, in an all-to-all, while that peer probed a node whose link
+ * was down). So the first time (first[0] == 0) the wait goes on for max(limit, 2 x COMM_PROBE_S)
+ * more and this returns, keeping in first the seconds waited and the limit; the second time the
+ * line says the ranks are alive but one waits elsewhere. */
+static void wait_hung(comm_ctx *c, comm_group g, const char *func, const char *routine, double idle,
+                      double limit, double first[2]) {
     char phase[96], who[512];
     int n = group_size(c, g);
     char *lost = calloc((size_t)n, 1);
     UP_CHECK(lost, "out of memory");
     watchdog_phase_describe(phase, sizeof phase);
     int nlost = find_lost(c, g, lost);
+    if (nlost == 0 && first[0] == 0) {
+        free(lost);
+        first[0] = idle;
+        first[1] = limit;
+        watchdog_wait_again(2.0 * COMM_PROBE_S);
+        return;
+    }
     if (nlost == 0) {
         snprintf(who, sizeof who,
-                 "every peer answered a probe within %.0f s: the ranks are alive but one waits "
-                 "elsewhere (a collective called out of order) or MPI itself hangs",
-                 COMM_PROBE_S);
+                 "every peer answered a probe after %.1f s and again now: the ranks are alive but "
+                 "one waits elsewhere (a collective called out of order) or MPI itself hangs",
+                 first[0]);
     } else {
         char ranks[400];
         describe_lost(c, g, lost, nlost, ranks, sizeof ranks);
@@ -181,7 +209,8 @@ static UP_NORETURN void wait_hung(comm_ctx *c, comm_group g, const char *func, c
     free(lost);
     up_die("watchdog: %s: no progress for %.1f s in %s (%s, %d ranks; limit %.1f s, --watchdog "
            "%g): %s; resume from the last checkpoint",
-           phase, idle, routine, func, n, limit, watchdog_floor(), who);
+           phase, first[0] + idle, routine, func, n, first[0] > 0 ? first[1] : limit,
+           watchdog_floor(), who);
 }
 
 /* Completes the n requests of a wait on group g by testing them in a loop: MPI_Wait would hold
@@ -190,6 +219,7 @@ static UP_NORETURN void wait_hung(comm_ctx *c, comm_group g, const char *func, c
  * the calling function, routine: the MPI routine that started the requests. */
 static void wait_polled(comm_ctx *c, comm_group g, int n, MPI_Request *req, const char *func,
                         const char *routine) {
+    double first[2] = {0, 0}; /* the wait and its limit when every peer answered, 0: not yet */
     watchdog_enter_polled(func, routine);
     for (int i = 0, polls = 0; i < n;) {
         int done = 0;
@@ -199,10 +229,12 @@ static void wait_polled(comm_ctx *c, comm_group g, int n, MPI_Request *req, cons
         if (done)
             i++;
         else if (watchdog_overdue(&idle, &limit))
-            wait_hung(c, g, func, routine, idle, limit);
-        else if (++polls % 1000 == 0)
+            wait_hung(c, g, func, routine, idle, limit, first);
+        else if (++polls % 1000 == 0) {
             sched_yield(); /* as MPICH's own busy waits do (MPIR_CVAR_POLLS_BEFORE_YIELD): a
                             * rank sharing its core lets the peer it waits for run */
+            if (polls % 16000 == 0) probes_repost(c); /* a peer may probe this rank again */
+        }
     }
     watchdog_leave();
 }

@@ -21,6 +21,7 @@ static double g_phase_t0;                          /* main thread only: when the
 static _Atomic double g_longest[WATCHDOG_NPHASES]; /* [WATCHDOG_STEP]: after the first */
 static _Atomic double g_first_step;                /* this process's first step, 0: not done */
 static atomic_int g_polled;                        /* the main thread polls its wait */
+static _Atomic double g_again;                     /* watchdog_wait_again's floor, 0: none */
 /* A polled wait past its limit: the mark of the wait (a wait entered later is not overdue), the
  * seconds it had waited and its limit when the thread saw it */
 static _Atomic double g_over_mark, g_over_idle, g_over_limit;
@@ -59,12 +60,19 @@ void watchdog_enter(const char *where, const char *what) {
 void watchdog_leave(void) {
     atomic_store(&g_where, NULL);
     atomic_store(&g_polled, 0);
+    atomic_store(&g_again, 0.0);
     atomic_store(&g_mark, now_s());
 }
 
 void watchdog_enter_polled(const char *where, const char *what) {
     atomic_store(&g_polled, 1);
+    atomic_store(&g_again, 0.0);
     watchdog_enter(where, what);
+}
+
+void watchdog_wait_again(double at_least) {
+    atomic_store(&g_again, at_least);
+    atomic_store(&g_mark, now_s()); /* after the floor: the new mark is never judged without it */
 }
 
 int watchdog_overdue(double *idle, double *limit) {
@@ -133,10 +141,12 @@ static void *watch(void *arg) {
         int p = atomic_load(&g_phase);
         const char *where = atomic_load(&g_where), *what = atomic_load(&g_what);
         int polled = atomic_load(&g_polled);
+        double again = atomic_load(&g_again);
         double longest[WATCHDOG_NPHASES], first = atomic_load(&g_first_step);
         for (int i = 0; i < WATCHDOG_NPHASES; i++)
             longest[i] = atomic_load(&g_longest[i]);
         double limit = watchdog_limit((watchdog_phase)p, where != NULL, g_floor, first, longest);
+        if (where && polled && limit >= 0 && again > limit) limit = again;
         double idle = now_s() - mark;
         if (limit < 0 || idle <= limit || mark != atomic_load(&g_mark)) continue;
         if (where && polled && idle <= limit + WATCHDOG_POLL_GRACE_S) {

@@ -64,6 +64,10 @@ void watchdog_leave(void);
  * the limit), else 0. watchdog_leave ends it. */
 void watchdog_enter_polled(const char *where, const char *what);
 int watchdog_overdue(double *idle, double *limit);
+/* The main thread found every peer of its overdue polled wait alive and waits on: a fresh mark for
+ * the same wait, judged against max(its limit, at_least) (the time a peer needs to name the rank
+ * it waits for itself), then flagged again by watchdog_overdue. */
+void watchdog_wait_again(double at_least);
 /* Computation goes on (the attention kernels' tasks, the layers): a step of hours at long T is
  * progress, not a hang. A stalled rank makes no ticks; a rank inside MPI ignores them. */
 void watchdog_tick(void);

@@ -71,6 +71,27 @@ line=$(grep -m1 "upipe: error (rank 0): watchdog: step 3: no progress for .* in 
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$line" ]; then
   ok "stalled in a reduce-scatter: job stopped in ${dt} s: ${line#upipe: error }"
 else bad "stalled in a reduce-scatter: exit $rc after ${dt} s"; cat "$TMP/rs.out"; fi
+# ---- a chain of waits (test_comm --chain, 4 ranks, --cp 2): rank 3 stalls; ranks 0 and 2 wait on it
+# in a loss reduction, rank 1 on rank 0 in an all-to-all. Rank 1's probes find rank 0 alive, so it
+# waits on (2 x COMM_PROBE_S, twice the probes rank 0 and 2 take) and the line that ends the job
+# names rank 3; a rank that stopped at once would win with a line naming no one (lost.sh met that
+# across nodes under FSDP) ----
+t0=$(date +%s.%N)
+rc=0
+timeout 60 $MPIEXEC -n 4 "$BUILD/tests/test_comm" --chain >"$TMP/chain.out" 2>&1 || rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+line=$(grep -m1 "upipe: error (rank [02]): watchdog: step 4: no progress for .* in MPI_Iallreduce (comm_reduce_loss, 4 ranks; limit 1.0 s, --watchdog 1): no answer from rank 3 " "$TMP/chain.out")
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$line" ] && ! grep -q "every peer answered" "$TMP/chain.out"; then
+  ok "a chain of waits: job stopped in ${dt} s: ${line#upipe: error }"
+else bad "a chain of waits: exit $rc after ${dt} s"; cat "$TMP/chain.out"; fi
+# ---- collectives called out of order (test_comm --disorder, 2 ranks): rank 0 reduces the loss,
+# rank 1 calls an all-to-all; both answer both rounds of probes, and the line says so ----
+rc=0
+timeout 60 $MPIEXEC -n 2 "$BUILD/tests/test_comm" --disorder >"$TMP/disorder.out" 2>&1 || rc=$?
+line=$(grep -m1 "upipe: error (rank [01]): watchdog: step 4: no progress for .* (comm_[a-z_]*, 2 ranks; limit 1.0 s, --watchdog 1): every peer answered a probe after [0-9.]* s and again now: the ranks are alive but one waits elsewhere" "$TMP/disorder.out")
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ -n "$line" ]; then
+  ok "collectives out of order: ${line#upipe: error }"
+else bad "collectives out of order: exit $rc"; cat "$TMP/disorder.out"; fi
 # ---- a healthy job is never stopped, on any host or load: start-up (allocating and zeroing
 # 850 MiB), the first step (its page faults; one step of configs/bench.json at T = 4096 on one
 # thread takes seconds with no MPI call inside it) and the second are all longer than a floor of

@@ -128,10 +128,44 @@ static int stall_reduce_scatter(void) {
     return 1;
 }
 
+/* --chain (4 ranks, faults.sh): rank 3 stalls; ranks 0 and 2 wait on it in a loss reduction over
+ * the world while rank 1 waits on rank 0 in an all-to-all of their CP group (P = 2). Rank 1's
+ * probes find rank 0 alive: it must wait on and leave the line to a rank that waits on rank 3 (its
+ * probes take COMM_PROBE_S). --disorder (2 ranks): rank 0 reduces the loss while rank 1 calls the
+ * all-to-all, both alive; after two rounds of probes a rank says the ranks are alive but one
+ * waits elsewhere. Floor 1 s after three measured steps. Return only if nothing stopped the job. */
+static int stall_chain(int disorder) {
+    comm_ctx c;
+    comm_init(&c, MPI_COMM_WORLD, 2);
+    int stalled = disorder ? -1 : 3, T = 4, nh = 2, HS = 3;
+    float *seq = calloc((size_t)T * nh * HS, sizeof *seq),
+          *head = calloc((size_t)T * 2 * nh * HS, sizeof *head),
+          *pack = calloc(comm_pack_floats(&c, T, nh, HS), sizeof *pack);
+    if (!seq || !head || !pack) abort();
+    if (c.rank != stalled) watchdog_start(1.0); /* the stalled rank's own would end it */
+    double loss = 1;
+    long long count = 1;
+    for (long step = 0; step < 4; step++) {
+        watchdog_phase_enter(WATCHDOG_STEP, step);
+        if (step < 3)
+            comm_reduce_loss(&c, &loss, &count);
+        else if (c.rank == stalled)
+            sleep(60); /* no MPI progress, no answer to a probe */
+        else if (c.rank == 1)
+            comm_seq_to_head(&c, seq, head, T, nh, HS, MEM_DTYPE_F32, pack);
+        else
+            comm_reduce_loss(&c, &loss, &count);
+    }
+    fprintf(stderr, "rank %d: the stalled wait returned\n", c.rank);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     int rank, R;
     harness_init_mpi(&argc, &argv, &rank, &R); /* every verdict below is agreed; rank 0 says it */
     if (argc > 1 && strcmp(argv[1], "--stall") == 0) return stall_reduce_scatter();
+    if (argc > 1 && strcmp(argv[1], "--chain") == 0) return stall_chain(0);
+    if (argc > 1 && strcmp(argv[1], "--disorder") == 0) return stall_chain(1);
     /* every context-parallel degree P that divides R, so DP x CP meshes run too */
     for (int P = 1; P <= R; P++) {
         if (R % P) continue;
