@@ -21,7 +21,7 @@ static double g_phase_t0;                          /* main thread only: when the
 static _Atomic double g_longest[WATCHDOG_NPHASES]; /* [WATCHDOG_STEP]: after the first */
 static _Atomic double g_first_step;                /* this process's first step, 0: not done */
 static atomic_int g_polled;                        /* the main thread polls its wait */
-static _Atomic double g_again;                     /* watchdog_wait_again's floor, 0: none */
+static _Atomic double g_again; /* watchdog_wait_again's floor for the polled wait, 0: none */
 /* A polled wait past its limit: the mark of the wait (a wait entered later is not overdue), the
  * seconds it had waited and its limit when the thread saw it */
 static _Atomic double g_over_mark, g_over_idle, g_over_limit;
@@ -60,7 +60,6 @@ void watchdog_enter(const char *where, const char *what) {
 void watchdog_leave(void) {
     atomic_store(&g_where, NULL);
     atomic_store(&g_polled, 0);
-    atomic_store(&g_again, 0.0);
     atomic_store(&g_mark, now_s());
 }
 
@@ -146,7 +145,7 @@ static void *watch(void *arg) {
         for (int i = 0; i < WATCHDOG_NPHASES; i++)
             longest[i] = atomic_load(&g_longest[i]);
         double limit = watchdog_limit((watchdog_phase)p, where != NULL, g_floor, first, longest);
-        if (where && polled && limit >= 0 && again > limit) limit = again;
+        if (where && polled && again > limit) limit = again; /* reset with each polled wait */
         double idle = now_s() - mark;
         if (limit < 0 || idle <= limit || mark != atomic_load(&g_mark)) continue;
         if (where && polled && idle <= limit + WATCHDOG_POLL_GRACE_S) {
