@@ -13,7 +13,7 @@ all: $(BUILD)/upipe
 deps:
 	@bash tools/install-deps.sh
 
-$(BUILD)/Makefile:
+$(BUILD)/Makefile: | deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
 $(BUILD)/upipe: deps $(BUILD)/Makefile FORCE

@@ -51,6 +51,11 @@ int main(int argc, char **argv) {
         if (kernel_path_init(err, sizeof err) != 0) up_die("%s", err);
         printf("upipe %s\nkernels: %s\nblas: %s\n", UPIPE_VERSION, kernel_path_name(),
                blas_describe());
+        const backend_ops *cu = backend_load("cuda", err, sizeof err);
+        if (cu)
+            printf("%s\n", cu->describe());
+        else
+            printf("cuda: not available (%s)\n", err);
         return 0;
     }
     if (!strcmp(argv[1], "data")) return data_main(argc - 1, argv + 1);

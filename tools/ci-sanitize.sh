@@ -12,7 +12,7 @@ BUILD=${ASAN_BUILD:-build-asan}
 JOBS=${JOBS:-$(nproc)}
 
 t0=$(date +%s)
-[ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug >/dev/null
+[ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DUPIPE_CUDA=OFF >/dev/null
 cmake --build "$BUILD" -j "$JOBS" >"$BUILD.build.log" 2>&1 || { tail -n 50 "$BUILD.build.log"; exit 1; }
 t1=$(date +%s)
 echo "sanitize: build $((t1 - t0)) s"

@@ -13,7 +13,7 @@ ALL="safetensors st_index config shard mask docs ckpt_state jinja tokenizer"
 NAMES=${*:-$ALL}
 
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  CC=${FUZZ_CC:-clang} cmake -S . -B "$BUILD" -DUPIPE_FUZZ=ON >"$BUILD.configure.log" 2>&1 ||
+  CC=${FUZZ_CC:-clang} cmake -S . -B "$BUILD" -DUPIPE_FUZZ=ON -DUPIPE_CUDA=OFF >"$BUILD.configure.log" 2>&1 ||
     { cat "$BUILD.configure.log"; exit 1; }
 fi
 cmake --build "$BUILD" -j "$JOBS" --target fuzzers >"$BUILD/fuzz-build.log" 2>&1 ||

@@ -141,7 +141,7 @@ against)
   work=$(mktemp -d /tmp/upipe-guard-ref.XXXXXX)
   git worktree add --detach "$work/src" "$rev" >/dev/null
   trap 'git worktree remove --force "$work/src" >/dev/null 2>&1; rm -rf "$work"' EXIT
-  cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S "$work/src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DUPIPE_CUDA=OFF >/dev/null
   cmake --build "$work/build" -j "$(nproc)" --target upipe >/dev/null
   run_paths "$work/build/upipe" "$work/ref"
   run_paths "$bin" "$work/new"

@@ -119,6 +119,7 @@ static const flag_help_line g_eval_page[] = {
     {"dtype", "element type of the stored tensors (default f32); bf16 as in\n"
               "training (upipe train --help): weights fp32 with a bf16 copy\n"
               "for the matmuls, the residual stream and attention in bf16"},
+    {"device", NULL},
     {NULL, "\noutputs (the tables always go to the terminal unless --quiet)"},
     {"report", NULL},
     {"svg", NULL},
@@ -264,6 +265,7 @@ static void eval_setup(eval_job *j) {
     setup_model_options(&j->cfg, j->P, &o->front.mopt);
     comm_init(&j->comm, MPI_COMM_WORLD, j->P);
     front_check_kernels(&j->comm);
+    front_load_device(&j->o.front, &j->comm);
     j->T_loc = (int)(o->front.T / j->P);
     j->src = (eval_source){.m = NULL /* eval_alloc_all */,
                            .shard = &j->shard,
@@ -376,6 +378,7 @@ int eval_main(int argc, char **argv) {
         if (j->o.front.mem_report) report_write_memory(j->o.front.mem_report, &j->comm, &plan, 1);
     } else {
         report_check_mem_limit(&plan, j->o.front.mem_limit, j->o.front.T);
+        front_check_device_plan(&j->o.front, plan.dev_cat, plan.device, j->o.front.T);
         eval_run_job(j);
     }
     comm_free(&j->comm);

@@ -36,7 +36,34 @@ void mem_fail_after(long n) {
     g_fail_after = n;
 }
 
+/* Per space: live and peak bytes of each category and of all (the sums above are over the
+ * spaces). Buffers outside host memory carry no header: a registry keeps their size. */
+static size_t g_sp_live[MEM_SPACE_COUNT][MEM_COUNT], g_sp_peak[MEM_SPACE_COUNT][MEM_COUNT];
+static size_t g_sp_total[MEM_SPACE_COUNT], g_sp_peak_total[MEM_SPACE_COUNT];
+static void *(*g_sp_alloc[MEM_SPACE_COUNT])(size_t);
+static void (*g_sp_release[MEM_SPACE_COUNT])(void *);
+typedef struct {
+    void *p;
+    size_t bytes;
+    int cat, sp;
+} mem_foreign;
+static mem_foreign *g_foreign;
+static int g_nforeign, g_foreign_cap;
+
+static void count_space(mem_space sp, mem_category cat, size_t bytes) {
+    g_sp_live[sp][cat] += bytes;
+    g_sp_total[sp] += bytes;
+    if (g_sp_live[sp][cat] > g_sp_peak[sp][cat]) g_sp_peak[sp][cat] = g_sp_live[sp][cat];
+    if (g_sp_total[sp] > g_sp_peak_total[sp]) g_sp_peak_total[sp] = g_sp_total[sp];
+}
+
+static void count_alloc_in(mem_space sp, mem_category cat, size_t bytes);
 static void count_alloc(mem_category cat, size_t bytes) {
+    count_alloc_in(MEM_SPACE_HOST, cat, bytes);
+}
+
+static void count_alloc_in(mem_space sp, mem_category cat, size_t bytes) {
+    count_space(sp, cat, bytes);
     g_live[cat] += bytes;
     g_live_total += bytes;
     if (g_live[cat] > g_peak[cat]) g_peak[cat] = g_live[cat];
@@ -51,6 +78,10 @@ void mem_plan_end(void) {
     g_planning = 0;
     memset(g_live, 0, sizeof g_live);
     memset(g_peak, 0, sizeof g_peak);
+    memset(g_sp_live, 0, sizeof g_sp_live);
+    memset(g_sp_peak, 0, sizeof g_sp_peak);
+    memset(g_sp_total, 0, sizeof g_sp_total);
+    memset(g_sp_peak_total, 0, sizeof g_sp_peak_total);
     g_live_total = g_peak_total = 0;
     atomic_store(&g_off_live, 0);
     atomic_store(&g_off_peak, 0);
@@ -110,14 +141,30 @@ void mem_count(mem_category cat, long long delta) {
              mem_category_name(cat));
     g_live[cat] -= (size_t)-delta;
     g_live_total -= (size_t)-delta;
+    g_sp_live[MEM_SPACE_HOST][cat] -= (size_t)-delta;
+    g_sp_total[MEM_SPACE_HOST] -= (size_t)-delta;
+}
+
+static void uncount(mem_space sp, int cat, size_t bytes) {
+    g_live[cat] -= bytes;
+    g_live_total -= bytes;
+    g_sp_live[sp][cat] -= bytes;
+    g_sp_total[sp] -= bytes;
 }
 
 void mem_free(void *p) {
     if (!p) return;
+    for (int i = g_nforeign - 1; i >= 0; i--)
+        if (g_foreign[i].p == p) {
+            mem_foreign f = g_foreign[i];
+            g_foreign[i] = g_foreign[--g_nforeign];
+            uncount((mem_space)f.sp, f.cat, f.bytes);
+            g_sp_release[f.sp](p);
+            return;
+        }
     mem_header *h = (mem_header *)((char *)p - MEM_HDR);
     UP_CHECK(h->magic == MEM_MAGIC, "mem_free of a pointer not from mem_alloc");
-    g_live[h->cat] -= h->bytes;
-    g_live_total -= h->bytes;
+    uncount(MEM_SPACE_HOST, h->cat, h->bytes);
     h->magic = 0;
     free(h);
 }
@@ -139,6 +186,8 @@ void mem_reset_peaks(void) {
     for (int c = 0; c < MEM_COUNT; c++)
         g_peak[c] = g_live[c];
     g_peak_total = g_live_total;
+    memcpy(g_sp_peak, g_sp_live, sizeof g_sp_peak);
+    memcpy(g_sp_peak_total, g_sp_total, sizeof g_sp_peak_total);
 }
 
 void mem_add_offloaded(long long delta) {
@@ -179,4 +228,56 @@ int mem_rss_reset_peak(void) {
     if (!f) return -1;
     int ok = fputs("5", f) >= 0; /* 5: reset the peak RSS to the current RSS */
     return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* ---- memory spaces -------------------------------------------------------------------------- */
+
+const char *mem_space_name(mem_space sp) {
+    static const char *names[MEM_SPACE_COUNT] = {"host", "pinned", "device"};
+    return sp >= 0 && sp < MEM_SPACE_COUNT ? names[sp] : "?";
+}
+
+void mem_set_space(mem_space sp, void *(*alloc)(size_t), void (*release)(void *)) {
+    UP_CHECK(sp > MEM_SPACE_HOST && sp < MEM_SPACE_COUNT, "mem_set_space: bad space %d", (int)sp);
+    g_sp_alloc[sp] = alloc;
+    g_sp_release[sp] = release;
+}
+
+void *mem_alloc_in(mem_space sp, mem_category cat, size_t bytes) {
+    if (sp == MEM_SPACE_HOST) return mem_alloc(cat, bytes);
+    UP_CHECK(cat >= 0 && cat < MEM_COUNT, "bad memory category %d", (int)cat);
+    UP_CHECK(sp > MEM_SPACE_HOST && sp < MEM_SPACE_COUNT, "bad memory space %d", (int)sp);
+    if (g_planning) {
+        count_alloc_in(sp, cat, bytes);
+        return NULL;
+    }
+    UP_CHECK(g_sp_alloc[sp], "no allocator for %s memory (no device backend loaded)",
+             mem_space_name(sp));
+    void *p = bytes ? g_sp_alloc[sp](bytes) : NULL;
+    if (!p && bytes) {
+        char b1[32], b2[32];
+        up_die("out of %s memory: could not allocate %s for %s (%s of it already in use); "
+               "use a shorter --seq-len or more memory-saving flags",
+               mem_space_name(sp), up_fmt_bytes(b1, sizeof b1, (double)bytes),
+               mem_category_name(cat), up_fmt_bytes(b2, sizeof b2, (double)g_sp_total[sp]));
+    }
+    if (!p) return NULL;
+    if (g_nforeign == g_foreign_cap) {
+        g_foreign_cap = g_foreign_cap ? 2 * g_foreign_cap : 64;
+        g_foreign = realloc(g_foreign, sizeof *g_foreign * (size_t)g_foreign_cap);
+        UP_CHECK(g_foreign, "out of memory");
+    }
+    g_foreign[g_nforeign++] = (mem_foreign){p, bytes, (int)cat, (int)sp};
+    count_alloc_in(sp, cat, bytes);
+    return p;
+}
+
+size_t mem_live_in(mem_space sp) {
+    return g_sp_total[sp];
+}
+size_t mem_peak_in(mem_space sp) {
+    return g_sp_peak_total[sp];
+}
+size_t mem_peak_cat_in(mem_space sp, mem_category cat) {
+    return g_sp_peak[sp][cat];
 }

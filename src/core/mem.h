@@ -26,6 +26,26 @@ typedef enum {
 
 const char *mem_category_name(mem_category cat);
 
+/* Where a buffer lives (DESIGN.md §11). The plan counts each space apart; the figures without a
+ * space (mem_live, mem_peak_total, ...) are the sums over the spaces, which a CPU run has only
+ * the first of. */
+typedef enum {
+    MEM_SPACE_HOST,   /* ordinary host memory (the CPU backend's tensors) */
+    MEM_SPACE_PINNED, /* page-locked host memory (the GPU's copies in and out) */
+    MEM_SPACE_DEVICE, /* GPU memory (the CUDA backend's tensors) */
+    MEM_SPACE_COUNT
+} mem_space;
+const char *mem_space_name(mem_space sp); /* "host", "pinned", "device" */
+/* The allocator of a space other than host (the backend's: zeroed memory, NULL when short). */
+void mem_set_space(mem_space sp, void *(*alloc)(size_t), void (*release)(void *));
+/* mem_alloc in space sp (host: mem_alloc itself). Out of memory stops every rank with a message
+ * naming the space, the category and the size. */
+void *mem_alloc_in(mem_space sp, mem_category cat, size_t bytes);
+/* Live and peak bytes of one space (all categories), and of one category in it. */
+size_t mem_live_in(mem_space sp);
+size_t mem_peak_in(mem_space sp);
+size_t mem_peak_cat_in(mem_space sp, mem_category cat);
+
 /* Panic variant: out of memory stops every rank with a message naming the category and size. */
 void *mem_alloc(mem_category cat, size_t bytes);
 /* Try variant: NULL on failure (nothing counted). */
@@ -34,7 +54,7 @@ void *mem_try_alloc(mem_category cat, size_t bytes);
 void *mem_alloc_n(mem_category cat, mem_dtype dt, size_t n);
 /* mem_alloc_n(cat, MEM_DTYPE_F32, n). */
 float *mem_alloc_f32(mem_category cat, size_t n);
-void mem_free(void *p); /* NULL is fine */
+void mem_free(void *p); /* NULL is fine; any space */
 /* Counts bytes that are resident but not ours to allocate (MPI's temporaries inside a
  * collective, the process baseline): added to the live and peak figures exactly like an
  * allocation, in plan mode too; a negative delta gives them back. */

@@ -13,6 +13,8 @@
 #ifndef UP_KERNELS_H
 #define UP_KERNELS_H
 
+#include "kernels/backend.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -265,9 +267,8 @@ void cross_entropy_rows(const float *logits, const int32_t *targets, int N, int 
 
 /* ---- optimizer ------------------------------------------------------------------------------ */
 
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay;
-} adamw_params;
+/* AdamW's hyperparameters: the backends' one struct (backend.h). */
+typedef backend_adamw adamw_params;
 
 /* AdamW on n elements, decoupled weight decay, bias correction; step is 1-based.
  * g = grad * grad_scale (the clipping factor); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

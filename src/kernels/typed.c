@@ -4,6 +4,7 @@
 
 #include "kernels/bf16.h"
 
+#include <math.h>
 #include <omp.h>
 #include <string.h>
 
@@ -104,12 +105,20 @@ static void fused_run(const typed_ctx *t, const fused_pass *f) {
 
 /* ---- copies --------------------------------------------------------------------------------- */
 
-void typed_zero(const typed_ctx *t, void *dst, size_t n) {
+static void cpu_zero(const typed_ctx *t, void *dst, size_t n) {
     memset(dst, 0, mem_dtype_bytes(t->dt, n));
 }
 
-void typed_copy(const typed_ctx *t, void *dst, const void *src, size_t n) {
+static void cpu_copy(const typed_ctx *t, void *dst, const void *src, size_t n) {
     memcpy(dst, src, mem_dtype_bytes(t->dt, n));
+}
+
+static void cpu_copy_rows(const typed_ctx *t, void *dst, size_t ldd, const void *src, size_t lds,
+                          size_t rows, size_t width) {
+    size_t es = mem_dtype_size(t->dt), bytes = es * width;
+#pragma omp parallel for schedule(static) if (rows * width > 32768)
+    for (size_t i = 0; i < rows; i++)
+        memcpy((char *)dst + i * ldd * es, (const char *)src + i * lds * es, bytes);
 }
 
 typedef struct {
@@ -127,7 +136,7 @@ static void add_chunk(const void *ctx, size_t r0, size_t nr, float *a, size_t st
     bf16_from_f32(a, c->dst + r0, nr);
 }
 
-void typed_add(const typed_ctx *t, void *dst, const void *src, size_t n) {
+static void cpu_add(const typed_ctx *t, void *dst, const void *src, size_t n) {
     if (is_f32(t)) {
         float *d = dst;
         const float *s = src;
@@ -142,8 +151,8 @@ void typed_add(const typed_ctx *t, void *dst, const void *src, size_t n) {
 
 /* ---- matrix products ------------------------------------------------------------------------ */
 
-void typed_matmul_forward(const typed_ctx *t, void *out, int ldo, const void *inp, int ldi,
-                          const void *w, int ldw, int N, int IC, int OC, int acc) {
+static void cpu_matmul_forward(const typed_ctx *t, void *out, int ldo, const void *inp, int ldi,
+                               const void *w, int ldw, int N, int IC, int OC, int acc) {
     if (is_f32(t)) {
         matmul_forward_ld(out, ldo, inp, ldi, w, ldw, N, IC, OC, acc);
         return;
@@ -189,19 +198,8 @@ static void matmul_backward_any(const typed_ctx *t, void *dinp, int lddi, int di
     if (dw) gemm_bf16(1, 0, OC, IC, N, 1.0f, dout, ldd, inp, ldi, 1.0f, dw, lddw, p.gemm);
 }
 
-void typed_matmul_backward(const typed_ctx *t, void *dinp, int lddi, float *dw, int lddw,
-                           const void *dout, int ldd, const void *inp, int ldi, const void *w,
-                           int ldw, int N, int IC, int OC) {
-    matmul_backward_any(t, dinp, lddi, 1, dw, lddw, dout, ldd, inp, ldi, w, ldw, N, IC, OC);
-}
-
-void typed_mm_bwd_set(const typed_ctx *t, void *dinp, float *dw, const void *dout, const void *inp,
-                      const void *w, int N, int IC, int OC) {
-    matmul_backward_any(t, dinp, IC, 0, dw, IC, dout, OC, inp, IC, w, IC, N, IC, OC);
-}
-
-void typed_matmul_forward_f32(const typed_ctx *t, float *out, const float *inp, const void *w,
-                              int N, int IC, int OC) {
+static void cpu_matmul_forward_f32(const typed_ctx *t, float *out, const float *inp, const void *w,
+                                   int N, int IC, int OC) {
     if (is_f32(t)) {
         matmul_forward(out, inp, w, N, IC, OC, 0);
         return;
@@ -210,8 +208,8 @@ void typed_matmul_forward_f32(const typed_ctx *t, float *out, const float *inp, 
     gemm_f32_bf16(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC, p.gemm);
 }
 
-void typed_matmul_backward_f32(const typed_ctx *t, float *dinp, float *dw, const float *dout,
-                               const float *inp, const void *w, int N, int IC, int OC) {
+static void cpu_matmul_backward_f32(const typed_ctx *t, float *dinp, float *dw, const float *dout,
+                                    const float *inp, const void *w, int N, int IC, int OC) {
     if (is_f32(t)) {
         matmul_backward(dinp, dw, dout, inp, w, N, IC, OC);
         return;
@@ -224,8 +222,8 @@ void typed_matmul_backward_f32(const typed_ctx *t, float *dinp, float *dw, const
 
 /* ---- embedding ------------------------------------------------------------------------------ */
 
-void typed_embedding_forward(const typed_ctx *t, void *out, const int32_t *tokens, const void *wte,
-                             int N, int C) {
+static void cpu_embedding_forward(const typed_ctx *t, void *out, const int32_t *tokens,
+                                  const void *wte, int N, int C) {
     if (is_f32(t)) {
         embedding_forward(out, tokens, wte, N, C);
         return;
@@ -240,8 +238,8 @@ void typed_embedding_forward(const typed_ctx *t, void *out, const int32_t *token
     }
 }
 
-void typed_embedding_backward(const typed_ctx *t, float *dwte, const void *dout,
-                              const int32_t *tokens, int N, int C) {
+static void cpu_embedding_backward(const typed_ctx *t, float *dwte, const void *dout,
+                                   const int32_t *tokens, int N, int C) {
     if (is_f32(t)) {
         embedding_backward(dwte, dout, tokens, N, C);
         return;
@@ -284,8 +282,8 @@ static void norm_chunk(const void *ctx, size_t r0, size_t nr, float *a, size_t s
     if (!c->out_f32) bf16_from_f32(o, (uint16_t *)c->out + r0 * C, nr * C);
 }
 
-void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rstd, const void *inp,
-                           const void *w, int N, int C, float eps) {
+static void cpu_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rstd,
+                                const void *inp, const void *w, int N, int C, float eps) {
     if (is_f32(t)) {
         rmsnorm_forward(out, rstd, inp, w, N, C, eps);
         return;
@@ -298,9 +296,9 @@ void typed_rmsnorm_forward(const typed_ctx *t, void *out, int out_f32, float *rs
     fused_run(t, &f);
 }
 
-void typed_rmsnorm_backward(const typed_ctx *t, void *dinp, float *dw, const void *dout,
-                            int dout_f32, const void *inp, const void *w, const float *rstd, int N,
-                            int C) {
+static void cpu_rmsnorm_backward(const typed_ctx *t, void *dinp, float *dw, const void *dout,
+                                 int dout_f32, const void *inp, const void *w, const float *rstd,
+                                 int N, int C) {
     if (is_f32(t)) {
         rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
         return;
@@ -350,16 +348,16 @@ static void rope_typed(const typed_ctx *t, void *x, const float *cos_t, const fl
     fused_run(t, &f);
 }
 
-void typed_rope_forward(const typed_ctx *t, void *x, const float *cos_t, const float *sin_t, int N,
-                        int nh, int HS) {
+static void cpu_rope_forward(const typed_ctx *t, void *x, const float *cos_t, const float *sin_t,
+                             int N, int nh, int HS) {
     if (is_f32(t))
         rope_forward(x, cos_t, sin_t, N, nh, HS);
     else
         rope_typed(t, x, cos_t, sin_t, N, nh, HS, 0);
 }
 
-void typed_rope_backward(const typed_ctx *t, void *dx, const float *cos_t, const float *sin_t,
-                         int N, int nh, int HS) {
+static void cpu_rope_backward(const typed_ctx *t, void *dx, const float *cos_t, const float *sin_t,
+                              int N, int nh, int HS) {
     if (is_f32(t))
         rope_backward(dx, cos_t, sin_t, N, nh, HS);
     else
@@ -393,8 +391,8 @@ static void swiglu_bwd_chunk(const void *ctx, size_t r0, size_t nr, float *g, si
     bf16_from_f32(u, c->dup + r0, nr);
 }
 
-void typed_swiglu_forward(const typed_ctx *t, void *out, const void *gate, const void *up,
-                          size_t n) {
+static void cpu_swiglu_forward(const typed_ctx *t, void *out, const void *gate, const void *up,
+                               size_t n) {
     if (is_f32(t)) {
         swiglu_forward(out, gate, up, n);
         return;
@@ -404,8 +402,8 @@ void typed_swiglu_forward(const typed_ctx *t, void *out, const void *gate, const
     fused_run(t, &f);
 }
 
-void typed_swiglu_backward(const typed_ctx *t, void *dgate, void *dup, const void *dout,
-                           const void *gate, const void *up, size_t n) {
+static void cpu_swiglu_backward(const typed_ctx *t, void *dgate, void *dup, const void *dout,
+                                const void *gate, const void *up, size_t n) {
     if (is_f32(t)) {
         swiglu_backward(dgate, dup, dout, gate, up, n);
         return;
@@ -422,21 +420,91 @@ size_t typed_attention_workspace_floats(mem_dtype dt, int T, int NH, int NKV, in
                                : attention_workspace_floats_bf16(T, NH, NKV, HS);
 }
 
-void typed_attention_forward(const typed_ctx *t, void *out, float *lse, const void *q,
-                             const void *k, const void *v, const int32_t *doc_start, int T, int NH,
-                             int NKV, int HS, float *ws) {
+static void cpu_attention_forward(const typed_ctx *t, void *out, float *lse, const void *q,
+                                  const void *k, const void *v, const int32_t *doc_start, int T,
+                                  int NH, int NKV, int HS, float *ws) {
     if (is_f32(t))
         attention_forward(out, lse, q, k, v, doc_start, T, NH, NKV, HS, ws);
     else
         attention_forward_bf16(out, lse, q, k, v, doc_start, T, NH, NKV, HS, ws);
 }
 
-void typed_attention_backward(const typed_ctx *t, void *dq, void *dk, void *dv, const void *dout,
-                              const void *q, const void *k, const void *v, const void *out,
-                              const float *lse, const int32_t *doc_start, int T, int NH, int NKV,
-                              int HS, float *ws) {
+static void cpu_attention_backward(const typed_ctx *t, void *dq, void *dk, void *dv,
+                                   const void *dout, const void *q, const void *k, const void *v,
+                                   const void *out, const float *lse, const int32_t *doc_start,
+                                   int T, int NH, int NKV, int HS, float *ws) {
     if (is_f32(t))
         attention_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS, ws);
     else
         attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS, ws);
 }
+
+/* ---- the rest of the CPU backend: conversions, loss tiles, the optimizer side --------------- */
+
+/* In threaded pieces (the conversion paths are single-threaded; element-wise, so the pieces
+ * change no bit). */
+static void cpu_convert(mem_dtype dst_t, void *dst, mem_dtype src_t, const void *src, size_t n) {
+    if (dst_t == src_t) {
+        memcpy(dst, src, mem_dtype_bytes(dst_t, n));
+        return;
+    }
+    enum { PIECE = 1 << 16 };
+    long pieces = (long)((n + PIECE - 1) / PIECE);
+    bf16_path_current(); /* chooses the path outside the parallel region */
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (long k = 0; k < pieces; k++) {
+        size_t i = (size_t)k * PIECE, m = n - i < PIECE ? n - i : PIECE;
+        if (dst_t == MEM_DTYPE_BF16)
+            bf16_from_f32((const float *)src + i, (uint16_t *)dst + i, m);
+        else
+            f32_from_bf16((const uint16_t *)src + i, (float *)dst + i, m);
+    }
+}
+
+static void cpu_zero_f32(float *x, size_t n) {
+    memset(x, 0, sizeof(float) * n);
+}
+
+static size_t cpu_first_nonfinite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
+static void cpu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+                             const backend_adamw *hp, int step, float grad_scale, int decay) {
+    adamw_update(param, grad, m, v, n, hp, step, grad_scale, decay);
+}
+
+const backend_ops backend_cpu = {
+    .abi = BACKEND_ABI,
+    .name = "cpu",
+    .space = MEM_SPACE_HOST,
+    .workspace_floats = typed_workspace_floats,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .add = cpu_add,
+    .copy_rows = cpu_copy_rows,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = matmul_backward_any,
+    .matmul_forward_f32 = cpu_matmul_forward_f32,
+    .matmul_backward_f32 = cpu_matmul_backward_f32,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .attention_workspace_floats = typed_attention_workspace_floats,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .convert = cpu_convert,
+    .cross_entropy_fused = cross_entropy_fused,
+    .cross_entropy_rows = cross_entropy_rows,
+    .zero_f32 = cpu_zero_f32,
+    .sum_squares = sum_squares,
+    .first_nonfinite = cpu_first_nonfinite,
+    .adamw_update = cpu_adamw_update,
+};

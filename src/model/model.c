@@ -59,6 +59,12 @@ struct model {
     int32_t *inputs, *targets; /* (T) */
     int32_t *window;           /* (T * P) the whole window's inputs, every rank (opt.docs only) */
     int32_t *doc_start;        /* (T * P) first position of each token's document (opt.docs only) */
+    /* a device backend's copies of the host-side tables above (else the same pointers), sent by
+     * send_window before a pass */
+    int32_t *d_inputs, *d_targets, *d_doc_start;
+    float *d_rope_cos, *d_rope_sin;
+    mem_space space; /* where the tensors live (the backend's space) */
+    long step;       /* the training step, for a device error's line (model_set_step) */
 
     void **owned; /* the buffers of the activation table, freed by model_free */
     int nowned, owned_cap;
@@ -140,9 +146,6 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
     want(t, 1, &m->h, MEM_WORKSPACE, st, T * C);
     wantf(t, 1, &m->rstd1, MEM_WORKSPACE, T);
     wantf(t, 1, &m->rstd2, MEM_WORKSPACE, T);
-    wantf(t, 1, &m->inv_freq, MEM_WORKSPACE, HS / 2);
-    wantf(t, 1, &m->rope_cos, MEM_WORKSPACE, up_mul(T, HS / 2));
-    wantf(t, 1, &m->rope_sin, MEM_WORKSPACE, up_mul(T, HS / 2));
     want(t, tiled_mlp, &m->gate_t, MEM_WORKSPACE, st, up_mul(tm, F));
     want(t, tiled_mlp, &m->up_t, MEM_WORKSPACE, st, up_mul(tm, F));
     want(t, tiled_mlp, &m->act_t, MEM_WORKSPACE, st, up_mul(tm, F));
@@ -155,14 +158,14 @@ static void activation_table(model *m, buf_table *t, const cp_attention_shape *a
     /* bf16: the fp32 row tiles of the kernels on stored tensors (kernels/typed.h); none in f32 */
     size_t maxw = C > F ? C : F, qd = (size_t)c->NH * HS;
     maxw = maxw > qd ? maxw : qd;
-    m->tk.ws_n = typed_workspace_floats(st, maxw, C);
+    m->tk.ws_n = backend_of(&m->tk)->workspace_floats(st, maxw, C);
     wantf(t, m->tk.ws_n > 0, &m->tk.ws, MEM_WORKSPACE, m->tk.ws_n);
     want(t, 1, &m->dres, MEM_WORKSPACE, st, T * C);  /* fwd: the residual stream */
     want(t, !fwd, &m->dh, MEM_WORKSPACE, st, T * C); /* also x_final, and x_mid (x_mid_in_dh) */
 }
 
-static void *owned_buffer(model *m, mem_category cat, size_t bytes) {
-    void *p = mem_alloc(cat, bytes);
+static void *owned_in(model *m, mem_space sp, mem_category cat, size_t bytes) {
+    void *p = mem_alloc_in(sp, cat, bytes);
     if (p) {
         if (m->nowned == m->owned_cap) {
             m->owned_cap = m->owned_cap ? 2 * m->owned_cap : 64;
@@ -172,6 +175,31 @@ static void *owned_buffer(model *m, mem_category cat, size_t bytes) {
         m->owned[m->nowned++] = p;
     }
     return p;
+}
+
+/* A buffer of the tensors' space. */
+static void *owned_buffer(model *m, mem_category cat, size_t bytes) {
+    return owned_in(m, m->space, cat, bytes);
+}
+
+/* A host-side table (filled by the host: the window, the RoPE tables) and its copy in the
+ * tensors' space, the same buffer on the CPU backend. */
+static void *owned_mirror(model *m, mem_category cat, size_t bytes, void **dev) {
+    void *h = owned_in(m, MEM_SPACE_HOST, cat, bytes);
+    *dev = m->space == MEM_SPACE_HOST ? h : owned_buffer(m, cat, bytes);
+    return h;
+}
+
+/* The window and the RoPE tables to the device (nothing on the CPU backend). */
+static void send_window(model *m) {
+    if (m->space == MEM_SPACE_HOST) return;
+    const backend_ops *be = backend_of(&m->tk);
+    size_t T = (size_t)m->T, Tg = T * (size_t)m->P, half = (size_t)m->cfg.HS / 2;
+    be->to_dev(m->d_inputs, m->inputs, T * sizeof(int32_t));
+    be->to_dev(m->d_targets, m->targets, T * sizeof(int32_t));
+    if (m->doc_start) be->to_dev(m->d_doc_start, m->doc_start, Tg * sizeof(int32_t));
+    be->to_dev(m->d_rope_cos, m->rope_cos, T * half * sizeof(float));
+    be->to_dev(m->d_rope_sin, m->rope_sin, T * half * sizeof(float));
 }
 
 int model_pipe_wanted(const model_options *opt, const comm_ctx *comm) {
@@ -189,6 +217,10 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
     }
     if (m->opt.offload_dir) m->opt.checkpoint = 1;
     m->comm = comm;
+    m->tk.be = opt->be;
+    m->step = -1; /* none yet */
+    m->tk.dt = opt->dtype;
+    m->space = backend_of(&m->tk)->space;
     m->P = comm->P;
     m->T = T;
     m->tile_mlp = opt->tile_mlp > 0 && opt->tile_mlp < T ? opt->tile_mlp : T;
@@ -204,7 +236,8 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
                      .bwd_first = 1,
                      .sharded = opt->fsdp,
                      .grads = !opt->forward_only,
-                     .wtype = opt->dtype};
+                     .wtype = opt->dtype,
+                     .tk = &m->tk};
     m->ps = store_init(comm, &sp);
 
     /* the activation table, walked once */
@@ -235,12 +268,18 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
     free(t.rows);
     m->tk.dt = opt->dtype;
 
-    m->inputs = owned_buffer(m, MEM_WORKSPACE, up_mul((size_t)T, sizeof(int32_t)));
-    m->targets = owned_buffer(m, MEM_WORKSPACE, up_mul((size_t)T, sizeof(int32_t)));
+    size_t ib = up_mul((size_t)T, sizeof(int32_t));
+    m->inputs = owned_mirror(m, MEM_WORKSPACE, ib, (void **)&m->d_inputs);
+    m->targets = owned_mirror(m, MEM_WORKSPACE, ib, (void **)&m->d_targets);
+    size_t rb = up_mul(up_mul((size_t)T, (size_t)c->HS / 2), sizeof(float));
+    m->rope_cos = owned_mirror(m, MEM_WORKSPACE, rb, (void **)&m->d_rope_cos);
+    m->rope_sin = owned_mirror(m, MEM_WORKSPACE, rb, (void **)&m->d_rope_sin);
+    m->inv_freq = owned_in(m, MEM_SPACE_HOST, MEM_WORKSPACE, sizeof(float) * (size_t)(c->HS / 2));
     if (opt->docs) {
         size_t Tg = up_mul((size_t)T, (size_t)m->P);
-        m->window = owned_buffer(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
-        m->doc_start = owned_buffer(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
+        m->window = owned_in(m, MEM_SPACE_HOST, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)));
+        m->doc_start =
+            owned_mirror(m, MEM_WORKSPACE, up_mul(Tg, sizeof(int32_t)), (void **)&m->d_doc_start);
     }
     if (x_mid_in_dh(m)) m->acts[0].x_mid = m->dh;
     if (!m->dh_t) m->dh_t = m->dh; /* untiled: the MLP's backward writes dh's rows */
@@ -251,9 +290,9 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
         m->acts[l] = m->acts[0];
         m->acts[l].x_in = x_in;
     }
-    as.rope_cos = m->rope_cos;
-    as.rope_sin = m->rope_sin;
-    as.doc_start = m->doc_start; /* NULL without documents: the plain causal kernel */
+    as.rope_cos = m->d_rope_cos;
+    as.rope_sin = m->d_rope_sin;
+    as.doc_start = m->d_doc_start; /* NULL without documents: the plain causal kernel */
     m->attn = cp_attention_init(&as);
 
     if (m->opt.offload_dir) {
@@ -320,6 +359,9 @@ const param_table *model_table(const model *m) {
 }
 param_store *model_store(const model *m) {
     return m->ps;
+}
+const backend_ops *model_backend(const model *m) {
+    return backend_of(&m->tk);
 }
 model_window_bufs model_window_buffers(model *m) {
     return (model_window_bufs){m->T,      m->P,       (long)m->comm->cp_rank * m->T,
@@ -460,6 +502,16 @@ static layer_weights layer_g(model *m, int u) {
  * MLP (a tiled one recomputes its tiles in the backward), but no output. */
 typedef enum { LAYER_SAVE, LAYER_PASS, LAYER_RECOMPUTE } layer_mode;
 
+/* Names what runs for a device error's line (layer -1: none). */
+static void where(model *m, const char *what, int layer) {
+    const backend_ops *be = backend_of(&m->tk);
+    if (be->set_where) be->set_where(what, layer, m->step);
+}
+
+void model_set_step(model *m, long step) {
+    m->step = step + 1; /* as the step lines count */
+}
+
 static void layer_forward(model *m, int l, void *x_in, void *x_out, layer_mode mode,
                           offload_store *store) {
     const model_config *c = &m->cfg;
@@ -470,6 +522,7 @@ static void layer_forward(model *m, int l, void *x_in, void *x_out, layer_mode m
     layer_acts *a = &m->acts[l];
     void *x_mid = mode == LAYER_PASS ? x_out : a->x_mid;
     watchdog_tick();
+    where(m, mode == LAYER_RECOMPUTE ? "the recompute" : "the forward", l);
 
     typed_rmsnorm_forward(tk, m->h, 0, m->rstd1, x_in, w.attn_norm, T, C, c->eps); // h (T, C)
     if (store) offload_write_keep(store, l, x_in);      // x_l to its slot
@@ -491,6 +544,7 @@ static void layer_backward(model *m, int l, const void *x_in) {
     layer_weights w = layer_w(m, l + 1), g = layer_g(m, l + 1);
     cp_attention_weights wa = attn_weights(&w), ga = attn_weights(&g);
     layer_acts *a = &m->acts[l];
+    where(m, "the backward", l);
 
     mlp_backward(m, &w, &g, a);
     // x_mid = x_in + att Wo^T: dWo here, d att stage by stage inside the attention's backward
@@ -519,6 +573,7 @@ static void loss_tile_logits(model *m, const void *x_final, int t0, int n, const
 static double loss_forward_backward(model *m, const void *x_final, float grad_scale) {
     const model_config *c = &m->cfg;
     const typed_ctx *tk = &m->tk;
+    const backend_ops *be = backend_of(tk);
     int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
     /* the head unit (final norm, then lm_head unless tied: then the embedding's weights) */
     void *wn = store_acquire(m->ps, head);
@@ -526,15 +581,16 @@ static double loss_forward_backward(model *m, const void *x_final, float grad_sc
     const void *wlm = c->tied ? store_acquire(m->ps, 0) : at(m, wn, (size_t)C);
     float *glm = c->tied ? store_grads(m->ps, 0) : gn + C;
     double loss = 0;
+    where(m, "the loss", -1);
     typed_zero(tk, m->dres, (size_t)T * C);
     for (int t0 = 0; t0 < T; t0 += N) {
         int n = T - t0 < N ? T - t0 : N;
         size_t r = (size_t)t0 * C;
         uint64_t tt = trace_begin();
-        loss_tile_logits(m, x_final, t0, n, wn, wlm);                              // (n, V)
-        loss += cross_entropy_fused(m->logits, m->targets + t0, n, V, grad_scale); // -> dlogits
+        loss_tile_logits(m, x_final, t0, n, wn, wlm);                                    // (n, V)
+        loss += be->cross_entropy_fused(m->logits, m->d_targets + t0, n, V, grad_scale); // dlogits
         // logits = xf Wlm^T
-        memset(m->dxf, 0, sizeof(float) * (size_t)n * C);
+        be->zero_f32(m->dxf, (size_t)n * C);
         typed_matmul_backward_f32(tk, m->dxf, glm, m->logits, m->xf, wlm, n, C, V);
         // xf = rmsnorm(x_final)
         typed_rmsnorm_backward(tk, at(m, m->dres, r), gn, m->dxf, 1, at(m, x_final, r), wn,
@@ -550,6 +606,7 @@ static double loss_forward_backward(model *m, const void *x_final, float grad_sc
  * loss_forward_backward does (its gradient output is dropped). */
 static double loss_forward(model *m, const void *x_final, double *loss, int32_t *pred) {
     const model_config *c = &m->cfg;
+    const backend_ops *be = backend_of(&m->tk);
     int T = m->T, C = c->C, V = c->V, N = m->tile_loss, head = c->L + 1;
     void *wn = store_acquire(m->ps, head);
     const void *wlm = c->tied ? store_acquire(m->ps, 0) : at(m, wn, (size_t)C);
@@ -559,9 +616,9 @@ static double loss_forward(model *m, const void *x_final, double *loss, int32_t 
         uint64_t tt = trace_begin();
         loss_tile_logits(m, x_final, t0, n, wn, wlm); // (n, V)
         if (loss || pred)
-            cross_entropy_rows(m->logits, m->targets + t0, n, V, loss ? loss + t0 : NULL,
-                               pred ? pred + t0 : NULL);
-        sum += cross_entropy_fused(m->logits, m->targets + t0, n, V, 1.0f);
+            be->cross_entropy_rows(m->logits, m->d_targets + t0, n, V, loss ? loss + t0 : NULL,
+                                   pred ? pred + t0 : NULL);
+        sum += be->cross_entropy_fused(m->logits, m->d_targets + t0, n, V, 1.0f);
         trace_end2(tt, "loss", "loss_tile", "tile", t0 / N, "tokens", n);
     }
     return sum;
@@ -571,9 +628,10 @@ double model_evaluate(model *m, double *loss, int32_t *pred) {
     const model_config *c = &m->cfg;
     int T = m->T, C = c->C, L = c->L;
     void *x = m->dres; /* the residual stream, updated in place layer by layer */
+    send_window(m);
     store_begin(m->ps, STORE_FORWARD);
     void *wte = store_acquire(m->ps, 0);
-    typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C); // (T, C)
+    typed_embedding_forward(&m->tk, x, m->d_inputs, wte, T, C); // (T, C)
     for (int l = 0; l < L; l++) {
         uint64_t tt = trace_begin();
         layer_forward(m, l, x, x, LAYER_PASS, NULL);
@@ -589,9 +647,10 @@ double model_forward(model *m, float grad_scale) {
      * written to its slot while layer l's attention runs */
     void *x = m->offload ? offload_acquire(m->offload) : m->acts[0].x_in;
     layer_mode mode = m->opt.checkpoint ? LAYER_PASS : LAYER_SAVE;
+    send_window(m);
     store_begin(m->ps, STORE_FORWARD); /* the optimizer may have changed the parameters */
     void *wte = store_acquire(m->ps, 0);
-    typed_embedding_forward(&m->tk, x, m->inputs, wte, T, C); // (T, C)
+    typed_embedding_forward(&m->tk, x, m->d_inputs, wte, T, C); // (T, C)
     for (int l = 0; l < L; l++) {
         void *x_out = m->offload ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
         uint64_t tt = trace_begin();
@@ -621,6 +680,6 @@ void model_backward(model *m) {
         if (m->offload) offload_release(m->offload, x_in);
     }
     // x_0 = embed[inputs]
-    typed_embedding_backward(&m->tk, store_grads(m->ps, 0), m->dres, m->inputs, m->T, c->C);
+    typed_embedding_backward(&m->tk, store_grads(m->ps, 0), m->dres, m->d_inputs, m->T, c->C);
     store_release(m->ps, 0);
 }

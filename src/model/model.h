@@ -44,6 +44,9 @@ typedef struct {
                                 checkpoints, attention, the weights the matmuls read); master
                                 weights, gradients and AdamW moments stay fp32 (DESIGN.md §5.1).
                                 the kernels run in fp32 on both (kernels/typed.h) */
+    const backend_ops *be;   /* --device: the backend the tensors live and compute on (NULL:
+                                the CPU's); a device backend holds host copies of the window
+                                and the RoPE tables, sent before each pass (DESIGN.md §11) */
 } model_options;
 
 /* --upipe-overlap unless --no-upipe-overlap (DESIGN.md §3 says why this default). */
@@ -83,6 +86,8 @@ void model_comm_per_step(const model_config *cfg, int T_loc, const comm_ctx *com
  * except that an offload store that fails to open on any rank stops all of them together;
  * forward and backward are collective. model_free frees it all (NULL: nothing). */
 model *model_init(const model_config *cfg, int T_loc, comm_ctx *comm, const model_options *opt);
+/* The training step now running (0-based), named by a device error's line. */
+void model_set_step(model *m, long step);
 void model_free(model *m);
 
 /* ---- what jobs read of a model (model.c) ----------------------------------------------------- */

@@ -11,6 +11,8 @@
 const model_config *model_cfg(const model *m);
 const param_table *model_table(const model *m);
 param_store *model_store(const model *m);
+/* The backend the model's tensors live and compute on. */
+const backend_ops *model_backend(const model *m);
 /* The writable buffers of the data window (window.c): inputs and targets (T_loc), the whole
  * window's inputs (T_loc * P, opt.docs only, else NULL). */
 typedef struct {

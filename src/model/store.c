@@ -16,11 +16,16 @@ struct param_store {
     int R, rank; /* ranks sharing the units and this one's index; R == 1: unsharded */
     int nunits, tied_unit, bwd_first;
     mem_dtype wtype;
-    size_t *unit_off;  /* (nunits + 1) offsets of the units in the full layout */
-    size_t *shard_n;   /* (nunits) floats kept of each unit (padded shard; the unit at R == 1) */
-    size_t *shard_off; /* (nunits) offsets of the kept parts in the slabs */
-    size_t nshard;     /* floats of a slab */
-    float *slab[4];    /* params, grads, m, v (store_slab_kind) */
+    size_t *unit_off;    /* (nunits + 1) offsets of the units in the full layout */
+    size_t *shard_n;     /* (nunits) floats kept of each unit (padded shard; the unit at R == 1) */
+    size_t *shard_off;   /* (nunits) offsets of the kept parts in the slabs */
+    size_t nshard;       /* floats of a slab */
+    float *slab[4];      /* params, grads, m, v (store_slab_kind), in the backend's space */
+    float *host[4];      /* a device backend's host copies of the slabs (else the slabs) */
+    int host_current[4]; /* the host copy was handed out last: the device's is stale */
+    const typed_ctx *tk;
+    const backend_ops *be;
+    mem_space space;
     /* the weights the matmuls read when they are not the slab itself: slots alternate 0/1 by
      * unit, the tied unit keeps slot 2 (elements of wtype) */
     void *slot[3];
@@ -42,22 +47,21 @@ static int view_is_master(mem_dtype wt) {
     return wt == MEM_DTYPE_F32;
 }
 
-/* dst (n elements of wt) := src (fp32): a copy, or rounded to nearest even (bf16), in threaded
- * pieces. */
-static void view_fill(mem_dtype wt, void *dst, const float *src, size_t n) {
-    if (view_is_master(wt)) {
-        memcpy(dst, src, sizeof(float) * n);
-        return;
+/* dst (n elements of wt) := src (fp32): a copy, or rounded to nearest even (bf16). */
+static void view_fill(const param_store *s, void *dst, const float *src, size_t n) {
+    UP_CHECK(s->wtype == MEM_DTYPE_F32 || s->wtype == MEM_DTYPE_BF16, "store: no view of type %d",
+             (int)s->wtype);
+    s->be->convert(s->wtype, dst, MEM_DTYPE_F32, src, n);
+}
+
+/* The slab of kind k current on the device side (copied from the host copy if that was handed
+ * out since). */
+static float *dev(param_store *s, store_slab_kind k) {
+    if (s->host_current[k]) {
+        s->be->to_dev(s->slab[k], s->host[k], sizeof(float) * s->nshard);
+        s->host_current[k] = 0;
     }
-    UP_CHECK(wt == MEM_DTYPE_BF16, "store: no view of type %d", (int)wt);
-    enum { PIECE = 1 << 16 };
-    long pieces = (long)((n + PIECE - 1) / PIECE);
-    uint16_t *d = dst;
-#pragma omp parallel for schedule(static) if (pieces > 1)
-    for (long k = 0; k < pieces; k++) {
-        size_t i = (size_t)k * PIECE, m = n - i < PIECE ? n - i : PIECE;
-        bf16_from_f32(src + i, d + i, m);
-    }
+    return s->slab[k];
 }
 
 /* ---- init ----------------------------------------------------------------------------------- */
@@ -73,6 +77,9 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     s->tied_unit = sp->tied_unit;
     s->bwd_first = sp->bwd_first;
     s->wtype = sp->wtype;
+    s->tk = sp->tk;
+    s->be = backend_of(sp->tk);
+    s->space = s->be->space;
     s->unit_off = calloc((size_t)nunits + 1, sizeof *s->unit_off);
     s->shard_n = calloc((size_t)nunits, sizeof *s->shard_n);
     s->shard_off = calloc((size_t)nunits, sizeof *s->shard_off);
@@ -89,12 +96,15 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
         s->slot_unit[k] = -1;
         s->req[k] = MPI_REQUEST_NULL;
     }
-    s->slab[STORE_PARAMS] = mem_alloc_f32(MEM_PARAMS, s->nshard);
     int grads = sp->grads, sharded = R > 1;
+    static const mem_category cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_OPTIMIZER};
+    size_t bytes = up_mul(s->nshard, sizeof(float));
+    for (int k = 0; k < (grads ? 4 : 1); k++) {
+        s->slab[k] = mem_alloc_in(s->space, cats[k], bytes);
+        /* a device backend's host copy for files (counted in host memory) */
+        s->host[k] = s->space == MEM_SPACE_HOST ? s->slab[k] : mem_alloc(cats[k], bytes);
+    }
     if (grads) {
-        s->slab[STORE_GRADS] = mem_alloc_f32(MEM_GRADS, s->nshard);
-        s->slab[STORE_M] = mem_alloc_f32(MEM_OPTIMIZER, s->nshard);
-        s->slab[STORE_V] = mem_alloc_f32(MEM_OPTIMIZER, s->nshard);
         s->mpi_temp = sharded ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
         mem_count(MEM_COMM, (long long)s->mpi_temp);
     }
@@ -104,8 +114,8 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
      * nothing is communicated) */
     mem_category slots = sharded ? MEM_COMM : MEM_PARAMS;
     size_t full = up_mul(maxs, (size_t)R);
-    s->slot[0] = mem_alloc_n(slots, s->wtype, full);
-    s->slot[1] = mem_alloc_n(slots, s->wtype, full);
+    s->slot[0] = mem_alloc_in(s->space, slots, mem_dtype_bytes(s->wtype, full));
+    s->slot[1] = mem_alloc_in(s->space, slots, mem_dtype_bytes(s->wtype, full));
     if (grads && sharded) {
         s->gradbuf = mem_alloc_f32(MEM_COMM, full);
         s->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
@@ -113,7 +123,7 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     }
     if (s->tied_unit >= 0) {
         size_t e = up_mul(s->shard_n[s->tied_unit], (size_t)R);
-        s->slot[2] = mem_alloc_n(slots, s->wtype, e);
+        s->slot[2] = mem_alloc_in(s->space, slots, mem_dtype_bytes(s->wtype, e));
         if (grads && sharded) s->tied_gradbuf = mem_alloc_f32(MEM_COMM, e);
     }
     return s;
@@ -125,6 +135,8 @@ void store_free(param_store *s) {
                     s->slot[2], s->gradbuf, s->tied_gradbuf, s->rs_tmp,  s->rs_recv};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
+    for (int k = 0; k < 4 && s->space != MEM_SPACE_HOST; k++)
+        mem_free(s->host[k]);
     mem_count(MEM_COMM, -(long long)s->mpi_temp);
     free(s->unit_off);
     free(s->shard_n);
@@ -141,7 +153,13 @@ size_t store_floats(const param_store *s) {
     return s->nshard;
 }
 float *store_slab(param_store *s, store_slab_kind k) {
-    return s->slab[k];
+    if (s->space == MEM_SPACE_HOST || !s->slab[k]) return s->slab[k];
+    if (!s->host_current[k]) s->be->to_host(s->host[k], s->slab[k], sizeof(float) * s->nshard);
+    s->host_current[k] = 1;
+    return s->host[k];
+}
+float *store_dev_slab(param_store *s, store_slab_kind k) {
+    return s->slab[k] ? dev(s, k) : NULL;
 }
 
 void store_owned(const param_store *s, int u, size_t *g0, size_t *g1) {
@@ -186,7 +204,7 @@ static void prefetch(param_store *s, int u) {
     UP_CHECK(!s->slot_pending[k], "gather slot %d busy with unit %d", k, s->slot_unit[k]);
     size_t n = s->shard_n[u];
     void *own = (char *)s->slot[k] + mem_dtype_bytes(s->wtype, (size_t)s->rank * n);
-    view_fill(s->wtype, own, s->slab[STORE_PARAMS] + s->shard_off[u], n);
+    view_fill(s, own, dev(s, STORE_PARAMS) + s->shard_off[u], n);
     s->slot_unit[k] = u;
     if (s->R == 1) return;
     fsdp_gather_start(s->comm, s->slot[k], n, s->wtype, &s->req[k]);
@@ -194,7 +212,7 @@ static void prefetch(param_store *s, int u) {
 }
 
 void *store_acquire(param_store *s, int u) {
-    if (!s->slot[0]) return s->slab[STORE_PARAMS] + s->shard_off[u]; /* unsharded fp32 */
+    if (!s->slot[0]) return dev(s, STORE_PARAMS) + s->shard_off[u]; /* unsharded fp32 */
     prefetch(s, u);                    /* started already when the walk expected u */
     if (!s->walking || u == s->next) { /* on the walk: the next unit's gather starts now */
         s->walking = 1;
@@ -210,7 +228,7 @@ void *store_acquire(param_store *s, int u) {
 }
 
 float *store_grads(param_store *s, int u) {
-    if (s->R == 1) return s->slab[STORE_GRADS] + s->shard_off[u];
+    if (s->R == 1) return dev(s, STORE_GRADS) + s->shard_off[u];
     if (u == s->tied_unit) return s->tied_gradbuf; /* holds the LM head's part already */
     memset(s->gradbuf, 0, sizeof(float) * s->shard_n[u] * (size_t)s->R);
     return s->gradbuf;
@@ -236,7 +254,8 @@ const float *store_gather_slab(param_store *s, const float *slab, int u) {
 /* ---- the optimizer side --------------------------------------------------------------------- */
 
 void store_zero_grads(param_store *s) {
-    memset(s->slab[STORE_GRADS], 0, sizeof(float) * s->nshard);
+    s->host_current[STORE_GRADS] = 0; /* all of it overwritten */
+    s->be->zero_f32(s->slab[STORE_GRADS], s->nshard);
 }
 
 void store_reduce_grads(param_store *s) {
@@ -244,7 +263,7 @@ void store_reduce_grads(param_store *s) {
 }
 
 double store_grad_sumsq(param_store *s) {
-    double sq = sum_squares(s->slab[STORE_GRADS], s->nshard);
+    double sq = s->be->sum_squares(dev(s, STORE_GRADS), s->nshard);
     if (s->R > 1) comm_sum_double(s->comm, &sq); /* shards: the norm of the whole gradient */
     return sq;
 }

@@ -19,6 +19,7 @@
 
 #include "comm/comm.h"
 #include "core/mem.h"
+#include "kernels/backend.h"
 
 #include <stddef.h>
 
@@ -27,12 +28,13 @@ typedef struct param_store param_store;
 typedef struct {
     const size_t *unit_off; /* (nunits + 1) offsets of the units in the full layout (floats) */
     int nunits;
-    int tied_unit;   /* a unit used twice in a pass (an embedding that the LM head reuses): its
-                        own gather slot and gradient buffer, filled by both uses; -1: none */
-    int bwd_first;   /* the backward walk ends here: units below it take gradients only */
-    int sharded;     /* FSDP over all of comm's ranks (R > 1) */
-    int grads;       /* 0 (evaluation): the parameter slab and slots only; no grads, moments */
-    mem_dtype wtype; /* element type of the weights the matmuls read; the slabs stay fp32 */
+    int tied_unit;       /* a unit used twice in a pass (an embedding that the LM head reuses): its
+                            own gather slot and gradient buffer, filled by both uses; -1: none */
+    int bwd_first;       /* the backward walk ends here: units below it take gradients only */
+    int sharded;         /* FSDP over all of comm's ranks (R > 1) */
+    int grads;           /* 0 (evaluation): the parameter slab and slots only; no grads, moments */
+    mem_dtype wtype;     /* element type of the weights the matmuls read; the slabs stay fp32 */
+    const typed_ctx *tk; /* the backend the slabs and slots live on (its memory space) */
 } store_spec;
 
 typedef enum { STORE_PARAMS, STORE_GRADS, STORE_M, STORE_V } store_slab_kind;
@@ -48,8 +50,14 @@ void store_free(param_store *s);
 int store_sharded(const param_store *s);
 /* Floats of one slab on this rank (its shards, or the full layout). */
 size_t store_floats(const param_store *s);
-/* The slab of kind k (NULL for grads and moments without grads). */
+/* The slab of kind k (NULL for grads and moments without grads), in host memory, for reading
+ * and writing files. On a device backend the slabs live on the device and the host holds a copy
+ * kept coherent lazily: this call brings the host copy up to date and marks it the current one,
+ * and the next device use (acquire, grads, the optimizer side, store_dev_slab) copies it back. */
 float *store_slab(param_store *s, store_slab_kind k);
+/* The slab of kind k in the backend's space (the host slab itself on the CPU backend), current
+ * for the device (brought back from the host copy first if that was written). */
+float *store_dev_slab(param_store *s, store_slab_kind k);
 /* Global (full-layout) range [g0, g1) of unit u that this rank keeps (all of it unsharded). */
 void store_owned(const param_store *s, int u, size_t *g0, size_t *g1);
 /* Where the kept global offset g of unit u lives in a slab. */

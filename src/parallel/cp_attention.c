@@ -101,7 +101,7 @@ void cp_attention_saved_floats(const cp_attention_shape *s, size_t *att, size_t 
 
 /* n elements of the stage tensors' type (DESIGN.md §5.1). */
 static void *stage_buffer(const cp_attention_shape *s, size_t n) {
-    return mem_alloc_n(MEM_ATTENTION, s->dtype, n);
+    return mem_alloc_in(backend_of(s->tk)->space, MEM_ATTENTION, mem_dtype_bytes(s->dtype, n));
 }
 
 cp_attention *cp_attention_init(const cp_attention_shape *s) {
@@ -181,8 +181,9 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         if (a->overlap) a->back_q = stage_buffer(s, pq);
     }
     /* scores, probabilities, running statistics and accumulators: fp32 whatever the dtype */
-    a->ws = mem_alloc_f32(MEM_ATTENTION, typed_attention_workspace_floats(s->dtype, a->Tg, a->U_loc,
-                                                                          a->Kc_loc, s->HS));
+    size_t wsn =
+        backend_of(s->tk)->attention_workspace_floats(s->dtype, a->Tg, a->U_loc, a->Kc_loc, s->HS);
+    a->ws = wsn ? mem_alloc_f32(MEM_ATTENTION, wsn) : NULL; /* the CPU backend's only */
     for (int i = 0; a->overlap && i < (int)(sizeof a->inflight / sizeof a->inflight[0]); i++)
         comm_exchange_init(s->comm, &a->inflight[i]);
     return a;
@@ -208,14 +209,21 @@ void cp_attention_free(cp_attention *a) {
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-/* The Ulysses exchanges (DESIGN.md §2); nothing to do when both layouts are one buffer. */
+/* The Ulysses exchanges (DESIGN.md §2); nothing to do when both layouts are one buffer, a copy
+ * on the backend with one rank (the buffers may be the device's). */
 static void to_head(cp_attention *a, const void *seq, void *head, int nh) {
-    if (seq != head)
+    if (seq == head) return;
+    if (a->s.P == 1)
+        typed_copy(a->s.tk, head, seq, (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS);
+    else
         comm_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
 }
 
 static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
-    if (seq != head)
+    if (seq == head) return;
+    if (a->s.P == 1)
+        typed_copy(a->s.tk, seq, head, (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS);
+    else
         comm_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
 }
 
@@ -256,19 +264,17 @@ static void chunk_project_kv(cp_attention *a, void *ks, void *vs, const void *h,
  * (T_loc, NH*HS): to_stage gathers the stage's heads, else scatters them back. */
 static void stage_copy(cp_attention *a, void *stage, const void *full_src, void *full_dst, int c,
                        int j) {
-    int HS = a->s.HS, bw = a->mult * HS;
+    size_t HS = (size_t)a->s.HS, bw = (size_t)a->mult * HS;
     size_t ldf = (size_t)a->s.NH * HS, lds = (size_t)a->s.U * HS;
-    size_t bytes = mem_dtype_bytes(a->s.dtype, (size_t)bw);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < a->s.T_loc; t++)
-        for (int kk = 0; kk < a->Kc; kk++) {
-            void *st = at(a, stage, t * lds + (size_t)kk * bw);
-            size_t f = t * ldf + (size_t)block_head(a, c, j, kk) * HS;
-            if (full_src)
-                memcpy(st, at(a, full_src, f), bytes);
-            else
-                memcpy(at(a, full_dst, f), st, bytes);
-        }
+    const backend_ops *be = backend_of(a->s.tk);
+    for (int kk = 0; kk < a->Kc; kk++) {
+        void *st = at(a, stage, (size_t)kk * bw);
+        size_t f = (size_t)block_head(a, c, j, kk) * HS;
+        if (full_src)
+            be->copy_rows(a->s.tk, st, lds, at(a, full_src, f), ldf, (size_t)a->s.T_loc, bw);
+        else
+            be->copy_rows(a->s.tk, at(a, full_dst, f), ldf, st, lds, (size_t)a->s.T_loc, bw);
+    }
 }
 
 /* ---- the stages' inputs in head layout ------------------------------------------------------ */

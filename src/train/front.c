@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define AT(field) offsetof(front_options, field)
@@ -143,6 +144,14 @@ static const flag_spec g_front_flags[] = {
      .off = AT(mem_limit),
      .help = "refuse, before allocating, a run whose plan exceeds SIZE bytes\n"
              "per rank (suffixes KiB MiB GiB, KB MB GB: e.g. 6GiB)"},
+    {.name = "device",
+     .arg = "cpu|cuda",
+     .kind = FLAG_STRING,
+     .off = AT(device),
+     .help = "where the step runs (default cpu). cuda: one NVIDIA GPU per\n"
+             "rank (the CUDA backend, libupipe_cuda.so beside upipe); the\n"
+             "model's tensors in GPU memory, --dry-run and --mem-limit plan\n"
+             "the GPU's memory (one rank; no --offload or --fsdp yet)"},
     /* parallelism and the machine */
     {.name = "cp",
      .arg = "P",
@@ -176,6 +185,50 @@ flag_table front_table(front_options *o) {
 
 void front_finish(front_options *o) {
     o->mopt.docs = o->doc_sep >= 0;
+}
+
+void front_load_device(front_options *o, comm_ctx *c) {
+    char err[512] = "";
+    const backend_ops *be = backend_load(o->device, err, sizeof err);
+    if (be && be != &backend_cpu) {
+        if (c->R > 1)
+            snprintf(err, sizeof err,
+                     "--device %s runs one rank for now (this job has %d): run without mpiexec",
+                     o->device, c->R);
+        else if (o->mopt.offload_dir)
+            snprintf(err, sizeof err, "--offload is not on --device %s yet: use --checkpoint",
+                     o->device);
+        if (err[0]) be = NULL;
+    }
+    if (comm_any(c, be == NULL)) up_die_agreed(be ? NULL : err);
+    o->mopt.be = be;
+}
+
+void front_check_device_plan(const front_options *o, const unsigned long long *dev_cat,
+                             unsigned long long device_peak, long T) {
+    const backend_ops *be = o->mopt.be;
+    if (!be || be->space != MEM_SPACE_DEVICE) return;
+    size_t free_b = 0, total = 0;
+    be->mem_info(&free_b, &total);
+    unsigned long long need = device_peak + be->module_bytes();
+    unsigned long long limit = free_b;
+    if (o->mem_limit && o->mem_limit < limit) limit = o->mem_limit;
+    if (need <= limit) return;
+    int a = 0, b = 1;
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (dev_cat[k] > dev_cat[a]) a = k;
+    if (a == b) b = 0;
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (k != a && dev_cat[k] > dev_cat[b]) b = k;
+    char s1[32], s2[32], s3[32], s4[32];
+    up_die_all("the run plans %s of GPU memory but %s %s: largest are %s (%s) and %s (%s); use "
+               "--checkpoint, --tile-mlp, --tile-loss, --upipe-heads, or a shorter --seq-len than "
+               "%ld (see --dry-run)",
+               up_fmt_bytes(s1, sizeof s1, (double)need),
+               o->mem_limit && o->mem_limit < free_b ? "--mem-limit is" : "the GPU has free",
+               up_fmt_bytes(s2, sizeof s2, (double)limit), mem_category_name((mem_category)a),
+               up_fmt_bytes(s3, sizeof s3, (double)dev_cat[a]), mem_category_name((mem_category)b),
+               up_fmt_bytes(s4, sizeof s4, (double)dev_cat[b]), T);
 }
 
 void front_require_data(const front_options *o) {

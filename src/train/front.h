@@ -23,7 +23,8 @@ typedef struct {
     int threads;            /* --threads: 0: default */
     int dry_run;            /* --dry-run */
     int quiet;              /* --quiet */
-    unsigned long long mem_limit; /* --mem-limit: bytes, 0: none */
+    unsigned long long mem_limit; /* --mem-limit: bytes, 0: none (a device run: the device's) */
+    const char *device;           /* --device: cpu (default) or cuda */
     model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,
                            --[no-]upipe-overlap, --fsdp, --dtype; docs from --doc-sep */
 } front_options;
@@ -39,5 +40,13 @@ void front_require_data(const front_options *o);
  * ratios left out): the choices that depend on measurement (blas_core.c, calibrate.c) set a
  * run's bits, so ranks that differed would break the exactness across layouts. Collective. */
 void front_check_kernels(comm_ctx *c);
+/* Loads the --device backend on every rank (mopt.be) and refuses, on every rank together, a
+ * backend that does not load or the flags it does not run yet (one line, exit status 1). */
+void front_load_device(front_options *o, comm_ctx *c);
+/* A device run: stops every rank before any allocation when the plan's device memory (plus the
+ * backend's own) exceeds the device's free memory or --mem-limit, naming both and the largest
+ * categories. No-op on the CPU. */
+void front_check_device_plan(const front_options *o, const unsigned long long *dev_cat,
+                             unsigned long long device_peak, long T);
 
 #endif

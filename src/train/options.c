@@ -265,6 +265,7 @@ static const flag_help_line g_train_page[] = {
     {"init", NULL},
     {"seed", NULL},
     {"dtype", NULL},
+    {"device", NULL},
     {NULL, "\noptimisation"},
     {"steps", NULL},
     {"grad-accum", NULL},

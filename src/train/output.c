@@ -68,16 +68,35 @@ void print_summary(const train_run *r) {
 
 /* ---- per-step output ------------------------------------------------------------------------ */
 
+/* The rate and the memory of a step: "GF/s" and the accounted peak on the CPU; on a device,
+ * TFLOP/s, MFU against its dense bf16 rate and the GPU's accounted peak. */
+static void step_rate(const train_run *r, const train_step_stats *s, char *buf, size_t len) {
+    const backend_ops *be = r->o.front.mopt.be;
+    char pk[32];
+    double fl = r->flops / s->dt;
+    if (be && be->space == MEM_SPACE_DEVICE) {
+        up_fmt_bytes(pk, sizeof pk, (double)mem_peak_in(MEM_SPACE_DEVICE));
+        if (be->peak_flops > 0)
+            snprintf(buf, len, "%.1f TFLOP/s, MFU %.2f | %.2f s | gpu peak %s", fl / 1e12,
+                     fl / be->peak_flops, s->dt, pk);
+        else
+            snprintf(buf, len, "%.1f TFLOP/s | %.2f s | gpu peak %s", fl / 1e12, s->dt, pk);
+        return;
+    }
+    up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total());
+    snprintf(buf, len, "%.1f GF/s | %.2f s (comm %.0f%%) | peak %s", fl / 1e9, s->dt,
+             100.0 * s->comm_s / s->dt, pk);
+}
+
 void print_step_line(const train_run *r, const train_step_stats *s, double tps) {
-    char pk[32], eta[32];
+    char rate[160], eta[32];
     double elapsed = now_s() - r->t_start;
     fmt_duration(eta, sizeof eta,
                  elapsed / (double)(s->step + 1 - r->start_step) *
                      (double)(r->o.steps - s->step - 1));
-    printf("step %4ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f GF/s | "
-           "%.2f s (comm %.0f%%) | peak %s | eta %s%s\n",
-           s->step + 1, r->o.steps, s->loss, s->lr, s->norm, tps, r->flops / s->dt / 1e9, s->dt,
-           100.0 * s->comm_s / s->dt, up_fmt_bytes(pk, sizeof pk, (double)mem_peak_total()), eta,
+    step_rate(r, s, rate, sizeof rate);
+    printf("step %4ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %s | eta %s%s\n",
+           s->step + 1, r->o.steps, s->loss, s->lr, s->norm, tps, rate, eta,
            s->skipped ? " | skipped: not finite, no update" : "");
     fflush(stdout);
 }

@@ -16,6 +16,9 @@ report_memory report_capture(void) {
         p.cat[c] = mem_peak((mem_category)c);
     p.peak = mem_peak_total();
     p.offloaded = mem_offloaded_peak();
+    p.device = mem_peak_in(MEM_SPACE_DEVICE);
+    for (int c = 0; c < MEM_COUNT; c++)
+        p.dev_cat[c] = mem_peak_cat_in(MEM_SPACE_DEVICE, (mem_category)c);
     return p;
 }
 
@@ -72,6 +75,7 @@ void report_print_comm(const double bytes[COMM_KIND_COUNT], const comm_ctx *comm
 }
 
 void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T) {
+    if (p->device) return; /* a device run: front_check_device_plan */
     if (mem_limit == 0 || p->peak <= mem_limit) return;
     /* the two largest categories and what shrinks them */
     int a = 0, b = 1;
@@ -108,6 +112,14 @@ void report_write_memory(const char *path, comm_ctx *comm, const report_memory *
         json_object_set_new(cats, mem_category_name((mem_category)c),
                             json_integer((json_int_t)glob[c]));
     json_object_set_new(root, "categories", cats);
+    if (p->device) { /* a device run (one rank): its memory apart */
+        json_t *dc = json_object();
+        for (int c = 0; c < MEM_COUNT; c++)
+            json_object_set_new(dc, mem_category_name((mem_category)c),
+                                json_integer((json_int_t)p->dev_cat[c]));
+        json_object_set_new(root, "device_peak_bytes", json_integer((json_int_t)p->device));
+        json_object_set_new(root, "device_categories", dc);
+    }
     json_object_set_new(root, "predicted", json_boolean(predicted));
     char *text = json_dumps(root, JSON_INDENT(2));
     json_decref(root);

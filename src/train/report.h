@@ -10,7 +10,8 @@
 /* Per-category bytes of one rank: the plan (captured in mem plan mode) or the measured peaks. */
 typedef struct {
     unsigned long long cat[MEM_COUNT], peak, offloaded;
-    unsigned long long rss; /* peak RSS; 0 for a plan */
+    unsigned long long rss;                        /* peak RSS; 0 for a plan */
+    unsigned long long device, dev_cat[MEM_COUNT]; /* the device's peak, and per category */
 } report_memory;
 
 /* The counters' peaks now (per category, total, offloaded); rss left 0. */

@@ -266,6 +266,7 @@ void run_setup(train_run *r) {
 
     comm_init(&r->comm, MPI_COMM_WORLD, P);
     front_check_kernels(&r->comm);
+    front_load_device(&o->front, &r->comm);
     r->T_loc = (int)(o->front.T / P);
     check_outputs(r);
 }

@@ -191,6 +191,7 @@ static train_step_stats run_step(train_run *r, long step) {
     comm_reduce_loss(comm, &zero, &valid);
     float scale = valid > 0 ? 1.0f / (float)valid : 0.0f;
 
+    model_set_step(m, step);
     model_zero_grads(m);
     double loss_sum = 0;
     for (int b = 0; b < o->accum; b++) {
@@ -426,6 +427,7 @@ int train_main(int argc, char **argv) {
         if (r.o.front.mem_report) report_write_memory(r.o.front.mem_report, &r.comm, &plan, 1);
     } else {
         report_check_mem_limit(&plan, r.o.front.mem_limit, r.o.front.T);
+        front_check_device_plan(&r.o.front, plan.dev_cat, plan.device, r.o.front.T);
         run_resume_point(&r);
         if (!run_stop_passed(&r)) run_train(&r);
     }

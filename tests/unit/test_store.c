@@ -37,7 +37,7 @@ static long check_case(comm_ctx *c, int sharded, int tied, mem_dtype wt) {
     const size_t unit_off[] = {0, 7, 31, 49, 52}; /* units of 7, 24, 18 and 3 floats */
     const int nunits = 4;
     int R = sharded ? c->R : 1, rank = c->rank;
-    store_spec sp = {unit_off, nunits, tied ? 0 : -1, 1, sharded, 1, wt};
+    store_spec sp = {unit_off, nunits, tied ? 0 : -1, 1, sharded, 1, wt, NULL};
     param_store *s = store_init(c, &sp);
     long errors = 0;
     errors += store_sharded(s) != (R > 1);

@@ -57,7 +57,7 @@ static size_t count_diff(const uint16_t *got, const float *ref, size_t n) {
 }
 
 static typed_ctx bf16_ctx(size_t maxw, size_t C) {
-    typed_ctx t = {MEM_DTYPE_BF16, NULL, typed_workspace_floats(MEM_DTYPE_BF16, maxw, C)};
+    typed_ctx t = {.dt = MEM_DTYPE_BF16, .ws_n = typed_workspace_floats(MEM_DTYPE_BF16, maxw, C)};
     t.ws = tmalloc(t.ws_n * sizeof(float));
     return t;
 }
@@ -262,7 +262,7 @@ static void test_matmul_f32(void) {
 
 /* Under f32 every function is the fp32 kernel itself. */
 static void test_f32_passthrough(void) {
-    typed_ctx t = {MEM_DTYPE_F32, NULL, 0};
+    typed_ctx t = {.dt = MEM_DTYPE_F32};
     CHECK(typed_workspace_floats(MEM_DTYPE_F32, 4096, 4096) == 0, "f32 needs no workspace");
     const int N = 33, C = 40;
     float *x = tmalloc((size_t)N * C * 4), *w = tmalloc((size_t)C * 4),

@@ -1,0 +1,158 @@
+/* backend.h — the compute seam (DESIGN.md §11): every operation on a tensor goes through one table
+ * of functions, a backend. The CPU backend (backend_cpu, typed.c) is today's kernels; the CUDA
+ * backend is a shared module (libupipe_cuda.so, src/cuda/) that `--device cuda` loads at run time
+ * (backend_load), so the CPU binary starts on machines that have no CUDA libraries.
+ *
+ * The table is the ABI between upipe and the module: the module exports
+ *     const backend_ops *upipe_backend_cuda(char *err, size_t errlen);
+ * which returns its table (abi == BACKEND_ABI), or NULL with one line in err saying what is
+ * missing (no device, no driver, a driver older than the runtime).
+ *
+ * Tensors. Every pointer a tensor op takes lives in the backend's memory space (`space`): host
+ * memory for the CPU backend, device memory for CUDA. A `void *` tensor holds elements of the
+ * run's type t->dt (f32 or bf16, core/dtype.h); one typed `float *` is fp32 whatever the type;
+ * int32 index arrays (tokens, targets, doc_start) are in the backend's space too. The contracts
+ * (shapes, layouts, overwrite or accumulate) are those of kernels.h and typed.h, op for op: the
+ * CUDA ops compute the same functions (fp32 arithmetic, each bf16 output rounded once to nearest
+ * even), in their own summation order. Ops run in order on the backend's one stream; a result
+ * returned to the host (a loss, a sum of squares) waits for what came before it.
+ *
+ * The bf16 workspaces (ws) are the CPU backend's; the CUDA backend asks for none
+ * (workspace_floats and attention_workspace_floats return 0) and ignores ws. */
+#ifndef UP_KERNELS_BACKEND_H
+#define UP_KERNELS_BACKEND_H
+
+#include "core/dtype.h"
+#include "core/mem.h" /* mem_space */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BACKEND_ABI 1
+
+typedef struct backend_ops backend_ops;
+
+/* The run's element type, the CPU backend's bf16 fp32 workspace, and the backend (NULL: CPU). */
+typedef struct typed_ctx {
+    mem_dtype dt; /* element type of the stored tensors */
+    float *ws;    /* CPU, bf16: fp32 workspace of workspace_floats(...) floats; else NULL */
+    size_t ws_n;
+    const backend_ops *be; /* NULL: backend_cpu */
+} typed_ctx;
+
+/* AdamW's hyperparameters (kernels.h's adamw_params, the same layout). */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+} backend_adamw;
+
+struct backend_ops {
+    int abi;          /* BACKEND_ABI */
+    const char *name; /* "cpu", "cuda" */
+    mem_space space;  /* where its tensors live */
+
+    /* ---- memory of its space (the CPU backend: NULL; mem.c allocates host memory) ---------- */
+    void *(*alloc)(size_t bytes); /* zeroed; NULL when the space is short */
+    void (*free)(void *p);
+    void *(*alloc_pinned)(size_t bytes); /* page-locked host memory, zeroed; NULL when short */
+    void (*free_pinned)(void *p);
+    /* Copies between host memory (ordinary or pinned) and the space; to_host waits for them. */
+    void (*to_dev)(void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*sync)(void);                              /* waits for every op issued */
+    void (*mem_info)(size_t *free_b, size_t *total); /* the device's free and total bytes */
+    /* One line for --version and the run header: the device, its SMs and memory, the runtime,
+     * driver and library versions. */
+    const char *(*describe)(void);
+    /* Device bytes the module holds itself (cuBLASLt's workspace, reduction scratch): the plan
+     * counts them under runtime. */
+    size_t (*module_bytes)(void);
+    /* The device's dense bf16 rate on its datasheet, FLOP/s: the denominator of MFU on the step
+     * line (0: none). */
+    double peak_flops;
+    /* Names the op running for an error message (the layer and step): set by the model. */
+    void (*set_where)(const char *what, int layer, long step);
+
+    /* ---- tensor ops: typed.h's contracts (t->dt the stored type) ------------------------------
+     */
+    size_t (*workspace_floats)(mem_dtype dt, size_t maxw, size_t C);
+    void (*zero)(const typed_ctx *t, void *dst, size_t n);
+    void (*copy)(const typed_ctx *t, void *dst, const void *src, size_t n);
+    void (*add)(const typed_ctx *t, void *dst, const void *src, size_t n);
+    /* rows x width elements of t->dt: row i of dst (ldd elements apart) := row i of src (lds). */
+    void (*copy_rows)(const typed_ctx *t, void *dst, size_t ldd, const void *src, size_t lds,
+                      size_t rows, size_t width);
+    void (*matmul_forward)(const typed_ctx *t, void *out, int ldo, const void *inp, int ldi,
+                           const void *w, int ldw, int N, int IC, int OC, int acc);
+    /* dinp += dout @ w (dinp_acc) or dinp = dout @ w (!dinp_acc; dinp NULL: skipped);
+     * dw += dout^T @ inp (dw NULL: skipped). dw fp32. */
+    void (*matmul_backward)(const typed_ctx *t, void *dinp, int lddi, int dinp_acc, float *dw,
+                            int lddw, const void *dout, int ldd, const void *inp, int ldi,
+                            const void *w, int ldw, int N, int IC, int OC);
+    /* The LM head: out, inp, dout, dinp fp32 (packed rows), w stored. forward overwrites out;
+     * backward accumulates into dinp and dw. */
+    void (*matmul_forward_f32)(const typed_ctx *t, float *out, const float *inp, const void *w,
+                               int N, int IC, int OC);
+    void (*matmul_backward_f32)(const typed_ctx *t, float *dinp, float *dw, const float *dout,
+                                const float *inp, const void *w, int N, int IC, int OC);
+    void (*embedding_forward)(const typed_ctx *t, void *out, const int32_t *tokens, const void *wte,
+                              int N, int C);
+    void (*embedding_backward)(const typed_ctx *t, float *dwte, const void *dout,
+                               const int32_t *tokens, int N, int C);
+    void (*rmsnorm_forward)(const typed_ctx *t, void *out, int out_f32, float *rstd,
+                            const void *inp, const void *w, int N, int C, float eps);
+    void (*rmsnorm_backward)(const typed_ctx *t, void *dinp, float *dw, const void *dout,
+                             int dout_f32, const void *inp, const void *w, const float *rstd, int N,
+                             int C);
+    void (*rope_forward)(const typed_ctx *t, void *x, const float *cos_t, const float *sin_t, int N,
+                         int nh, int HS);
+    void (*rope_backward)(const typed_ctx *t, void *dx, const float *cos_t, const float *sin_t,
+                          int N, int nh, int HS);
+    void (*swiglu_forward)(const typed_ctx *t, void *out, const void *gate, const void *up,
+                           size_t n);
+    void (*swiglu_backward)(const typed_ctx *t, void *dgate, void *dup, const void *dout,
+                            const void *gate, const void *up, size_t n);
+    size_t (*attention_workspace_floats)(mem_dtype dt, int T, int NH, int NKV, int HS);
+    void (*attention_forward)(const typed_ctx *t, void *out, float *lse, const void *q,
+                              const void *k, const void *v, const int32_t *doc_start, int T, int NH,
+                              int NKV, int HS, float *ws);
+    void (*attention_backward)(const typed_ctx *t, void *dq, void *dk, void *dv, const void *dout,
+                               const void *q, const void *k, const void *v, const void *out,
+                               const float *lse, const int32_t *doc_start, int T, int NH, int NKV,
+                               int HS, float *ws);
+    /* dst := src, n elements, converted between the two types (f32 -> bf16 rounds to nearest
+     * even by dtype.h's rules; bf16 -> f32 is exact; equal types copy). */
+    void (*convert)(mem_dtype dst_t, void *dst, mem_dtype src_t, const void *src, size_t n);
+
+    /* ---- loss tiles (fp32 logits, kernels.h's cross_entropy_*) ------------------------------- */
+    /* logits (N, V) in place become grad_scale * (softmax - onehot) (0 for targets < 0); returns
+     * the sum of the valid rows' losses (a host double: waits). */
+    double (*cross_entropy_fused)(float *logits, const int32_t *targets, int N, int V,
+                                  float grad_scale);
+    /* loss (N) and pred (N) are host arrays (either may be NULL); logits unchanged. */
+    void (*cross_entropy_rows)(const float *logits, const int32_t *targets, int N, int V,
+                               double *loss, int32_t *pred);
+
+    /* ---- fp32 vectors: the optimizer side -------------------------------------------------- */
+    void (*zero_f32)(float *x, size_t n);
+    double (*sum_squares)(const float *x, size_t n); /* in double; a host result: waits */
+    /* Index of the first element that is NaN or +-Inf, or n when all are finite (waits). */
+    size_t (*first_nonfinite)(const float *x, size_t n);
+    /* kernels.h's adamw_update on n elements of the space. */
+    void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n,
+                         const backend_adamw *hp, int step, float grad_scale, int decay);
+};
+
+/* The CPU backend: today's kernels (typed.c), on host memory. */
+extern const backend_ops backend_cpu;
+
+/* t's backend (the CPU's when t->be is NULL). */
+static inline const backend_ops *backend_of(const typed_ctx *t) {
+    return t && t->be ? t->be : &backend_cpu;
+}
+
+/* Loads the backend named by --device ("cpu": backend_cpu; "cuda": libupipe_cuda.so from the
+ * folder of the running program, then the library path). NULL with one line in err saying what is
+ * missing: the module, a library it needs, the driver, or a GPU. */
+const backend_ops *backend_load(const char *name, char *err, size_t errlen);
+
+#endif
