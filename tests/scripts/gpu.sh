@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The whole step on one GPU (--device cuda, DESIGN.md §11): the loss and every gradient against
+# the float64 PyTorch reference at the CPU's tolerances (golden.sh, docs.sh, bf16.sh), with GQA,
+# a tied embedding, packed documents, a loss mask, UPipe's head stages, checkpointing and both
+# tiles; two runs give the same bytes; a checkpoint written on the GPU resumes on the CPU and the
+# reverse. Without a GPU (or without the module) it says why in one line and is skipped (77).
+source "$(dirname "$0")/lib.sh"
+ST_COMPARE=$BUILD/tests/st_compare
+GQA=$FIX/golden_gqa
+TIED=$FIX/golden_tied
+D=$FIX/golden_docs
+
+if ! "$UPIPE" --version >"$TMP/version" 2>&1 || ! grep -q '^cuda: NVIDIA\|^cuda: .*sm_' "$TMP/version"; then
+  echo "gpu: skipped: $(grep '^cuda:' "$TMP/version" || tail -n1 "$TMP/version")"
+  exit 77
+fi
+grep '^cuda:' "$TMP/version"
+
+# One step on the GPU, one rank (no mpiexec: a singleton), writing gradients and the log.
+run_gpu() { # name args...
+  local name=$1
+  shift
+  if ! timeout 300 "$UPIPE" train --quiet --device cuda --steps 1 --lr 0 "$@" \
+      --save-grads "$TMP/$name.st" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
+    bad "$name: run failed"; cat "$TMP/$name.out"; return 1
+  fi
+}
+against_ref() { # name expected-json expected-grads rtol loss-rtol args...
+  local name=$1 ej=$2 eg=$3 grtol=$4 lrtol=$5 l r
+  shift 5
+  run_gpu "$name" "$@" || return
+  l=$(json_field "$(head -n1 "$TMP/$name.jsonl")" loss)
+  r=$(json_field "$(cat "$ej")" loss)
+  if [ -n "$l" ] && close "$l" "$r" "$lrtol"; then ok "$name: loss $l vs reference $r"
+  else bad "$name: loss '$l' vs reference $r (rtol $lrtol)"; fi
+  if "$ST_COMPARE" "$TMP/$name.st" "$eg" --rtol "$grtol" >"$TMP/$name.cmp" 2>&1; then
+    ok "$name: gradients $(tail -n1 "$TMP/$name.cmp")"
+  else bad "$name: gradients (rtol $grtol)"; cat "$TMP/$name.cmp"; fi
+}
+
+# fp32: golden.sh's and docs.sh's bound. The GPU sums in another order than the CPU (cuBLASLt's
+# blocking, the attention's tiles), both in fp32 against float64: the difference from the
+# reference is still fp32 rounding alone, ~1e-6 of a tensor's scale over 2 layers, below 1e-4;
+# any wrong index, sign, mask or missing term moves a gradient by O(1) of its scale.
+F_G=1e-4
+F_L=1e-5
+G="--config $GQA/config.json --data $GQA/tokens.bin --init $GQA/weights.safetensors --seq-len 80"
+T3="--config $TIED/config.json --data $TIED/tokens.bin --init $TIED/weights.safetensors --seq-len 33"
+DOCS="--config $D/config.json --data $D/tokens.bin --init $D/weights.safetensors --seq-len 300 --doc-sep 256"
+EG=$GQA/expected_grads.safetensors
+EJ=$GQA/expected.json
+against_ref gqa "$EJ" "$EG" $F_G $F_L $G
+against_ref gqa_u1 "$EJ" "$EG" $F_G $F_L $G --upipe-heads 1
+against_ref gqa_u2 "$EJ" "$EG" $F_G $F_L $G --upipe-heads 2
+against_ref gqa_stack "$EJ" "$EG" $F_G $F_L $G --checkpoint --tile-mlp 16 --tile-loss 7 --upipe-heads 2
+against_ref tied "$TIED/expected.json" "$TIED/expected_grads.safetensors" $F_G $F_L $T3
+against_ref docs "$D/expected.json" "$D/expected_grads.safetensors" $F_G $F_L $DOCS
+against_ref docs_u4 "$D/expected.json" "$D/expected_grads.safetensors" $F_G $F_L $DOCS --upipe-heads 4
+against_ref mask "$D/expected_mask.json" "$D/expected_mask_grads.safetensors" $F_G $F_L $DOCS \
+  --loss-mask "$D/mask.bin" --checkpoint --tile-mlp 64 --tile-loss 48
+
+# bf16: bf16.sh's bound (each stored tensor rounded once to 8 significant bits, sums in fp32:
+# 15 L u = 0.06 of a tensor's scale for the gradients, 11 u = 0.021 for the loss).
+B_G=0.06
+B_L=0.021
+against_ref gqa_bf16 "$EJ" "$EG" $B_G $B_L $G --dtype bf16
+against_ref stack_bf16 "$EJ" "$EG" $B_G $B_L $G --dtype bf16 --checkpoint --tile-mlp 16 \
+  --tile-loss 7 --upipe-heads 2
+against_ref tied_bf16 "$TIED/expected.json" "$TIED/expected_grads.safetensors" $B_G $B_L $T3 --dtype bf16
+against_ref docs_bf16 "$D/expected.json" "$D/expected_grads.safetensors" $B_G $B_L $DOCS --dtype bf16
+
+# Deterministic: the same run twice gives the same bytes (fp32 and bf16), and checkpointing
+# recomputes the forward exactly.
+same() { # a b what
+  if cmp -s "$TMP/$1.st" "$TMP/$2.st"; then ok "$3"; else bad "$3"; fi
+}
+run_gpu gqa_again $G && same gqa gqa_again "fp32: two runs give the same gradients, byte for byte"
+run_gpu docs_bf16_again $DOCS --dtype bf16 &&
+  same docs_bf16 docs_bf16_again "bf16: two runs give the same gradients, byte for byte"
+run_gpu gqa_ckpt $G --checkpoint && same gqa gqa_ckpt "--checkpoint: the same gradients as without"
+
+# Checkpoints move between the devices in one format: 4 steps on the GPU saved at step 2 and
+# resumed on the GPU equal the straight run; the same checkpoint resumed on the CPU stays within
+# the fp32 bound of the GPU's weights, and a CPU checkpoint resumes on the GPU.
+train4() { # name device args...
+  local name=$1 dev=$2
+  shift 2
+  timeout 300 "$UPIPE" train --quiet --device "$dev" $G --steps 4 --lr 1e-3 --ckpt-every 2 \
+    --ckpt-dir "$TMP/$name.ck" --save "$TMP/$name.st" --log "$TMP/$name.jsonl" "$@" \
+    >"$TMP/$name.out" 2>&1 || { bad "$name: run failed"; cat "$TMP/$name.out"; return 1; }
+}
+if train4 straight cuda && train4 stopped cuda --stop-at 2 && train4 stopped cuda --resume; then
+  same straight stopped "a GPU run resumed at step 2 equals the straight run, byte for byte"
+fi
+if train4 cpu_half cpu --stop-at 2 && cp -r "$TMP/cpu_half.ck" "$TMP/mixed.ck" &&
+  train4 mixed cuda --resume; then
+  if "$ST_COMPARE" "$TMP/mixed.st" "$TMP/straight.st" --rtol 1e-4 >"$TMP/mixed.cmp" 2>&1; then
+    ok "a CPU checkpoint resumes on the GPU: $(tail -n1 "$TMP/mixed.cmp")"
+  else bad "a CPU checkpoint resumed on the GPU"; cat "$TMP/mixed.cmp"; fi
+fi
+if cp -r "$TMP/stopped.ck" "$TMP/back.ck" 2>/dev/null && train4 back cpu --resume; then
+  if "$ST_COMPARE" "$TMP/back.st" "$TMP/straight.st" --rtol 1e-4 >"$TMP/back.cmp" 2>&1; then
+    ok "a GPU checkpoint resumes on the CPU: $(tail -n1 "$TMP/back.cmp")"
+  else bad "a GPU checkpoint resumed on the CPU"; cat "$TMP/back.cmp"; fi
+fi
+finish

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# gpu-check.sh — what the GPU proves, in one prepared run on the GPU machine (DESIGN.md §11).
+#
+#   tools/gpu-check.sh bundle [DIR]   here, after `make`: the binaries (upipe, libupipe_cuda.so,
+#                                     test_backend, st_compare) and every shared library they
+#                                     need that a bare machine lacks, packed into DIR/bundle.tar.xz
+#                                     (default DIR: gpu/, ignored by git)
+#   tools/gpu-check.sh run [DIR] [OUT]  there, from the repository root: unpacks the bundle,
+#                                     prints the GPU and --version, runs test_backend (every op
+#                                     against the CPU's), tests/scripts/gpu.sh (the whole step
+#                                     against the float64 reference, determinism, checkpoints
+#                                     across devices) and bench/bench_gpu.sh (speed against
+#                                     PyTorch where it is installed), each bounded in time, and
+#                                     writes their outputs under OUT (default $OUT, else /tmp).
+# The CUDA libraries are the machine's (/usr/local/cuda/lib64 and the Python wheels' folders).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+cmd=${1:-}
+DIR=${2:-gpu}
+
+bundle() {
+  local b=build stage
+  [ -x $b/upipe ] && [ -f $b/libupipe_cuda.so ] || { echo "gpu-check: build first (make)"; exit 1; }
+  stage=$(mktemp -d /tmp/upipe-bundle.XXXXXX)
+  mkdir -p "$stage/build/tests" "$stage/lib" "$DIR"
+  cp $b/upipe $b/libupipe_cuda.so "$stage/build/"
+  cp $b/tests/test_backend $b/tests/st_compare "$stage/build/tests/"
+  # the libraries of our own build that a machine without Debian's packages lacks (not libc's,
+  # not CUDA's: the machine has its own)
+  for f in $b/upipe $b/tests/test_backend; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' |
+    sort -u | grep -vE '/(libc|libm|libmvec|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+    grep -vE 'libcu|libnv|libcudnn' | while read -r l; do cp -L "$l" "$stage/lib/"; done
+  tar -C "$stage" -cJf "$DIR/bundle.tar.xz" build lib
+  rm -rf "$stage"
+  ls -la "$DIR/bundle.tar.xz"
+}
+
+# Runs a step with a time limit, its output to OUT/name.log and the terminal's tail.
+step() { # name seconds command...
+  local name=$1 secs=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc, $((SECONDS - t0)) s"
+  tail -n "${TAIL:-25}" "$OUT/$name.log"
+}
+
+run() {
+  OUT=${3:-${OUT:-/tmp}}
+  local u=/tmp/upipe-gpu
+  rm -rf "$u" && mkdir -p "$u" && tar -C "$u" -xJf "$DIR/bundle.tar.xz" || exit 1
+  local wheels
+  wheels=$(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(":".join(os.path.join(p, d, "lib") for d in sorted(os.listdir(p))))' 2>/dev/null)
+  export TORCH_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
+  export LD_LIBRARY_PATH="$u/lib:/usr/local/cuda/lib64${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export UPIPE_CUDA_MODULE=$u/build/libupipe_cuda.so
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$u/build/upipe" --version | tee "$OUT/version.log"
+  step test_backend "${BACKEND_SECONDS:-150}" "$u/build/tests/test_backend"
+  TAIL=40 step gpu "${GPU_SECONDS:-300}" bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
+  [ -f bench/bench_gpu.sh ] && step bench_gpu "${BENCH_SECONDS:-240}" bash bench/bench_gpu.sh "$u/build/upipe"
+  return 0
+}
+
+case "$cmd" in
+  bundle) bundle ;;
+  run) run "$@" ;;
+  *) sed -n '2,16p' "$0"; exit 1 ;;
+esac
