@@ -9,7 +9,8 @@
 #                                     prints the GPU and --version, runs test_backend (every op
 #                                     against the CPU's), tests/scripts/gpu.sh (the whole step
 #                                     against the float64 reference, determinism, checkpoints
-#                                     across devices) and bench/bench_gpu.sh (speed against
+#                                     across devices), bench_gpu_ops (each op's time at the
+#                                     1B and 8B shapes) and bench/bench_gpu.sh (speed against
 #                                     PyTorch where it is installed), each bounded in time, and
 #                                     writes their outputs under OUT (default $OUT, else /tmp).
 # The CUDA libraries are the machine's (/usr/local/cuda/lib64 and the Python wheels' folders).
@@ -25,6 +26,7 @@ bundle() {
   mkdir -p "$stage/build/tests" "$stage/lib" "$DIR"
   cp $b/upipe $b/libupipe_cuda.so "$stage/build/"
   cp $b/tests/test_backend $b/tests/st_compare "$stage/build/tests/"
+  cp $b/bench_gpu_ops "$stage/build/"
   # the libraries of our own build that a machine without Debian's packages lacks (not libc's,
   # not CUDA's: the machine has its own)
   for f in $b/upipe $b/tests/test_backend; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' |
@@ -59,6 +61,7 @@ run() {
   "$u/build/upipe" --version | tee "$OUT/version.log"
   step test_backend "${BACKEND_SECONDS:-150}" "$u/build/tests/test_backend"
   TAIL=40 step gpu "${GPU_SECONDS:-300}" bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
+  step bench_gpu_ops "${OPS_SECONDS:-120}" sh -c "'$u/build/bench_gpu_ops' 8192 && '$u/build/bench_gpu_ops' 8192 4096 14336 32 8 128 128256"
   [ -f bench/bench_gpu.sh ] && step bench_gpu "${BENCH_SECONDS:-240}" bash bench/bench_gpu.sh "$u/build/upipe"
   return 0
 }

@@ -16,8 +16,11 @@
  *            A = inp stored (IC, N) ld ldi, op N;   B = dout stored (OC, N) ld ldd, op T;
  *            m = IC, n = OC, k = N;  C = D = dw (IC, OC) ld lddw                       ("NT")
  * The LM head's fp32 forms use the same three with packed rows; under bf16 its weights are
- * widened to fp32 a panel of rows at a time into a module-owned scratch (the CPU's semantics: the
- * fp32 activations are never rounded), and the products run in fp32 panel after panel.
+ * widened to fp32 a panel of rows at a time into a module-owned scratch (the activations are never
+ * rounded to bf16), and the products run panel after panel on the TF32 tensor cores: a bf16 run
+ * accepts each stored tensor rounded to 8 significant bits, and TF32 keeps 11 of the fp32
+ * operands (bf16 weights exactly), so the LM head adds errors 8x below the run's own (DESIGN.md
+ * §11), at about 8x fp32's speed. An fp32 run's LM head stays in fp32.
  *
  * Descriptors (the matmul descriptor, the A/B/C layouts) and the heuristic's first algorithm are
  * cached by the whole problem (types, transposes, shape, leading dimensions, beta's use, pointer
@@ -48,6 +51,7 @@ typedef struct {
     void *c;
     int64_t ldc;
     float beta;
+    int tf32; /* fp32 operands on TF32 tensor cores (a bf16 run's LM head) */
 } lt_prod;
 
 /* Everything the descriptors and the algorithm depend on (memset before filling: compared as
@@ -81,15 +85,15 @@ static int32_t align_of(const void *p, int64_t ld, cudaDataType_t t) {
     return (int32_t)(v & (~v + 1));
 }
 
-static cublasComputeType_t compute_of(cudaDataType_t ab) {
-    if (ab == CUDA_R_32F && cu_tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
+static cublasComputeType_t compute_of(cudaDataType_t ab, int tf32) {
+    if (ab == CUDA_R_32F && (cu_tf32 || tf32)) return CUBLAS_COMPUTE_32F_FAST_TF32;
     return CUBLAS_COMPUTE_32F;
 }
 
 static lt_key key_of(const lt_prod *g) {
     lt_key k;
     memset(&k, 0, sizeof k);
-    k.ab = g->ab, k.cd = g->cd, k.compute = compute_of(g->ab);
+    k.ab = g->ab, k.cd = g->cd, k.compute = compute_of(g->ab, g->tf32);
     k.ta = g->ta, k.tb = g->tb, k.m = g->m, k.n = g->n, k.k = g->k;
     k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
     k.beta_used = g->beta != 0.0f;
@@ -214,7 +218,7 @@ static void zero_rows(void *p, int64_t ld, int rows, int cols, size_t es) {
 static lt_prod prod(cudaDataType_t ab, cudaDataType_t cd, cublasOperation_t ta,
                     cublasOperation_t tb, int m, int n, int k, const void *a, int64_t lda,
                     const void *b, int64_t ldb, void *c, int64_t ldc, float beta) {
-    lt_prod g = {ab, cd, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta};
+    lt_prod g = {ab, cd, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, beta, 0};
     return g;
 }
 
@@ -302,6 +306,7 @@ extern "C" void cu_matmul_forward_f32(const typed_ctx *t, float *out, const floa
         const float *p = widen_panel(w, v0, nv, IC);
         lt_prod g = prod(CUDA_R_32F, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, nv, N, IC, p, IC, inp,
                          IC, out + v0, OC, 0.0f);
+        g.tf32 = 1;
         lt_run(&g);
     }
 }
@@ -321,12 +326,14 @@ extern "C" void cu_matmul_backward_f32(const typed_ctx *t, float *dinp, float *d
             const float *p = widen_panel(w, v0, nv, IC);
             lt_prod g = prod(CUDA_R_32F, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, nv, p, IC,
                              dout + v0, OC, dinp, IC, 1.0f);
+            g.tf32 = 1;
             lt_run(&g);
         }
     }
     if (dw) { // dw^T (IC, OC) += inp^T (IC, N) dout (N, OC), all fp32
         lt_prod g = prod(CUDA_R_32F, CUDA_R_32F, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout,
                          OC, dw, IC, 1.0f);
+        g.tf32 = t->dt == MEM_DTYPE_BF16;
         lt_run(&g);
     }
 }
