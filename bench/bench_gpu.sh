@@ -4,7 +4,8 @@
 # peak GPU memory of each. The models start from random weights on random ids (speed does not
 # depend on the values).
 # usage: bench/bench_gpu.sh [build/upipe] [CONFIG:T ...]
-#        (default: configs/llama3.2-1b.json at T = 8192; STEPS=4 timed steps after 2 warm-up)
+#        (default: configs/llama3.2-1b.json at T = 8192; STEPS=4 timed steps after 2 warm-up;
+#        SKIP_TORCH=1 leaves PyTorch out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 upipe=${1:-build/upipe}
@@ -36,7 +37,10 @@ PY
     sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
   up=$(sed -n 's/.*"device_peak_bytes": *\([0-9]*\).*/\1/p' "$tmp/u.mem" 2>/dev/null)
   # PyTorch with the machine's own libraries (not upipe's bundle: tools/gpu-check.sh)
-  LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}} python3 bench/torch_gpu.py --config "$cfg" --seq-len "$T" --steps "$STEPS" >"$tmp/t.json" 2>"$tmp/t.err" ||
+  : >"$tmp/t.json"
+  [ -n "${SKIP_TORCH:-}" ] ||
+    LD_LIBRARY_PATH=${TORCH_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}} python3 bench/torch_gpu.py \
+      --config "$cfg" --seq-len "$T" --steps "$STEPS" >"$tmp/t.json" 2>"$tmp/t.err" ||
     tail -n 3 "$tmp/t.err"
   tt=$(sed -n 's/.*"tokens_per_s": *\([0-9.eE+-]*\).*/\1/p' "$tmp/t.json")
   tp=$(sed -n 's/.*"peak_bytes": *\([0-9]*\).*/\1/p' "$tmp/t.json")

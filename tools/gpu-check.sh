@@ -60,9 +60,15 @@ run() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$u/build/upipe" --version | tee "$OUT/version.log"
   step test_backend "${BACKEND_SECONDS:-150}" "$u/build/tests/test_backend"
+  # the tensor-core attention route (bf16): its ops, then the whole step (the fp32 cases keep
+  # the fp32 kernel whatever the route)
+  step test_backend_tc "${BACKEND_SECONDS:-150}" env UPIPE_CUDA_ATTENTION=tc "$u/build/tests/test_backend"
   TAIL=40 step gpu "${GPU_SECONDS:-300}" bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
-  step bench_gpu_ops "${OPS_SECONDS:-120}" sh -c "'$u/build/bench_gpu_ops' 8192 && '$u/build/bench_gpu_ops' 8192 4096 14336 32 8 128 128256"
+  TAIL=40 step gpu_tc "${GPU_SECONDS:-300}" env UPIPE_CUDA_ATTENTION=tc bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
+  TAIL=60 step bench_gpu_ops "${OPS_SECONDS:-120}" sh -c "'$u/build/bench_gpu_ops' 8192 && '$u/build/bench_gpu_ops' 8192 4096 14336 32 8 128 128256"
+  TAIL=30 step bench_gpu_ops_tc "${OPS_SECONDS:-120}" env UPIPE_CUDA_ATTENTION=tc sh -c "'$u/build/bench_gpu_ops' 8192 && '$u/build/bench_gpu_ops' 8192 4096 14336 32 8 128 128256"
   [ -f bench/bench_gpu.sh ] && step bench_gpu "${BENCH_SECONDS:-240}" bash bench/bench_gpu.sh "$u/build/upipe"
+  [ -f bench/bench_gpu.sh ] && step bench_gpu_tc "${BENCH_SECONDS:-240}" env UPIPE_CUDA_ATTENTION=tc SKIP_TORCH=1 bash bench/bench_gpu.sh "$u/build/upipe"
   return 0
 }
 

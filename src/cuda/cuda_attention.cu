@@ -17,6 +17,8 @@
 #include "cuda/cuda_int.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdint.h>
 
 extern "C" size_t cu_attention_scratch_bytes(void);
@@ -557,11 +559,26 @@ extern "C" size_t cu_attention_scratch_bytes(void) {
     return g_scr_n;
 }
 
+/* The tensor-core route (cuda_attention_tc.cu) for this call: bf16, a head size it runs, and
+ * UPIPE_CUDA_ATTENTION=tc (read once). */
+static int tc_route(const typed_ctx *t, int HS) {
+    static int want = -1;
+    if (want < 0) {
+        const char *e = getenv("UPIPE_CUDA_ATTENTION");
+        want = e && !strcmp(e, "tc");
+    }
+    return want && t->dt == MEM_DTYPE_BF16 && cu_attention_tc_supported(HS);
+}
+
 extern "C" void cu_attention_forward(const typed_ctx *t, void *out, float *lse, const void *q,
                                      const void *k, const void *v, const int32_t *doc_start,
                                      int T, int NH, int NKV, int HS, float *ws) {
     (void)ws;
     if (T < 1) return;
+    if (tc_route(t, HS)) {
+        cu_attention_tc_forward(out, lse, q, k, v, doc_start, T, NH, NKV, HS);
+        return;
+    }
     Att p = att_make(t, doc_start, T, NH, NKV, HS, "attention_forward");
     p.q = q, p.k = k, p.v = v, p.o = out, p.lse = lse;
     fwd_dispatch(p);
@@ -574,6 +591,10 @@ extern "C" void cu_attention_backward(const typed_ctx *t, void *dq, void *dk, vo
                                       float *ws) {
     (void)ws;
     if (T < 1) return;
+    if (tc_route(t, HS)) {
+        cu_attention_tc_backward(dq, dk, dv, dout, q, k, v, out, lse, doc_start, T, NH, NKV, HS);
+        return;
+    }
     Att p = att_make(t, doc_start, T, NH, NKV, HS, "attention_backward");
     p.q = q, p.k = k, p.v = v, p.out = out, p.dout = dout;
     p.dq = dq, p.dk = dk, p.dv = dv, p.lse = (float *)lse;
@@ -592,4 +613,5 @@ extern "C" void cu_attention_init(void) {
     fwd_prepare<128, 64, 64>(), fwd_prepare<256, 64, 32>();
     bwd_prepare<32, 64, 64>(), bwd_prepare<64, 64, 64>();
     bwd_prepare<128, 64, 64>(), bwd_prepare<256, 32, 32>();
+    cu_attention_tc_init();
 }

@@ -140,7 +140,7 @@ static void cu_mem_info(size_t *free_b, size_t *total) {
 
 static size_t cu_module_bytes(void) {
     return CU_LT_WS + cu_gemm_scratch_bytes() + cu_elem_scratch_bytes() +
-           cu_attention_scratch_bytes();
+           cu_attention_scratch_bytes() + cu_attention_tc_scratch_bytes();
 }
 
 static size_t cu_workspace_floats(mem_dtype dt, size_t maxw, size_t C) {

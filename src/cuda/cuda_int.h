@@ -128,6 +128,20 @@ void cu_attention_backward(const typed_ctx *t, void *dq, void *dk, void *dv, con
                            const float *lse, const int32_t *doc_start, int T, int NH, int NKV,
                            int HS, float *ws);
 void cu_attention_init(void);
+size_t cu_attention_scratch_bytes(void);
+
+/* cuda_attention_tc.cu: the same attention on bf16 tensor cores (WMMA), P and dS rounded to bf16
+ * before their products (FlashAttention-2's recipe, as the CPU's avx512bf16 path); bf16 tensors
+ * of head size 64 or 128 (cu_attention_tc_supported). cuda_attention.cu routes to it when
+ * UPIPE_CUDA_ATTENTION=tc. */
+int cu_attention_tc_supported(int HS);
+void cu_attention_tc_forward(void *out, float *lse, const void *q, const void *k, const void *v,
+                             const int32_t *doc_start, int T, int NH, int NKV, int HS);
+void cu_attention_tc_backward(void *dq, void *dk, void *dv, const void *dout, const void *q,
+                              const void *k, const void *v, const void *out, const float *lse,
+                              const int32_t *doc_start, int T, int NH, int NKV, int HS);
+size_t cu_attention_tc_scratch_bytes(void);
+void cu_attention_tc_init(void);
 #ifdef __cplusplus
 }
 #endif

@@ -78,7 +78,14 @@ static const double TOL_TF32 = 1.0 / 256;
 static double tol_prod(mem_dtype dt) { /* products and norms: a stored output */
     return dt == MEM_DTYPE_F32 ? TOL_RED : TOL_BF16;
 }
+/* TOL_BF16_TC 1/64: the tensor-core route (UPIPE_CUDA_ATTENTION=tc, bf16) rounds P and dS to bf16
+ * before their products (FlashAttention-2's recipe; the CPU's avx512bf16 path does the same), a
+ * second rounding of each term beside the output's own, while the CPU reference here keeps them
+ * fp32: each rounding bounded by TOL_BF16 of the largest element, the two by twice that. */
+static const double TOL_BF16_TC = 1.0 / 64;
 static double tol_att(mem_dtype dt) {
+    const char *route = getenv("UPIPE_CUDA_ATTENTION");
+    if (dt == MEM_DTYPE_BF16 && route && !strcmp(route, "tc")) return TOL_BF16_TC;
     return dt == MEM_DTYPE_F32 ? TOL_ATT : TOL_BF16;
 }
 
