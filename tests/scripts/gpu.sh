@@ -89,7 +89,8 @@ train4() { # name device args...
     --ckpt-dir "$TMP/$name.ck" --save "$TMP/$name.st" --log "$TMP/$name.jsonl" "$@" \
     >"$TMP/$name.out" 2>&1 || { bad "$name: run failed"; cat "$TMP/$name.out"; return 1; }
 }
-if train4 straight cuda && train4 stopped cuda --stop-at 2 && train4 stopped cuda --resume; then
+if train4 straight cuda && train4 stopped cuda --stop-at 2 &&
+  cp -r "$TMP/stopped.ck" "$TMP/back.ck" && train4 stopped cuda --resume; then
   same straight stopped "a GPU run resumed at step 2 equals the straight run, byte for byte"
 fi
 if train4 cpu_half cpu --stop-at 2 && cp -r "$TMP/cpu_half.ck" "$TMP/mixed.ck" &&
@@ -98,7 +99,7 @@ if train4 cpu_half cpu --stop-at 2 && cp -r "$TMP/cpu_half.ck" "$TMP/mixed.ck" &
     ok "a CPU checkpoint resumes on the GPU: $(tail -n1 "$TMP/mixed.cmp")"
   else bad "a CPU checkpoint resumed on the GPU"; cat "$TMP/mixed.cmp"; fi
 fi
-if cp -r "$TMP/stopped.ck" "$TMP/back.ck" 2>/dev/null && train4 back cpu --resume; then
+if [ -d "$TMP/back.ck" ] && train4 back cpu --resume; then
   if "$ST_COMPARE" "$TMP/back.st" "$TMP/straight.st" --rtol 1e-4 >"$TMP/back.cmp" 2>&1; then
     ok "a GPU checkpoint resumes on the CPU: $(tail -n1 "$TMP/back.cmp")"
   else bad "a GPU checkpoint resumed on the CPU"; cat "$TMP/back.cmp"; fi
