@@ -540,17 +540,7 @@ float *g_scr;
 size_t g_scr_n;
 
 float *scratch(size_t bytes) {
-    if (bytes <= g_scr_n) return g_scr;
-    size_t mib = (size_t)1 << 20, want = (bytes + mib - 1) / mib * mib;
-    if (g_scr) {
-        CU_CHECK(cudaStreamSynchronize(cu_stream)); /* ops issued may still read the old one */
-        CU_CHECK(cudaFree(g_scr));
-        g_scr = NULL;
-        g_scr_n = 0;
-    }
-    CU_CHECK(cudaMalloc((void **)&g_scr, want));
-    g_scr_n = want;
-    return g_scr;
+    return (float *)cu_scratch_grow((void **)&g_scr, &g_scr_n, bytes);
 }
 
 } // namespace

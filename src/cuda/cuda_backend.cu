@@ -53,6 +53,20 @@ void cu_fail(const char *op, const char *what, const char *file, int line) {
     exit(1);
 }
 
+void *cu_scratch_grow(void **buf, size_t *have, size_t bytes) {
+    if (bytes <= *have) return *buf;
+    size_t mib = (size_t)1 << 20, want = (bytes + mib - 1) / mib * mib;
+    if (*buf) {
+        CU_CHECK(cudaStreamSynchronize(cu_stream));
+        CU_CHECK(cudaFree(*buf));
+        *buf = NULL;
+        *have = 0;
+    }
+    CU_CHECK(cudaMalloc(buf, want));
+    *have = want;
+    return *buf;
+}
+
 const char *cublasLt_status_name(cublasStatus_t s) {
     switch (s) {
     case CUBLAS_STATUS_SUCCESS:

@@ -64,6 +64,11 @@ __device__ __forceinline__ void cu_st(void *p, size_t i, float x, int bf16) {
         ((float *)p)[i] = x;
 }
 
+/* A module-owned device scratch *buf of *have bytes grown to at least bytes (whole MiB; the
+ * stream drained before the old one is freed, since ops issued may still read it; the contents
+ * are not kept). Returns *buf. */
+void *cu_scratch_grow(void **buf, size_t *have, size_t bytes);
+
 /* Blocks of 256 threads covering n elements (at most 65535 * 16 blocks: grid-stride loops). */
 static inline unsigned cu_blocks(size_t n) {
     size_t b = (n + 255) / 256;
