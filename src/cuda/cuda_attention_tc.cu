@@ -1,7 +1,8 @@
 /* cuda_attention_tc.cu — causal GQA flash attention with documents on bf16 tensor cores (sm_80+,
- * tuned for sm_90): kernels.h's contract for runs whose stored type is bf16, at head sizes 64 and
- * 128 (cu_attention_tc_supported; other sizes take cuda_attention.cu's fp32 kernels). The products
- * are WMMA 16x16x16 with bf16 operands and fp32 accumulators.
+ * tuned for sm_90): kernels.h's contract for runs whose stored type is bf16, at head sizes that
+ * are multiples of 16 from 16 to 128 (cu_attention_tc_supported; every kernel is a template on
+ * the head size, one instance each; other sizes take cuda_attention.cu's fp32 kernels). The
+ * products are WMMA 16x16x16 with bf16 operands and fp32 accumulators.
  *
  * Recipe (FlashAttention-2's, as the CPU's avx512bf16 path, attention_dp_body.h): S = Q K^T, the
  * online softmax's max, exponentials, sums and lse in fp32 (exp2 with scale * log2 e folded in;
@@ -11,12 +12,13 @@
  * accumulator is fp32; each output element is rounded to bf16 once, at the end (cu_bf16_round);
  * lse stays fp32.
  *
- * Split (cuda_attention.cu's): forward, a block per (query block, head), the last query block
- * first; backward, the D kernel (a warp per (query, head), into module scratch), kernel A (a block
- * per (key block, KV head): dK and dV over the G query heads of the KV head and, per head, the
- * query blocks that see the key block, in that order) and kernel B (a block per (query block,
- * head): dQ over its key blocks in order). Deterministic: no atomics, every sum in a fixed order,
- * each output element written once; two runs give the same bits.
+ * Split (cuda_attention.cu's): forward, a block per (query block, head); backward, the D kernel
+ * (a warp per (query, head), into module scratch), kernel A (a block per (key block, KV head): dK
+ * and dV over the G query heads of the KV head and, per head, the query blocks that see the key
+ * block, in that order) and kernel B (a block per (query block, head): dQ over its key blocks in
+ * order). Grids are (heads, blocks) so that the longest blocks of every head start first (the
+ * last query blocks; kernel A's first key blocks). Deterministic: no atomics, every sum in a
+ * fixed order, each output element written once; two runs give the same bits.
  *
  * Masking: tiles above the diagonal, or wholly before the document of the first row of their
  * query block (doc_start is non-decreasing), are skipped, as are the 16-wide chunks of a warp
@@ -32,17 +34,21 @@
  * tile of row numbers; WMMA leaves the layout unspecified but fixes it per fragment type). Scores
  * and P go through the warp's own shared-memory buffers (fp32 S, bf16 P: the accumulator layout
  * becomes an operand layout there); the backward works in 16 x 16 chunks (S, dP, P, dS of 16
- * queries by 16 keys). bf16 tiles have rows of HS + 8 elements (16-byte aligned, ldmatrix without
- * bank conflicts). Loads: cp.async of 16 bytes where every tensor is 16-byte aligned, else plain
- * loads; the forward double-buffers K and V (the next key tile lands while the block computes),
- * the backward loads and then computes. Shared memory (FwdL, BwdL; HS 64 / 128): forward 63 /
- * 95 KiB, kernels A and B 53 / 85 KiB each; 2 blocks an SM (registers: up to 255 a thread at
- * HS = 128, no spills). Scratch: D (NH, T) fp32, grown on demand. */
+ * queries by 16 keys; at HS <= 64 a warp keeps its fixed 16 x HS operands in fragments, hoist).
+ * bf16 tiles have rows of HS + 8 elements (16-byte aligned, ldmatrix without bank conflicts).
+ * Loads: cp.async of 16 bytes where every tensor is 16-byte aligned, else plain loads; the
+ * forward double-buffers K and V (the next key tile lands while the block computes), the backward
+ * its streamed tiles (kernel A: Q, dO and rows; kernel B: K, V) where shared memory allows
+ * (BwdL::NB; all but HS = 128). Blocks an SM: minb (4 at HS <= 32, 3 at 48 and 64, 2 above;
+ * registers a thread capped to fit). Shared memory (FwdL, BwdL; HS 64 / 128): forward 63 / 95
+ * KiB, kernels A and B 72 / 85 KiB each. Scratch: D (NH, T) fp32, grown on demand. */
 #include "cuda/cuda_int.h"
 
 #include <math.h>
 #include <mma.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 extern "C" int cu_attention_tc_supported(int HS);
 extern "C" size_t cu_attention_tc_scratch_bytes(void);
@@ -185,6 +191,12 @@ __device__ __forceinline__ void store_frag(uint16_t *g, const FragC &f, float *s
 }
 
 /* ---- forward --------------------------------------------------------------------------------- */
+
+/* Blocks an SM the kernels are built for (registers a thread: 65536 / (128 minb), at most 255):
+ * 2 at HS > 64 (shared memory allows no more at HS = 128), 3 at HS 48 and 64, 4 below. */
+constexpr int minb(int HS) {
+    return HS > 64 ? 2 : HS > 32 ? 3 : 4;
+}
 
 /* b rounded up to a multiple of 128 (the shared-memory layouts' offsets). */
 __host__ __device__ constexpr size_t al128(size_t b) {
@@ -335,10 +347,10 @@ __device__ __forceinline__ void fwd_load_kv(unsigned char *smem, int buf, int kb
     cp_commit();
 }
 
-/* Grid (query blocks, NH), the last query block first (the longest). Warp w owns the block's
- * rows 16 w.. 16 w + 15: its Q in fragments, O in fragments, m and l in its lanes. */
+/* Grid (NH, query blocks): the last query blocks (the longest) of every head first. Warp w owns
+ * the block's rows 16 w.. 16 w + 15: its Q in fragments, O in fragments, m and l in its lanes. */
 template <int HS>
-__global__ void __launch_bounds__(NT, 2) fwd_kernel(Tc p) {
+__global__ void __launch_bounds__(NT, minb(HS)) fwd_kernel(Tc p) {
     using L = FwdL<HS>;
     extern __shared__ __align__(128) unsigned char smem_tc[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(smem_tc);
@@ -347,7 +359,7 @@ __global__ void __launch_bounds__(NT, 2) fwd_kernel(Tc p) {
     float *Sw = reinterpret_cast<float *>(smem_tc) + warp * 16 * L::LDS;
     uint16_t *Pw = reinterpret_cast<uint16_t *>(smem_tc + L::P) + warp * 16 * L::LDP;
     float *alpha_w = reinterpret_cast<float *>(smem_tc + L::ROW) + warp * 32, *inv_w = alpha_w + 16;
-    const int q0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BR, h = blockIdx.y, kvh = h / p.G;
+    const int q0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * BR, h = blockIdx.x, kvh = h / p.G;
     const int i0 = q0 + 16 * warp;
 
     const int kb0 = (p.doc ? p.doc[q0] : 0) / BC, kb1 = min(q0 + BR - 1, p.T - 1) / BC;
@@ -412,20 +424,31 @@ __global__ void __launch_bounds__(NT) bwd_d_kernel(float *D, Tc p, int HS) {
 
 /* ---- backward: shared pieces ----------------------------------------------------------------- */
 
-/* Shared memory of kernels A and B (byte offsets, 128-aligned): Q, dO, K, V tiles (BR = BC rows
- * of HS + 8 bf16 each); per warp the fp32 staging of S and dP (16 x 20 each) and the bf16 staging
- * of P and dS (16 x 24 each); lse * log2 e, D and lo of the query block (BR each). */
+/* Shared memory of kernels A and B (byte offsets, 128-aligned): tiles of BR = BC rows of HS + 8
+ * bf16 each: the block's fixed pair (K, V in kernel A; Q, dO in kernel B) and NB buffers of the
+ * streamed pair (Q, dO; K, V), NB = 2 where minb(HS) blocks still fit an SM (the next pair lands
+ * while the block computes on the other), else 1; per warp the fp32 staging of S and dP (16 x 20
+ * each) and the bf16 staging of P and dS (16 x 24 each); NB buffers of the query block's rows:
+ * lse * log2 e, D and lo (BR each; kernel B uses the first). */
 template <int HS>
 struct BwdL {
     static constexpr int LDH = HS + 8;
     static constexpr size_t TILE = al128((size_t)BR * LDH * 2);
-    static constexpr size_t Q = 0, DO = TILE, K = 2 * TILE, V = 3 * TILE, ST = 4 * TILE;
     static constexpr size_t WARP = 2 * 16 * LDF * 4 + 2 * 16 * LDB * 2; /* staging per warp */
-    static constexpr size_t ROWS = ST + al128(NW * WARP);
-    static constexpr size_t BYTES = ROWS + al128((size_t)3 * BR * 4);
+    static constexpr size_t RB = al128((size_t)3 * BR * 4);             /* a rows buffer */
+    static constexpr size_t bytes(int nb) {
+        return (2 + 2 * (size_t)nb) * TILE + al128(NW * WARP) + nb * RB;
+    }
+    /* 228 KiB an SM, 1 KiB of it reserved a block */
+    static constexpr int NB = (bytes(2) + 1024) * minb(HS) <= 228 * 1024 ? 2 : 1;
+    static constexpr size_t FIX = 0, STREAM = 2 * TILE; /* + 2 TILE b: buffer b's pair */
+    static constexpr size_t ST = (2 + 2 * (size_t)NB) * TILE;
+    static constexpr size_t ROWS = ST + al128(NW * WARP); /* + RB b: buffer b's rows */
+    static constexpr size_t BYTES = bytes(NB);
+    static_assert(BYTES == ROWS + NB * RB, "layout");
 };
 
-/* The block's tiles and the warp's staging. */
+/* The block's tiles, the warp's staging and the query block's rows (for one buffer). */
 struct BwdS {
     uint16_t *Qs, *dOs, *Ks, *Vs; /* tiles */
     float *S, *dP;                /* the warp's 16 x 16 fp32 staging (row stride LDF) */
@@ -434,27 +457,56 @@ struct BwdS {
     int *lo_s;
 };
 
-template <int HS>
-__device__ __forceinline__ BwdS bwd_smem(unsigned char *smem, int warp) {
+/* The pointers of buffer b (of BwdL<HS>::NB): the streamed tiles (K and V where KV_STREAM, kernel
+ * B; else Q and dO, kernel A) and rows of buffer b (kernel A; kernel B's rows are buffer 0's). */
+template <int HS, bool KV_STREAM>
+__device__ __forceinline__ BwdS bwd_smem(unsigned char *smem, int warp, int b) {
     using L = BwdL<HS>;
     BwdS s;
-    s.Qs = reinterpret_cast<uint16_t *>(smem + L::Q);
-    s.dOs = reinterpret_cast<uint16_t *>(smem + L::DO);
-    s.Ks = reinterpret_cast<uint16_t *>(smem + L::K);
-    s.Vs = reinterpret_cast<uint16_t *>(smem + L::V);
+    uint16_t *fix = reinterpret_cast<uint16_t *>(smem + L::FIX);
+    uint16_t *str = reinterpret_cast<uint16_t *>(smem + L::STREAM + 2 * L::TILE * b);
+    uint16_t *fix2 = fix + L::TILE / 2, *str2 = str + L::TILE / 2;
+    s.Qs = KV_STREAM ? fix : str, s.dOs = KV_STREAM ? fix2 : str2;
+    s.Ks = KV_STREAM ? str : fix, s.Vs = KV_STREAM ? str2 : fix2;
     unsigned char *w = smem + L::ST + warp * L::WARP;
     s.S = reinterpret_cast<float *>(w), s.dP = s.S + 16 * LDF;
     s.P = reinterpret_cast<uint16_t *>(s.dP + 16 * LDF), s.dS = s.P + 16 * LDB;
-    s.lse2_s = reinterpret_cast<float *>(smem + L::ROWS), s.D_s = s.lse2_s + BR;
+    s.lse2_s = reinterpret_cast<float *>(smem + L::ROWS + (KV_STREAM ? 0 : L::RB * b));
+    s.D_s = s.lse2_s + BR;
     s.lo_s = reinterpret_cast<int *>(s.D_s + BR);
     return s;
 }
 
-/* s := A B^T and dp := dA dB^T over the head dimension: A, dA the 16 x HS row blocks at a, da,
- * B, dB those at b, db (bf16 tiles of row stride HS + 8). Kernel A: A = K_w, dA = V_w, B = Q_c,
- * dB = dO_c (S^T and dP^T); kernel B: A = Q_w, dA = dO_w, B = K_c, dB = V_c (S and dP). */
+/* Whether the backward keeps the warp's fixed 16 x HS row blocks (K_w, V_w in kernel A; Q_w, dO_w
+ * in kernel B) in fragments for the whole kernel (registers allow it at HS <= 64), rather than
+ * loading them from shared memory for every chunk; NHA of each kept. */
+__host__ __device__ constexpr bool hoist(int HS) {
+    return HS <= 64;
+}
+__host__ __device__ constexpr int nha(int HS) {
+    return hoist(HS) ? HS / 16 : 1;
+}
+
+/* wa, wda := the 16 x HS row blocks at a, da (bf16 tiles of row stride HS + 8) where hoist(HS). */
 template <int HS>
-__device__ __forceinline__ void bwd_scores(FragC &s, FragC &dp, const uint16_t *a,
+__device__ __forceinline__ void bwd_hoist(FragA (&wa)[nha(HS)], FragA (&wda)[nha(HS)],
+                                          const uint16_t *a, const uint16_t *da) {
+    if constexpr (hoist(HS)) {
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            wmma::load_matrix_sync(wa[kk], bp(a + 16 * kk), HS + 8);
+            wmma::load_matrix_sync(wda[kk], bp(da + 16 * kk), HS + 8);
+        }
+    }
+}
+
+/* s := A B^T and dp := dA dB^T over the head dimension: A, dA the 16 x HS row blocks at a, da
+ * (in wa, wda where hoist(HS)), B, dB those at b, db (bf16 tiles of row stride HS + 8). Kernel A:
+ * A = K_w, dA = V_w, B = Q_c, dB = dO_c (S^T and dP^T); kernel B: A = Q_w, dA = dO_w, B = K_c,
+ * dB = V_c (S and dP). */
+template <int HS>
+__device__ __forceinline__ void bwd_scores(FragC &s, FragC &dp, const FragA (&wa)[nha(HS)],
+                                           const FragA (&wda)[nha(HS)], const uint16_t *a,
                                            const uint16_t *da, const uint16_t *b,
                                            const uint16_t *db) {
     constexpr int LDH = HS + 8;
@@ -462,14 +514,21 @@ __device__ __forceinline__ void bwd_scores(FragC &s, FragC &dp, const uint16_t *
     wmma::fill_fragment(dp, 0.f);
 #pragma unroll
     for (int kk = 0; kk < HS / 16; kk++) {
-        FragA fa;
         FragBT fb;
-        wmma::load_matrix_sync(fa, bp(a + 16 * kk), LDH);
-        wmma::load_matrix_sync(fb, bp(b + 16 * kk), LDH);
-        wmma::mma_sync(s, fa, fb, s);
-        wmma::load_matrix_sync(fa, bp(da + 16 * kk), LDH);
-        wmma::load_matrix_sync(fb, bp(db + 16 * kk), LDH);
-        wmma::mma_sync(dp, fa, fb, dp);
+        if constexpr (hoist(HS)) {
+            wmma::load_matrix_sync(fb, bp(b + 16 * kk), LDH);
+            wmma::mma_sync(s, wa[kk], fb, s);
+            wmma::load_matrix_sync(fb, bp(db + 16 * kk), LDH);
+            wmma::mma_sync(dp, wda[kk], fb, dp);
+        } else {
+            FragA fa;
+            wmma::load_matrix_sync(fa, bp(a + 16 * kk), LDH);
+            wmma::load_matrix_sync(fb, bp(b + 16 * kk), LDH);
+            wmma::mma_sync(s, fa, fb, s);
+            wmma::load_matrix_sync(fa, bp(da + 16 * kk), LDH);
+            wmma::load_matrix_sync(fb, bp(db + 16 * kk), LDH);
+            wmma::mma_sync(dp, fa, fb, dp);
+        }
     }
 }
 
@@ -482,16 +541,36 @@ template <bool TR, bool WITHP>
 __device__ __forceinline__ void bwd_p_ds(const BwdS &s, int qr0, int kc0, int q0, int k0,
                                          const Tc &p, int lane) {
     const int x = lane >> 1, y0 = 8 * (lane & 1);
+    /* the lane's 8 S and dP (16-byte aligned: LDF and y0 multiples of 4), 16 bytes at a time */
+    const float4 *S4 = reinterpret_cast<const float4 *>(s.S + x * LDF + y0);
+    const float4 *dP4 = reinterpret_cast<const float4 *>(s.dP + x * LDF + y0);
+    const float4 sa = S4[0], sb = S4[1], da = dP4[0], db = dP4[1];
+    const float sv[8] = {sa.x, sa.y, sa.z, sa.w, sb.x, sb.y, sb.z, sb.w};
+    const float dv[8] = {da.x, da.y, da.z, da.w, db.x, db.y, db.z, db.w};
+    /* kernel B: the lane's one query row, read once */
+    const int lo_x = TR ? 0 : s.lo_s[qr0 + x];
+    const float lse2_x = TR ? 0.f : s.lse2_s[qr0 + x], D_x = TR ? 0.f : s.D_s[qr0 + x];
+    unsigned pw[4], dw[4];
 #pragma unroll
     for (int u = 0; u < 8; u++) {
         const int y = y0 + u, qr = qr0 + (TR ? y : x), kc = kc0 + (TR ? x : y);
         const int i = q0 + qr, j = k0 + kc;
-        const bool ok = i < p.T && j <= i && j >= s.lo_s[qr];
-        const float pr = ok ? exp2f(s.S[x * LDF + y] * p.sl2 - s.lse2_s[qr]) : 0.f;
-        const float ds = ok ? p.scale * pr * (s.dP[x * LDF + y] - s.D_s[qr]) : 0.f;
-        if (WITHP) s.P[x * LDB + y] = cu_bf16_round(pr);
-        s.dS[x * LDB + y] = cu_bf16_round(ds);
+        const int lo = TR ? s.lo_s[qr] : lo_x;
+        const float lse2 = TR ? s.lse2_s[qr] : lse2_x, D = TR ? s.D_s[qr] : D_x;
+        const bool ok = i < p.T && j <= i && j >= lo;
+        const float pr = ok ? exp2f(sv[u] * p.sl2 - lse2) : 0.f;
+        const float ds = ok ? p.scale * pr * (dv[u] - D) : 0.f;
+        const unsigned pb = cu_bf16_round(pr), dsb = cu_bf16_round(ds);
+        if (u % 2 == 0) {
+            pw[u / 2] = pb, dw[u / 2] = dsb;
+        } else {
+            pw[u / 2] |= pb << 16, dw[u / 2] |= dsb << 16;
+        }
     }
+    /* 8 bf16 a lane, 16 bytes (LDB and y0 multiples of 8) */
+    if (WITHP)
+        *reinterpret_cast<uint4 *>(s.P + x * LDB + y0) = make_uint4(pw[0], pw[1], pw[2], pw[3]);
+    *reinterpret_cast<uint4 *>(s.dS + x * LDB + y0) = make_uint4(dw[0], dw[1], dw[2], dw[3]);
 }
 
 /* s, dp -> the warp's fp32 staging; then P, dS (bwd_p_ds) -> its bf16 staging. A warp call. */
@@ -513,7 +592,9 @@ __device__ __forceinline__ void bwd_stage(const BwdS &s, const FragC &sf, const 
  * in bf16, then dv += P^T dO_c and dk += dS^T Q_c. Chunks wholly above the warp's diagonal are
  * skipped (their P and dS are 0). */
 template <int HS>
-__device__ __forceinline__ void dkv_block(FragC (&dk)[HS / 16], FragC (&dv)[HS / 16], const BwdS &s,
+__device__ __forceinline__ void dkv_block(FragC (&dk)[HS / 16], FragC (&dv)[HS / 16],
+                                          const FragA (&wk)[nha(HS)], const FragA (&wv)[nha(HS)],
+                                          const BwdS &s,
                                           int q0, int k0, const Tc &p, int warp, int lane) {
     constexpr int LDH = HS + 8;
     const uint16_t *Kw = s.Ks + 16 * warp * LDH, *Vw = s.Vs + 16 * warp * LDH;
@@ -522,7 +603,7 @@ __device__ __forceinline__ void dkv_block(FragC (&dk)[HS / 16], FragC (&dv)[HS /
         if (q0 + 16 * c + 15 < k0 + 16 * warp) continue; /* every query before every key */
         const uint16_t *Qc = s.Qs + 16 * c * LDH, *dOc = s.dOs + 16 * c * LDH;
         FragC sf, dpf;
-        bwd_scores<HS>(sf, dpf, Kw, Vw, Qc, dOc);
+        bwd_scores<HS>(sf, dpf, wk, wv, Kw, Vw, Qc, dOc);
         bwd_stage<true, true>(s, sf, dpf, 16 * c, 16 * warp, q0, k0, p, lane);
         FragA pa, dsa;
         wmma::load_matrix_sync(pa, bp(s.P), LDB);
@@ -538,35 +619,73 @@ __device__ __forceinline__ void dkv_block(FragC (&dk)[HS / 16], FragC (&dv)[HS /
     }
 }
 
+/* The query block after (g, q0) in kernel A's order (g == G: none). */
+__device__ __forceinline__ void dkv_next(int &g, int &q0, int k0, int kl, const Tc &p) {
+    q0 += BR;
+    if (q0 >= p.T || (p.doc ? p.doc[q0] : 0) > kl) g++, q0 = k0; /* k0's block: the diagonal */
+}
+
+/* Issues the loads of query block q0 of head h (Q, dO tiles; rows) into buffer b of kernel A. */
+template <int HS>
+__device__ __forceinline__ void dkv_load(unsigned char *smem, int b, int q0, int h, const Tc &p) {
+    const BwdS s = bwd_smem<HS, false>(smem, 0, b);
+    load_tile<HS, BR>(s.Qs, p.q, q0, h, p.NH, p);
+    load_tile<HS, BR>(s.dOs, p.dout, q0, h, p.NH, p);
+    load_rows(s.lo_s, s.lse2_s, s.D_s, q0, h, p);
+    cp_commit();
+}
+
 /* Kernel A: dK, dV of a key block and KV head, over the G query heads and, per head, the query
  * blocks that see the key block (from the diagonal to the last whose first row's document starts
- * at or before the block's last key), in that order. Grid (key blocks, NKV). */
+ * at or before the block's last key), in that order. Grid (NKV, key blocks): the first key blocks
+ * (the most query blocks) of every KV head first (blocks start in x-fastest order: the longest
+ * must not wait for the other heads). With two buffers the next query block's loads are issued
+ * before the block computes on the current one. */
 template <int HS>
-__global__ void __launch_bounds__(NT, 2) bwd_dkv_kernel(Tc p) {
+__global__ void __launch_bounds__(NT, minb(HS)) bwd_dkv_kernel(Tc p) {
+    using L = BwdL<HS>;
     extern __shared__ __align__(128) unsigned char smem_tc[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BwdS s = bwd_smem<HS>(smem_tc, warp);
-    const int k0 = blockIdx.x * BC, kvh = blockIdx.y, kl = min(k0 + BC - 1, p.T - 1);
-    load_tile<HS, BC>(s.Ks, p.k, k0, kvh, p.NKV, p);
-    load_tile<HS, BC>(s.Vs, p.v, k0, kvh, p.NKV, p);
+    const int k0 = blockIdx.y * BC, kvh = blockIdx.x, kl = min(k0 + BC - 1, p.T - 1);
+    {
+        const BwdS s = bwd_smem<HS, false>(smem_tc, warp, 0);
+        load_tile<HS, BC>(s.Ks, p.k, k0, kvh, p.NKV, p);
+        load_tile<HS, BC>(s.Vs, p.v, k0, kvh, p.NKV, p);
+    }
     FragC dk[HS / 16], dv[HS / 16];
 #pragma unroll
     for (int n = 0; n < HS / 16; n++) {
         wmma::fill_fragment(dk[n], 0.f);
         wmma::fill_fragment(dv[n], 0.f);
     }
-    for (int g = 0; g < p.G; g++) {
-        const int h = kvh * p.G + g;
-        for (int q0 = k0 / BR * BR; q0 < p.T && (p.doc ? p.doc[q0] : 0) <= kl; q0 += BR) {
+    FragA wk[nha(HS)], wv[nha(HS)]; /* K_w, V_w where hoist(HS) */
+    int g = 0, q0 = k0; /* the current query block: head kvh G + g, rows q0.. */
+    if (L::NB == 2) dkv_load<HS>(smem_tc, 0, q0, kvh * p.G, p); /* with K and V, one group */
+    for (int it = 0; g < p.G; it++) {
+        const int b = L::NB == 2 ? it & 1 : 0, h = kvh * p.G + g;
+        int gn = g, qn = q0;
+        dkv_next(gn, qn, k0, kl, p);
+        if (L::NB == 2) {
+            if (gn < p.G) {
+                dkv_load<HS>(smem_tc, b ^ 1, qn, kvh * p.G + gn, p); /* read two blocks ago */
+                cp_wait_but_one();                                   /* block (g, q0) */
+            } else {
+                cp_wait();
+            }
+        } else {
             __syncthreads(); /* the previous query block is read */
-            load_tile<HS, BR>(s.Qs, p.q, q0, h, p.NH, p);
-            load_tile<HS, BR>(s.dOs, p.dout, q0, h, p.NH, p);
-            load_rows(s.lo_s, s.lse2_s, s.D_s, q0, h, p);
+            dkv_load<HS>(smem_tc, 0, q0, h, p);
             cp_wait();
-            __syncthreads();
-            dkv_block<HS>(dk, dv, s, q0, k0, p, warp, lane);
         }
+        __syncthreads();
+        const BwdS s = bwd_smem<HS, false>(smem_tc, warp, b);
+        if (it == 0) /* K and V have landed */
+            bwd_hoist<HS>(wk, wv, s.Ks + 16 * warp * (HS + 8), s.Vs + 16 * warp * (HS + 8));
+        dkv_block<HS>(dk, dv, wk, wv, s, q0, k0, p, warp, lane);
+        if (L::NB == 2) __syncthreads(); /* buffer b is read: block it + 2 may land there */
+        g = gn, q0 = qn;
     }
+    const BwdS s = bwd_smem<HS, false>(smem_tc, warp, 0);
 #pragma unroll
     for (int n = 0; n < HS / 16; n++) {
         store_frag<HS>(p.dk, dk[n], s.S, nullptr, 1.f, k0 + 16 * warp, 16 * n, kvh, p.NKV, p, lane);
@@ -580,7 +699,8 @@ __global__ void __launch_bounds__(NT, 2) bwd_dkv_kernel(Tc p) {
  * the tile's 16-key chunks in order: S, dP, dS in bf16, then dq += dS K_c. Chunks wholly above the
  * warp's diagonal end the tile. */
 template <int HS>
-__device__ __forceinline__ void dq_block(FragC (&dq)[HS / 16], const BwdS &s, int q0, int k0,
+__device__ __forceinline__ void dq_block(FragC (&dq)[HS / 16], const FragA (&wq)[nha(HS)],
+                                         const FragA (&wdo)[nha(HS)], const BwdS &s, int q0, int k0,
                                          const Tc &p, int warp, int lane) {
     constexpr int LDH = HS + 8;
     const uint16_t *Qw = s.Qs + 16 * warp * LDH, *dOw = s.dOs + 16 * warp * LDH;
@@ -589,7 +709,7 @@ __device__ __forceinline__ void dq_block(FragC (&dq)[HS / 16], const BwdS &s, in
         if (k0 + 16 * c > q0 + 16 * warp + 15) break; /* every key after every query */
         const uint16_t *Kc = s.Ks + 16 * c * LDH, *Vc = s.Vs + 16 * c * LDH;
         FragC sf, dpf;
-        bwd_scores<HS>(sf, dpf, Qw, dOw, Kc, Vc);
+        bwd_scores<HS>(sf, dpf, wq, wdo, Qw, dOw, Kc, Vc);
         bwd_stage<false, false>(s, sf, dpf, 16 * warp, 16 * c, q0, k0, p, lane);
         FragA dsa;
         wmma::load_matrix_sync(dsa, bp(s.dS), LDB);
@@ -602,30 +722,59 @@ __device__ __forceinline__ void dq_block(FragC (&dq)[HS / 16], const BwdS &s, in
     }
 }
 
-/* Kernel B: dQ of a query block and head, over its key blocks in order. Grid (query blocks, NH),
- * the last query block first. */
+/* Issues the loads of key tile kb (K and V, KV head kvh) into buffer b of kernel B. */
 template <int HS>
-__global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(Tc p) {
+__device__ __forceinline__ void dq_load(unsigned char *smem, int b, int kb, int kvh, const Tc &p) {
+    const BwdS s = bwd_smem<HS, true>(smem, 0, b);
+    load_tile<HS, BC>(s.Ks, p.k, kb * BC, kvh, p.NKV, p);
+    load_tile<HS, BC>(s.Vs, p.v, kb * BC, kvh, p.NKV, p);
+    cp_commit();
+}
+
+/* Kernel B: dQ of a query block and head, over its key blocks in order. Grid (NH, query blocks),
+ * the last query blocks of every head first. With two buffers the next key tile's loads are
+ * issued before the block computes on the current one. */
+template <int HS>
+__global__ void __launch_bounds__(NT, minb(HS)) bwd_dq_kernel(Tc p) {
+    using L = BwdL<HS>;
     extern __shared__ __align__(128) unsigned char smem_tc[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const BwdS s = bwd_smem<HS>(smem_tc, warp);
-    const int q0 = ((int)gridDim.x - 1 - (int)blockIdx.x) * BR, h = blockIdx.y, kvh = h / p.G;
-    load_tile<HS, BR>(s.Qs, p.q, q0, h, p.NH, p);
-    load_tile<HS, BR>(s.dOs, p.dout, q0, h, p.NH, p);
-    load_rows(s.lo_s, s.lse2_s, s.D_s, q0, h, p);
+    const int q0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * BR, h = blockIdx.x, kvh = h / p.G;
+    {
+        const BwdS s = bwd_smem<HS, true>(smem_tc, warp, 0);
+        load_tile<HS, BR>(s.Qs, p.q, q0, h, p.NH, p);
+        load_tile<HS, BR>(s.dOs, p.dout, q0, h, p.NH, p);
+        load_rows(s.lo_s, s.lse2_s, s.D_s, q0, h, p);
+    }
     FragC dq[HS / 16];
 #pragma unroll
     for (int n = 0; n < HS / 16; n++)
         wmma::fill_fragment(dq[n], 0.f);
     const int kb0 = (p.doc ? p.doc[q0] : 0) / BC, kb1 = min(q0 + BR - 1, p.T - 1) / BC;
+    FragA wq[nha(HS)], wdo[nha(HS)]; /* Q_w, dO_w where hoist(HS) */
+    if (L::NB == 2) dq_load<HS>(smem_tc, 0, kb0, kvh, p); /* with Q and dO, one group */
     for (int kb = kb0; kb <= kb1; kb++) {
-        __syncthreads(); /* the previous key tile is read */
-        load_tile<HS, BC>(s.Ks, p.k, kb * BC, kvh, p.NKV, p);
-        load_tile<HS, BC>(s.Vs, p.v, kb * BC, kvh, p.NKV, p);
-        cp_wait();
+        const int b = L::NB == 2 ? (kb - kb0) & 1 : 0;
+        if (L::NB == 2) {
+            if (kb < kb1) {
+                dq_load<HS>(smem_tc, b ^ 1, kb + 1, kvh, p); /* read two tiles ago */
+                cp_wait_but_one();                           /* tile kb */
+            } else {
+                cp_wait();
+            }
+        } else {
+            __syncthreads(); /* the previous key tile is read */
+            dq_load<HS>(smem_tc, 0, kb, kvh, p);
+            cp_wait();
+        }
         __syncthreads();
-        dq_block<HS>(dq, s, q0, kb * BC, p, warp, lane);
+        const BwdS s = bwd_smem<HS, true>(smem_tc, warp, b);
+        if (kb == kb0) /* Q and dO have landed */
+            bwd_hoist<HS>(wq, wdo, s.Qs + 16 * warp * (HS + 8), s.dOs + 16 * warp * (HS + 8));
+        dq_block<HS>(dq, wq, wdo, s, q0, kb * BC, p, warp, lane);
+        if (L::NB == 2) __syncthreads(); /* buffer b is read: tile kb + 2 may land there */
     }
+    const BwdS s = bwd_smem<HS, true>(smem_tc, warp, 0);
 #pragma unroll
     for (int n = 0; n < HS / 16; n++)
         store_frag<HS>(p.dq, dq[n], s.S, nullptr, 1.f, q0 + 16 * warp, 16 * n, h, p.NH, p, lane);
@@ -637,6 +786,9 @@ __global__ void __launch_bounds__(NT, 2) bwd_dq_kernel(Tc p) {
 template <typename K>
 void allow_smem(K *kernel, size_t bytes) {
     CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    /* the most shared memory an SM has (minb blocks of the largest layouts need it) */
+    CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  (int)cudaSharedmemCarveoutMaxShared));
 }
 
 /* Each head size's shared-memory limits, raised once (by init, or the first launch). */
@@ -653,7 +805,7 @@ void prepare() {
 template <int HS>
 void fwd_launch(const Tc &p) {
     prepare<HS>();
-    dim3 grid((unsigned)((p.T + BR - 1) / BR), (unsigned)p.NH);
+    dim3 grid((unsigned)p.NH, (unsigned)((p.T + BR - 1) / BR));
     fwd_kernel<HS><<<grid, NT, FwdL<HS>::BYTES, cu_stream>>>(p);
     CU_LAUNCHED("attention_tc_forward");
 }
@@ -661,12 +813,28 @@ void fwd_launch(const Tc &p) {
 template <int HS>
 void bwd_launch(const Tc &p) {
     prepare<HS>();
-    dim3 gkv((unsigned)((p.T + BC - 1) / BC), (unsigned)p.NKV);
+    dim3 gkv((unsigned)p.NKV, (unsigned)((p.T + BC - 1) / BC));
     bwd_dkv_kernel<HS><<<gkv, NT, BwdL<HS>::BYTES, cu_stream>>>(p);
     CU_LAUNCHED("attention_tc_backward (dk, dv)");
-    dim3 gq((unsigned)((p.T + BR - 1) / BR), (unsigned)p.NH);
+    dim3 gq((unsigned)p.NH, (unsigned)((p.T + BR - 1) / BR));
     bwd_dq_kernel<HS><<<gq, NT, BwdL<HS>::BYTES, cu_stream>>>(p);
     CU_LAUNCHED("attention_tc_backward (dq)");
+}
+
+/* f(std::integral_constant<int, HS>) for the supported head size HS (a multiple of 16 in
+ * 16..128; every kernel is instantiated for each). */
+template <typename F>
+void with_hs(int HS, F &&f) {
+    switch (HS) {
+    case 16: f(std::integral_constant<int, 16>()); break;
+    case 32: f(std::integral_constant<int, 32>()); break;
+    case 48: f(std::integral_constant<int, 48>()); break;
+    case 64: f(std::integral_constant<int, 64>()); break;
+    case 80: f(std::integral_constant<int, 80>()); break;
+    case 96: f(std::integral_constant<int, 96>()); break;
+    case 112: f(std::integral_constant<int, 112>()); break;
+    default: f(std::integral_constant<int, 128>()); break;
+    }
 }
 
 bool al16(const void *x) {
@@ -676,8 +844,10 @@ bool al16(const void *x) {
 /* The common members of Tc, the sizes checked. */
 Tc tc_make(const int32_t *doc_start, int T, int NH, int NKV, int HS, const char *op) {
     if (!cu_attention_tc_supported(HS) || NH < 1 || NKV < 1 || NH % NKV != 0)
-        cu_fail(op, "head size other than 64 or 128, or NH not a multiple of NKV", __FILE__,
-                __LINE__);
+        cu_fail(op, "head size not a multiple of 16 in 16..128, or NH not a multiple of NKV",
+                __FILE__, __LINE__);
+    if ((T + BR - 1) / BR > 65535) /* the grids' y: query or key blocks */
+        cu_fail(op, "T over 65535 * 64", __FILE__, __LINE__);
     Tc p = {};
     p.doc = doc_start;
     p.T = T, p.NH = NH, p.NKV = NKV, p.G = NH / NKV;
@@ -714,7 +884,7 @@ float *scratch(size_t bytes) {
 } // namespace
 
 extern "C" int cu_attention_tc_supported(int HS) {
-    return HS == 64 || HS == 128;
+    return HS >= 16 && HS <= 128 && HS % 16 == 0;
 }
 
 extern "C" size_t cu_attention_tc_scratch_bytes(void) {
@@ -729,10 +899,7 @@ extern "C" void cu_attention_tc_forward(void *out, float *lse, const void *q, co
     p.q = (const uint16_t *)q, p.k = (const uint16_t *)k, p.v = (const uint16_t *)v;
     p.o = (uint16_t *)out, p.lse = lse;
     tc_align(p);
-    if (HS == 64)
-        fwd_launch<64>(p);
-    else
-        fwd_launch<128>(p);
+    with_hs(HS, [&](auto hs) { fwd_launch<decltype(hs)::value>(p); });
 }
 
 extern "C" void cu_attention_tc_backward(void *dq, void *dk, void *dv, const void *dout,
@@ -751,14 +918,11 @@ extern "C" void cu_attention_tc_backward(void *dq, void *dk, void *dv, const voi
     const size_t warps = (size_t)T * NH;
     bwd_d_kernel<<<(unsigned)((warps + NW - 1) / NW), NT, 0, cu_stream>>>(D, p, HS);
     CU_LAUNCHED("attention_tc_backward (D)");
-    if (HS == 64)
-        bwd_launch<64>(p);
-    else
-        bwd_launch<128>(p);
+    with_hs(HS, [&](auto hs) { bwd_launch<decltype(hs)::value>(p); });
 }
 
 /* Raises the shared-memory limit of every kernel once (the launches do it too when skipped). */
 extern "C" void cu_attention_tc_init(void) {
-    prepare<64>();
-    prepare<128>();
+    for (int hs = 16; hs <= 128; hs += 16)
+        with_hs(hs, [](auto x) { prepare<decltype(x)::value>(); });
 }

@@ -137,8 +137,8 @@ size_t cu_attention_scratch_bytes(void);
 
 /* cuda_attention_tc.cu: the same attention on bf16 tensor cores (WMMA), P and dS rounded to bf16
  * before their products (FlashAttention-2's recipe, as the CPU's avx512bf16 path); bf16 tensors
- * of head size 64 or 128 (cu_attention_tc_supported). cuda_attention.cu routes to it when
- * UPIPE_CUDA_ATTENTION=tc. */
+ * of a head size that is a multiple of 16 up to 128 (cu_attention_tc_supported). cuda_attention.cu
+ * routes to it when UPIPE_CUDA_ATTENTION=tc. */
 int cu_attention_tc_supported(int HS);
 void cu_attention_tc_forward(void *out, float *lse, const void *q, const void *k, const void *v,
                              const int32_t *doc_start, int T, int NH, int NKV, int HS);
