@@ -377,8 +377,7 @@ int eval_main(int argc, char **argv) {
         }
         if (j->o.front.mem_report) report_write_memory(j->o.front.mem_report, &j->comm, &plan, 1);
     } else {
-        report_check_mem_limit(&plan, j->o.front.mem_limit, j->o.front.T);
-        front_check_device_plan(&j->o.front, plan.dev_cat, plan.device, j->o.front.T);
+        report_check_mem_limit(&plan, j->o.front.mem_limit, j->o.front.T, j->o.front.mopt.be);
         eval_run_job(j);
     }
     comm_free(&j->comm);

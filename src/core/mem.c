@@ -57,17 +57,16 @@ static void count_space(mem_space sp, mem_category cat, size_t bytes) {
     if (g_sp_total[sp] > g_sp_peak_total[sp]) g_sp_peak_total[sp] = g_sp_total[sp];
 }
 
-static void count_alloc_in(mem_space sp, mem_category cat, size_t bytes);
-static void count_alloc(mem_category cat, size_t bytes) {
-    count_alloc_in(MEM_SPACE_HOST, cat, bytes);
-}
-
 static void count_alloc_in(mem_space sp, mem_category cat, size_t bytes) {
     count_space(sp, cat, bytes);
     g_live[cat] += bytes;
     g_live_total += bytes;
     if (g_live[cat] > g_peak[cat]) g_peak[cat] = g_live[cat];
     if (g_live_total > g_peak_total) g_peak_total = g_live_total;
+}
+
+static void count_alloc(mem_category cat, size_t bytes) {
+    count_alloc_in(MEM_SPACE_HOST, cat, bytes);
 }
 
 void mem_plan_begin(void) {

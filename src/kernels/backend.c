@@ -38,14 +38,11 @@ static const backend_ops *load_cuda(char *err, size_t errlen) {
         h = dlopen("libupipe_cuda.so", RTLD_NOW | RTLD_LOCAL);
     }
     if (!h) {
-        /* a missing library the module needs is named in the first message */
-        const char *why = strstr(first, "No such file") && !strstr(first, "libupipe_cuda.so:")
-                              ? dlerror()
-                              : first;
+        /* the first message names the module or a library it needs that is missing */
         snprintf(err, errlen,
                  "--device cuda: cannot load the CUDA backend (%s); build upipe where nvcc is "
                  "found (CUDA 13) and put CUDA's libraries on LD_LIBRARY_PATH",
-                 why);
+                 first);
         return NULL;
     }
     typedef const backend_ops *(*entry_fn)(char *, size_t);

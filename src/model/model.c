@@ -64,6 +64,7 @@ struct model {
     int32_t *d_inputs, *d_targets, *d_doc_start;
     float *d_rope_cos, *d_rope_sin;
     mem_space space; /* where the tensors live (the backend's space) */
+    int tables_sent; /* the RoPE tables are on the device (model_set_documents clears it) */
     long step;       /* the training step, for a device error's line (model_set_step) */
 
     void **owned; /* the buffers of the activation table, freed by model_free */
@@ -197,9 +198,11 @@ static void send_window(model *m) {
     size_t T = (size_t)m->T, Tg = T * (size_t)m->P, half = (size_t)m->cfg.HS / 2;
     be->to_dev(m->d_inputs, m->inputs, T * sizeof(int32_t));
     be->to_dev(m->d_targets, m->targets, T * sizeof(int32_t));
+    if (m->tables_sent) return; /* the same tables as the last pass */
     if (m->doc_start) be->to_dev(m->d_doc_start, m->doc_start, Tg * sizeof(int32_t));
     be->to_dev(m->d_rope_cos, m->rope_cos, T * half * sizeof(float));
     be->to_dev(m->d_rope_sin, m->rope_sin, T * half * sizeof(float));
+    m->tables_sent = 1;
 }
 
 int model_pipe_wanted(const model_options *opt, const comm_ctx *comm) {
@@ -266,7 +269,6 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
             *t.rows[i].fdst = p;
     }
     free(t.rows);
-    m->tk.dt = opt->dtype;
 
     size_t ib = up_mul((size_t)T, sizeof(int32_t));
     m->inputs = owned_mirror(m, MEM_WORKSPACE, ib, (void **)&m->d_inputs);
@@ -455,6 +457,7 @@ static void mlp_backward(model *m, const layer_weights *w, const layer_weights *
 /* ---- packed documents (DESIGN.md §1.1) ---------------------------------------------------- */
 
 int model_set_documents(model *m, int32_t sep) {
+    m->tables_sent = 0; /* new starts and positions for the device (send_window) */
     int Tg = m->T * m->P, ndocs = 1, half = m->cfg.HS / 2;
     int32_t cur = 0;
     for (int i = 0; i < Tg; i++) {

@@ -19,20 +19,14 @@ double model_grad_norm(model *m) {
     return sqrt(store_grad_sumsq(model_store(m)));
 }
 
-/* model_tensor_part in the backend's space (the optimizer side runs there). */
-static float *dev_part(model *m, store_slab_kind k, int t, size_t i0) {
-    const param_tensor *pt = &model_table(m)->tensors[t];
-    param_store *ps = model_store(m);
-    return store_at(ps, store_dev_slab(ps, k), pt->unit, pt->offset + i0);
-}
-
 int model_first_nonfinite_grad(model *m) {
     const backend_ops *be = model_backend(m);
     int nt = model_ntensors(m), first = nt;
     for (int t = 0; t < nt && first == nt; t++) {
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
-        if (be->first_nonfinite(dev_part(m, STORE_GRADS, t, i0), i1 - i0) < i1 - i0) first = t;
+        if (be->first_nonfinite(model_tensor_dev_part(m, STORE_GRADS, t, i0), i1 - i0) < i1 - i0)
+            first = t;
     }
     first = comm_min_int(model_comm(m), first);
     return first < nt ? first : -1;
@@ -45,9 +39,11 @@ void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip
     for (int t = 0; t < pt->ntensors; t++) {
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
-        be->adamw_update(dev_part(m, STORE_PARAMS, t, i0), dev_part(m, STORE_GRADS, t, i0),
-                         dev_part(m, STORE_M, t, i0), dev_part(m, STORE_V, t, i0), i1 - i0, hp,
-                         step, clip, pt->tensors[t].decay);
+        be->adamw_update(model_tensor_dev_part(m, STORE_PARAMS, t, i0),
+                         model_tensor_dev_part(m, STORE_GRADS, t, i0),
+                         model_tensor_dev_part(m, STORE_M, t, i0),
+                         model_tensor_dev_part(m, STORE_V, t, i0), i1 - i0, hp, step, clip,
+                         pt->tensors[t].decay);
     }
     /* bytes: the shards read and written (parameters, gradients, two moments) */
     trace_end2(tt, "optimizer", "optimizer_step", "step", step, "bytes",

@@ -124,10 +124,18 @@ int model_owned_part(const model *m, int t, size_t *i0, size_t *i1) {
     return 1;
 }
 
-float *model_tensor_part(model *m, store_slab_kind k, int t, size_t i0) {
+/* Element i0 of tensor t in slab, a slab of the store. */
+static float *part_of(model *m, float *slab, int t, size_t i0) {
     const param_tensor *pt = &model_table(m)->tensors[t];
-    param_store *ps = model_store(m);
-    return store_at(ps, store_slab(ps, k), pt->unit, pt->offset + i0);
+    return store_at(model_store(m), slab, pt->unit, pt->offset + i0);
+}
+
+float *model_tensor_part(model *m, store_slab_kind k, int t, size_t i0) {
+    return part_of(m, store_slab(model_store(m), k), t, i0);
+}
+
+float *model_tensor_dev_part(model *m, store_slab_kind k, int t, size_t i0) {
+    return part_of(m, store_dev_slab(model_store(m), k), t, i0);
 }
 
 /* splitmix64: a counter-based generator, so element i of tensor t is the same whatever the

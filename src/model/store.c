@@ -23,7 +23,6 @@ struct param_store {
     float *slab[4];      /* params, grads, m, v (store_slab_kind), in the backend's space */
     float *host[4];      /* a device backend's host copies of the slabs (else the slabs) */
     int host_current[4]; /* the host copy was handed out last: the device's is stale */
-    const typed_ctx *tk;
     const backend_ops *be;
     mem_space space;
     /* the weights the matmuls read when they are not the slab itself: slots alternate 0/1 by
@@ -77,7 +76,6 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     s->tied_unit = sp->tied_unit;
     s->bwd_first = sp->bwd_first;
     s->wtype = sp->wtype;
-    s->tk = sp->tk;
     s->be = backend_of(sp->tk);
     s->space = s->be->space;
     s->unit_off = calloc((size_t)nunits + 1, sizeof *s->unit_off);

@@ -204,33 +204,6 @@ void front_load_device(front_options *o, comm_ctx *c) {
     o->mopt.be = be;
 }
 
-void front_check_device_plan(const front_options *o, const unsigned long long *dev_cat,
-                             unsigned long long device_peak, long T) {
-    const backend_ops *be = o->mopt.be;
-    if (!be || be->space != MEM_SPACE_DEVICE) return;
-    size_t free_b = 0, total = 0;
-    be->mem_info(&free_b, &total);
-    unsigned long long need = device_peak + be->module_bytes();
-    unsigned long long limit = free_b;
-    if (o->mem_limit && o->mem_limit < limit) limit = o->mem_limit;
-    if (need <= limit) return;
-    int a = 0, b = 1;
-    for (int k = 0; k < MEM_COUNT; k++)
-        if (dev_cat[k] > dev_cat[a]) a = k;
-    if (a == b) b = 0;
-    for (int k = 0; k < MEM_COUNT; k++)
-        if (k != a && dev_cat[k] > dev_cat[b]) b = k;
-    char s1[32], s2[32], s3[32], s4[32];
-    up_die_all("the run plans %s of GPU memory but %s %s: largest are %s (%s) and %s (%s); use "
-               "--checkpoint, --tile-mlp, --tile-loss, --upipe-heads, or a shorter --seq-len than "
-               "%ld (see --dry-run)",
-               up_fmt_bytes(s1, sizeof s1, (double)need),
-               o->mem_limit && o->mem_limit < free_b ? "--mem-limit is" : "the GPU has free",
-               up_fmt_bytes(s2, sizeof s2, (double)limit), mem_category_name((mem_category)a),
-               up_fmt_bytes(s3, sizeof s3, (double)dev_cat[a]), mem_category_name((mem_category)b),
-               up_fmt_bytes(s4, sizeof s4, (double)dev_cat[b]), T);
-}
-
 void front_require_data(const front_options *o) {
     if (!o->data)
         up_die_all("--data FILE is required (make a shard with `upipe data text --input FILE "

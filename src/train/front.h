@@ -43,10 +43,5 @@ void front_check_kernels(comm_ctx *c);
 /* Loads the --device backend on every rank (mopt.be) and refuses, on every rank together, a
  * backend that does not load or the flags it does not run yet (one line, exit status 1). */
 void front_load_device(front_options *o, comm_ctx *c);
-/* A device run: stops every rank before any allocation when the plan's device memory (plus the
- * backend's own) exceeds the device's free memory or --mem-limit, naming both and the largest
- * categories. No-op on the CPU. */
-void front_check_device_plan(const front_options *o, const unsigned long long *dev_cat,
-                             unsigned long long device_peak, long T);
 
 #endif

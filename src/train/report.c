@@ -74,16 +74,49 @@ void report_print_comm(const double bytes[COMM_KIND_COUNT], const comm_ctx *comm
     fflush(stdout);
 }
 
-void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T) {
-    if (p->device) return; /* a device run: front_check_device_plan */
+/* The two largest of the categories cat (for a refusal's hints). */
+static void largest_two(const unsigned long long *cat, int *a, int *b) {
+    *a = 0, *b = 1;
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (cat[k] > cat[*a]) *a = k;
+    if (*a == *b) *b = 0;
+    for (int k = 0; k < MEM_COUNT; k++)
+        if (k != *a && cat[k] > cat[*b]) *b = k;
+}
+
+/* A device run: the plan's device memory and the backend's own against the device's free
+ * memory, or --mem-limit when that is lower. */
+static void check_device(const report_memory *p, const backend_ops *be,
+                         unsigned long long mem_limit, long T) {
+    size_t free_b = 0, total = 0;
+    be->mem_info(&free_b, &total);
+    unsigned long long need = p->device + be->module_bytes(), limit = free_b;
+    if (mem_limit && mem_limit < limit) limit = mem_limit;
+    if (need <= limit) return;
+    int a, b;
+    largest_two(p->dev_cat, &a, &b);
+    char s1[32], s2[32], s3[32], s4[32];
+    up_die_all("the run plans %s of GPU memory but %s %s: largest are %s (%s) and %s (%s); use "
+               "--checkpoint, --tile-mlp, --tile-loss, --upipe-heads, or a shorter --seq-len than "
+               "%ld (see --dry-run)",
+               up_fmt_bytes(s1, sizeof s1, (double)need),
+               mem_limit && mem_limit < free_b ? "--mem-limit is" : "the GPU has free",
+               up_fmt_bytes(s2, sizeof s2, (double)limit), mem_category_name((mem_category)a),
+               up_fmt_bytes(s3, sizeof s3, (double)p->dev_cat[a]),
+               mem_category_name((mem_category)b),
+               up_fmt_bytes(s4, sizeof s4, (double)p->dev_cat[b]), T);
+}
+
+void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T,
+                            const backend_ops *be) {
+    if (be && be->space == MEM_SPACE_DEVICE) {
+        check_device(p, be, mem_limit, T);
+        return;
+    }
     if (mem_limit == 0 || p->peak <= mem_limit) return;
     /* the two largest categories and what shrinks them */
-    int a = 0, b = 1;
-    for (int k = 0; k < MEM_COUNT; k++)
-        if (p->cat[k] > p->cat[a]) a = k;
-    if (a == b) b = 0;
-    for (int k = 0; k < MEM_COUNT; k++)
-        if (k != a && p->cat[k] > p->cat[b]) b = k;
+    int a, b;
+    largest_two(p->cat, &a, &b);
     char s1[32], s2[32], s3[32], s4[32];
     up_die_all("the run needs %s per rank but --mem-limit is %s: largest are %s (%s: try %s) and "
                "%s (%s: try %s), or use a shorter --seq-len than %ld",

@@ -6,6 +6,7 @@
 #include "comm/comm.h"
 #include "core/mem.h"
 #include "io/config.h"
+#include "kernels/backend.h"
 
 /* Per-category bytes of one rank: the plan (captured in mem plan mode) or the measured peaks. */
 typedef struct {
@@ -20,13 +21,15 @@ report_memory report_capture(void);
  * is named in the header. */
 void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc,
                        mem_dtype dt);
-/* When mem_limit (bytes, --mem-limit) is set and the plan's peak exceeds it, stops every rank
- * (up_die_all) with the two largest categories and the flags that shrink them. Call on every
- * rank. */
 /* --dry-run's communication table (rank 0): the bytes per step of each kind of collective
  * (model_comm_per_step) inside a node and across nodes (comm_split_nodes). */
 void report_print_comm(const double bytes[COMM_KIND_COUNT], const comm_ctx *comm, int micro);
-void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T);
+/* When mem_limit (bytes, --mem-limit) is set and the plan's peak exceeds it, stops every rank
+ * (up_die_all) with the two largest categories and the flags that shrink them. On a device
+ * backend (be) the plan's device memory and the backend's own are held against the device's free
+ * memory, or mem_limit when lower. Call on every rank. */
+void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T,
+                            const backend_ops *be);
 /* Writes the JSON memory report to path (atomically, from rank 0), each figure the max over
  * ranks; predicted: 1 for a plan (no RSS), 0 for measured peaks. Collective over comm. */
 void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p, int predicted);

@@ -426,8 +426,7 @@ int train_main(int argc, char **argv) {
         }
         if (r.o.front.mem_report) report_write_memory(r.o.front.mem_report, &r.comm, &plan, 1);
     } else {
-        report_check_mem_limit(&plan, r.o.front.mem_limit, r.o.front.T);
-        front_check_device_plan(&r.o.front, plan.dev_cat, plan.device, r.o.front.T);
+        report_check_mem_limit(&plan, r.o.front.mem_limit, r.o.front.T, r.o.front.mopt.be);
         run_resume_point(&r);
         if (!run_stop_passed(&r)) run_train(&r);
     }

@@ -19,15 +19,7 @@ LOSS_RTOL=1e-5
 against_ref() { # name expected-json expected-grads ranks args...
   local name=$1 ej=$2 eg=$3 n=$4
   shift 4
-  run_case "$name" "$n" "$@" || return
-  local l r
-  l=$(json_field "$(head -n1 "$TMP/$name.jsonl")" loss)
-  r=$(json_field "$(cat "$ej")" loss)
-  if [ -n "$l" ] && close "$l" "$r" "$LOSS_RTOL"; then ok "$name: loss $l vs reference $r"
-  else bad "$name: loss '$l' vs reference $r"; fi
-  if "$ST_COMPARE" "$TMP/$name.st" "$eg" --rtol "$GRAD_RTOL" >"$TMP/$name.cmp" 2>&1; then
-    ok "$name: gradients $(tail -n1 "$TMP/$name.cmp")"
-  else bad "$name: gradients"; cat "$TMP/$name.cmp"; fi
+  run_case "$name" "$n" "$@" && check_ref "$name" "$ej" "$eg" "$GRAD_RTOL" "$LOSS_RTOL"
 }
 E=$D/expected.json
 EG=$D/expected_grads.safetensors

@@ -26,16 +26,9 @@ run_gpu() { # name args...
   fi
 }
 against_ref() { # name expected-json expected-grads rtol loss-rtol args...
-  local name=$1 ej=$2 eg=$3 grtol=$4 lrtol=$5 l r
+  local name=$1 ej=$2 eg=$3 grtol=$4 lrtol=$5
   shift 5
-  run_gpu "$name" "$@" || return
-  l=$(json_field "$(head -n1 "$TMP/$name.jsonl")" loss)
-  r=$(json_field "$(cat "$ej")" loss)
-  if [ -n "$l" ] && close "$l" "$r" "$lrtol"; then ok "$name: loss $l vs reference $r"
-  else bad "$name: loss '$l' vs reference $r (rtol $lrtol)"; fi
-  if "$ST_COMPARE" "$TMP/$name.st" "$eg" --rtol "$grtol" >"$TMP/$name.cmp" 2>&1; then
-    ok "$name: gradients $(tail -n1 "$TMP/$name.cmp")"
-  else bad "$name: gradients (rtol $grtol)"; cat "$TMP/$name.cmp"; fi
+  run_gpu "$name" "$@" && check_ref "$name" "$ej" "$eg" "$grtol" "$lrtol"
 }
 
 # fp32: golden.sh's and docs.sh's bound. The GPU sums in another order than the CPU (cuBLASLt's

@@ -56,6 +56,19 @@ run_case() { # name ranks args...
     bad "$name: run failed"; cat "$TMP/$name.out"; return 1
   fi
 }
+# The loss and gradients of a run's $TMP/name.jsonl and $TMP/name.st against a float64 reference
+# (its expected JSON and gradients file): the loss within lrtol relative, every tensor's
+# gradients within grtol of its scale.
+check_ref() { # name expected-json expected-grads grtol lrtol
+  local name=$1 l r
+  l=$(json_field "$(head -n1 "$TMP/$name.jsonl")" loss)
+  r=$(json_field "$(cat "$2")" loss)
+  if [ -n "$l" ] && close "$l" "$r" "$5"; then ok "$name: loss $l vs reference $r"
+  else bad "$name: loss '$l' vs reference $r (rtol $5)"; fi
+  if "$BUILD/tests/st_compare" "$TMP/$name.st" "$3" --rtol "$4" >"$TMP/$name.cmp" 2>&1; then
+    ok "$name: gradients $(tail -n1 "$TMP/$name.cmp")"
+  else bad "$name: gradients (rtol $4)"; cat "$TMP/$name.cmp"; fi
+}
 # Loss and gradients of run_case name against ref: gradients within rtol of each tensor's scale
 # (default $GRAD_RTOL), the loss within loss-rtol (default: rtol when given, else $LOSS_RTOL).
 compare() { # name ref [rtol [loss-rtol]]
