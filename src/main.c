@@ -1,6 +1,6 @@
-/* upipe — long-sequence Llama training on CPUs, in fp32 or bf16 (--dtype). `upipe train ...`,
- * `upipe eval ...`, `upipe plot ...`, `upipe data ...`, `upipe export ...`: each command parses
- * its own flags (train and eval from tables, core/flags.h). */
+/* upipe — long-sequence Llama training on CPUs (and a GPU, with the CUDA module), in fp32 or
+ * bf16 (--dtype). `upipe train ...`, `upipe eval ...`, `upipe plot ...`, `upipe data ...`,
+ * `upipe export ...`: each command parses its own flags, from tables (core/flags.h). */
 #include "cmd/data_cmd.h"
 #include "cmd/eval_cmd.h"
 #include "cmd/export_cmd.h"
@@ -18,16 +18,20 @@
 
 static void print_usage(void) {
     printf(
-        "upipe %s — train Llama-style transformers on very long sequences (CPU, fp32 or bf16, "
-        "MPI)\n\n"
+        "upipe %s — train Llama-style transformers on very long sequences (CPU or GPU, fp32 "
+        "or bf16, MPI)\n\n"
         "usage:\n"
         "  upipe train --config config.json --data tokens.bin [flags]   train a model\n"
         "  upipe eval --config C --init W|--ckpt DIR --data D [flags]   evaluate a model\n"
         "  upipe plot --log train.jsonl --svg loss.svg                  loss curves as SVG\n"
-        "  upipe data text|recall [flags]                               make a token shard\n"
+        "  upipe data text --input FILE ... --output S.bin [flags]      text -> token shard\n"
+        "  upipe data jsonl --input F.jsonl ... --output S.bin [flags]  JSON lines -> shard\n"
+        "  upipe data recall --output S.bin --tokens N [flags]          a recall corpus\n"
+        "  upipe data decode --tokenizer DIR --input S.bin [flags]      a shard's tokens as text\n"
         "  upipe export --ckpt DIR --output OUT [flags]                 checkpoint -> HF folder\n"
         "  upipe --version\n\n"
-        "Run `upipe <command> --help` for the flags of each command.\n"
+        "Run `upipe <command> --help` for the flags of each command (`upipe data text --help`:\n"
+        "one subcommand of data).\n"
         "Several ranks: mpiexec -n R upipe train|eval ...\n",
         UPIPE_VERSION);
 }

@@ -6,12 +6,14 @@
 
 #include "core/check.h"
 #include "core/fileio.h"
+#include "core/flags.h"
 #include "io/corpus.h"
 #include "io/docs.h"
 #include "io/mask.h"
 #include "io/shard.h"
 
-#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,145 +32,313 @@ static const char data_usage_head[] =
     "0..255, so the model's vocab_size must be at least 256, and above S with --doc-sep S;\n"
     "with --tokenizer, in the model's own ids (its HF tokenizer.json).\n"
     "The shard holds uint16 tokens (magic 20240520), or uint32 (magic 20240801) when S > 65535.\n"
-    "Every file is written atomically (temp file, then rename); an output may not be one of\n"
-    "the inputs (or the other output).\n"
-    "  --help                   this text; `upipe data SUB --help` shows one subcommand\n";
-
-static const char data_usage_text[] =
-    "\n"
-    "upipe data text: every byte of every FILE becomes one token.\n"
-    "  --input FILE [FILE ...]  the text files, in order (--input may also be repeated)\n"
-    "  --output PATH            the shard to write\n"
-    "  --doc-sep S              each file becomes one document opened by token S (written\n"
-    "                           before every document, like a BOS token), S >= 0; S > 255\n"
-    "                           keeps it apart from the bytes (e.g. 256: vocab_size >= 257).\n"
-    "                           Without it the files are concatenated with nothing between.\n";
-
-static const char data_usage_jsonl[] =
-    "\n"
-    "upipe data jsonl: one JSON object per line (empty lines are skipped), one document each:\n"
-    "    {\"text\": T}                     the bytes of T; all of them count in the loss\n"
-    "    {\"prompt\": P, \"response\": R}    the bytes of P then R; only R counts\n"
-    "    {\"messages\": [{\"role\": ROLE, \"content\": C}, ...]}\n"
-    "                                    each message as the bytes \"ROLE: C\\n\", in order;\n"
-    "                                    only the C and \"\\n\" of role \"assistant\" count\n"
-    "  Other keys are ignored. A bad line is refused with its line number.\n"
-    "  --input FILE [FILE ...]  the JSON Lines files, in order\n"
-    "  --output PATH            the shard to write\n"
-    "  --doc-sep S              required: the token written before every document (like a\n"
-    "                           BOS token), S >= 0; S > 255 keeps it apart from the bytes\n"
-    "                           (e.g. 256: vocab_size >= 257); it never counts in the loss\n"
-    "  --mask-output PATH       also write a loss mask aligned with the shard: one byte per\n"
-    "                           token, 1 where predicting that token counts in the loss, else\n"
-    "                           0 (header of 256 int32: magic 20261201, version 1, count)\n";
-
-static const char data_usage_tokenizer[] =
-    "\n"
-    "upipe data text|jsonl --tokenizer MODEL_DIR: the model's own tokens, exactly as HF's\n"
-    "tokenizers encode them (byte-level BPE: Llama 3/3.1, Qwen2/3, GPT-2; SentencePiece-style\n"
-    "BPE: Llama 2, Mistral v0.1; anything else is refused naming what).\n"
-    "  --tokenizer PATH         the HF model folder (tokenizer.json, tokenizer_config.json) or\n"
-    "                           a tokenizer.json\n"
-    "  --input, --output, --mask-output  as above; text: each file is one document; jsonl:\n"
-    "                           each {\"text\": T} or {\"prompt\": P, \"response\": R} record\n"
-    "                           (R encoded as continuing P; only R counts), or a chat record\n"
-    "                           {\"messages\": [{\"role\": ..., \"content\": ...}, ...]}\n"
-    "                           rendered by the model's chat_template (tokenizer_config.json\n"
-    "                           or chat_template.jinja) as transformers renders it, the\n"
-    "                           record's other keys (tools, documents, ...) passed to the\n"
-    "                           template; the template's own text may hold special tokens,\n"
-    "                           the messages never; no BOS/EOS added (the template writes\n"
-    "                           them); with --mask-output only the assistant turns count:\n"
-    "                           each assistant message's content and the end-of-turn\n"
-    "                           token(s) after it\n"
-    "  --add-generation-prompt  jsonl: chat records end with the assistant's header, as\n"
-    "                           apply_chat_template(add_generation_prompt=True) (for prompts\n"
-    "                           to evaluate; training data leaves it off). A template's\n"
-    "                           strftime_now (Llama 3.1's date) reads SOURCE_DATE_EPOCH when\n"
-    "                           it is set, else the clock\n"
-    "  --doc-sep S              the token opening every document; default: the tokenizer's\n"
-    "                           BOS (post-processor, else bos_token), else <|endoftext|>\n"
-    "                           (GPT-2, Qwen), else its eos_token. The\n"
-    "                           summary prints the --doc-sep to train with.\n"
-    "  --allow-special          text such as \"<|eot_id|>\" becomes that special token; by\n"
-    "                           default special tokens in the text stay plain text (scraped\n"
-    "                           text cannot forge a turn or a document end)\n"
-    "  --threads N              encoding threads (default: all, OMP_NUM_THREADS)\n"
-    "  The shard holds uint32 ids when the vocabulary passes 65536. The input is streamed:\n"
-    "  memory stays bounded whatever its size; a progress line (MB/s, ETA) on long inputs.\n";
-
-static const char data_usage_decode[] =
-    "\n"
-    "upipe data decode: prints the text of a shard's tokens (for inspection), as HF's\n"
-    "tokenizers library decodes them: a range cut inside a character shows U+FFFD there.\n"
-    "  --tokenizer PATH         the model folder or tokenizer.json the shard was made with\n"
-    "  --input SHARD            the shard\n"
-    "  --from N                 the first token (default 0)\n"
-    "  --count K                how many tokens (default: to the end)\n";
-
-static const char data_usage_recall[] =
-    "\n"
-    "upipe data recall: a synthetic long-range recall corpus: facts \"key=V;\" and, about D\n"
-    "tokens later, questions \"key?V;\" whose answer V only the earlier fact reveals.\n"
-    "  --output PATH            the shard to write\n"
-    "  --tokens N               number of tokens to generate, N >= 16\n"
-    "  --distance D             average tokens between a fact and its question\n"
-    "                           (default min(512, N/2); 4 <= D <= N/2)\n"
-    "  --min-distance M         spread the distances over [M, D] instead: as many facts\n"
-    "                           asked in each octave [M, 2M), [2M, 4M) ... (4 <= M <= D);\n"
-    "                           short ones teach the lookup, long ones need the context\n"
-    "  --keys K                 one token per key, ids 256 .. 256+K-1 (the model needs\n"
-    "                           vocab_size >= 256+K), K at least four times the questions\n"
-    "                           open at once on average (D/2 for a fixed distance, fewer with\n"
-    "                           --min-distance or --echo: the error names the least);\n"
-    "                           default: keys of lowercase\n"
-    "                           letters, as many as the distance needs (2 or more at D >= 7)\n"
-    "  --echo                   with --keys: every record repeats its key after the value,\n"
-    "                           \"=KVK;\" and \"?KVK;\"; predicting the echo teaches a model to\n"
-    "                           carry each token's predecessor, half of the lookup (an\n"
-    "                           induction head), so a small model learns to answer far sooner\n"
-    "  --seed S                 random seed, the corpus is a function of it (default 1)\n"
-    "  --mask-output PATH       also write a loss mask that counts the answers only: 1 at\n"
-    "                           every V of a question (and, with --echo, at every echoed\n"
-    "                           key), 0 elsewhere (train --loss-mask)\n";
-
-static int parse_u64(const char *s, uint64_t *out) {
-    if (s == NULL || *s < '0' || *s > '9') return -1;
-    errno = 0;
-    char *end = NULL;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0') return -1;
-    *out = v;
-    return 0;
-}
+    "Every file is written atomically (temp file, then rename; the temp files a killed run\n"
+    "left beside an output go at the next write of it); an output may not be one of the\n"
+    "inputs (or the other output). `upipe data SUB --help` shows one subcommand.\n";
 
 typedef enum { DATA_TEXT, DATA_JSONL, DATA_RECALL, DATA_DECODE } data_kind;
 
 /* The flags of one `upipe data` call, validated. */
 typedef struct {
-    const char *sub; /* "text", "jsonl", "recall" or NULL (help of the whole command) */
+    const char *sub; /* "text", "jsonl", "recall", "decode" or NULL (help of the whole command) */
     data_kind kind;
-    const char **inputs; /* (ninputs) argv strings; the array is malloc'd */
-    int ninputs;
+    flag_list inputs; /* --input: argv strings; the array is malloc'd */
     const char *output, *mask_output;
-    int64_t sep;                                       /* --doc-sep, or -1 */
+    long sep;                                          /* --doc-sep, or -1 */
     uint64_t ntok, distance, min_distance, seed, keys; /* keys: --keys, 0: letter keys */
     int echo;                                          /* --echo */
     const char *tokenizer;                             /* --tokenizer, or NULL: bytes */
     int allow_special;                                 /* --allow-special */
     int add_generation_prompt;                         /* --add-generation-prompt */
-    uint64_t threads, from, count;                     /* --threads, decode's --from, --count */
+    int strict_utf8;                                   /* --strict-utf8 */
+    int threads;                                       /* --threads, 0: all */
+    uint64_t from, count;                              /* decode's --from, --count (0: all) */
 } data_args;
 
+#define AT(field) offsetof(data_args, field)
+
+/* text and jsonl */
+static const flag_spec g_docs_flags[] = {
+    {.name = "input",
+     .arg = "FILE ...",
+     .kind = FLAG_LIST,
+     .off = AT(inputs),
+     .help = "the input files, in order (--input may also be repeated)"},
+    {.name = "output", .arg = "PATH", .kind = FLAG_STRING, .off = AT(output), .help = "the shard"},
+    {.name = "doc-sep",
+     .arg = "S",
+     .kind = FLAG_LONG,
+     .off = AT(sep),
+     .lo = 0,
+     .hi = INT32_MAX,
+     .def = -1,
+     .help = "the token written before every document"},
+};
+
+static const flag_spec g_text_flags[] = {
+    {.name = "strict-utf8",
+     .kind = FLAG_SET,
+     .off = AT(strict_utf8),
+     .help = "with --tokenizer: refuse a file that is not valid UTF-8 (one\n"
+             "line naming the file and the offset; nothing is written);\n"
+             "without it such a file is encoded with a warning that counts\n"
+             "its invalid sequences and says what became of their bytes"},
+};
+
+static const flag_spec g_jsonl_flags[] = {
+    {.name = "mask-output",
+     .arg = "PATH",
+     .kind = FLAG_STRING,
+     .off = AT(mask_output),
+     .help = "also write a loss mask aligned with the shard: one byte per\n"
+             "token, 1 where predicting that token counts in the loss, else\n"
+             "0 (header of 256 int32: magic 20261201, version 1, count)"},
+    {.name = "add-generation-prompt",
+     .kind = FLAG_SET,
+     .off = AT(add_generation_prompt),
+     .help = "with --tokenizer: chat records end with the assistant's header,\n"
+             "as apply_chat_template(add_generation_prompt=True) (for prompts\n"
+             "to evaluate; training data leaves it off). A template's\n"
+             "strftime_now (Llama 3.1's date) reads SOURCE_DATE_EPOCH when\n"
+             "it is set, else the clock"},
+};
+
+/* text and jsonl with --tokenizer */
+static const flag_spec g_tok_flags[] = {
+    {.name = "tokenizer",
+     .arg = "PATH",
+     .kind = FLAG_STRING,
+     .off = AT(tokenizer),
+     .help = "the model's own tokens, exactly as HF's tokenizers encode them\n"
+             "(byte-level BPE: Llama 3/3.1, Qwen2/3, GPT-2; SentencePiece-\n"
+             "style BPE: Llama 2, Mistral v0.1; anything else is refused\n"
+             "naming what): the HF model folder (tokenizer.json,\n"
+             "tokenizer_config.json) or a tokenizer.json. The shard holds\n"
+             "uint32 ids when the vocabulary passes 65536. The input is\n"
+             "streamed (memory stays bounded whatever its size) with a\n"
+             "progress line (MB/s, ETA) on long inputs; an empty file is\n"
+             "skipped and counted (all of them empty: refused)"},
+    {.name = "allow-special",
+     .kind = FLAG_SET,
+     .off = AT(allow_special),
+     .help = "text such as \"<|eot_id|>\" becomes that special token; by\n"
+             "default special tokens in the text stay plain text (scraped\n"
+             "text cannot forge a turn or a document end)"},
+    {.name = "threads",
+     .arg = "N",
+     .kind = FLAG_INT,
+     .off = AT(threads),
+     .lo = 1,
+     .hi = 4096,
+     .help = "encoding threads (default: all, OMP_NUM_THREADS)"},
+};
+
+static const flag_spec g_decode_flags[] = {
+    {.name = "tokenizer",
+     .arg = "PATH",
+     .kind = FLAG_STRING,
+     .off = AT(tokenizer),
+     .help = "the model folder or tokenizer.json the shard was made with"},
+    {.name = "input", .arg = "SHARD", .kind = FLAG_LIST, .off = AT(inputs), .help = "the shard"},
+    {.name = "from",
+     .arg = "N",
+     .kind = FLAG_U64,
+     .off = AT(from),
+     .lo = 0,
+     .hi = LONG_MAX,
+     .help = "the first token (default 0)"},
+    {.name = "count",
+     .arg = "K",
+     .kind = FLAG_U64,
+     .off = AT(count),
+     .lo = 1,
+     .hi = LONG_MAX,
+     .help = "how many tokens (default: to the end)"},
+};
+
+static const flag_spec g_recall_flags[] = {
+    {.name = "output",
+     .arg = "PATH",
+     .kind = FLAG_STRING,
+     .off = AT(output),
+     .help = "the shard to write"},
+    {.name = "tokens",
+     .arg = "N",
+     .kind = FLAG_U64,
+     .off = AT(ntok),
+     .lo = 16,
+     .hi = INT32_MAX,
+     .help = "number of tokens to generate"},
+    {.name = "distance",
+     .arg = "D",
+     .kind = FLAG_U64,
+     .off = AT(distance),
+     .lo = 4,
+     .hi = 1 << 26,
+     .help = "average tokens between a fact and its question\n"
+             "(default min(512, N/2); at most N/2)"},
+    {.name = "min-distance",
+     .arg = "M",
+     .kind = FLAG_U64,
+     .off = AT(min_distance),
+     .lo = 4,
+     .hi = 1 << 26,
+     .help = "spread the distances over [M, D] instead: as many facts\n"
+             "asked in each octave [M, 2M), [2M, 4M) ... (M <= D);\n"
+             "short ones teach the lookup, long ones need the context"},
+    {.name = "keys",
+     .arg = "K",
+     .kind = FLAG_U64,
+     .off = AT(keys),
+     .lo = 1,
+     .hi = INT32_MAX - RECALL_KEY_TOKEN0,
+     .help = "one token per key, ids 256 .. 256+K-1 (the model needs\n"
+             "vocab_size >= 256+K), K at least four times the questions\n"
+             "open at once on average (D/2 for a fixed distance, fewer with\n"
+             "--min-distance or --echo: the error names the least);\n"
+             "default: keys of lowercase letters, as many as the distance\n"
+             "needs (2 or more at D >= 7)"},
+    {.name = "echo",
+     .kind = FLAG_SET,
+     .off = AT(echo),
+     .help = "with --keys: every record repeats its key after the value,\n"
+             "\"=KVK;\" and \"?KVK;\"; predicting the echo teaches a model to\n"
+             "carry each token's predecessor, half of the lookup (an\n"
+             "induction head), so a small model learns to answer far sooner"},
+    {.name = "seed",
+     .arg = "S",
+     .kind = FLAG_U64,
+     .off = AT(seed),
+     .lo = 0,
+     .hi = LONG_MAX,
+     .def = 1,
+     .help = "random seed, the corpus is a function of it (default 1)"},
+    {.name = "mask-output",
+     .arg = "PATH",
+     .kind = FLAG_STRING,
+     .off = AT(mask_output),
+     .help = "also write a loss mask that counts the answers only: 1 at\n"
+             "every V of a question (and, with --echo, at every echoed\n"
+             "key), 0 elsewhere (train --loss-mask)"},
+};
+
+static const flag_help_line g_text_page[] = {
+    {NULL, "\nupipe data text: every byte of every FILE becomes one token (with --tokenizer:\n"
+           "the model's ids); each file is one document."},
+    {"input", "the text files, in order (--input may also be repeated)"},
+    {"output", "the shard to write"},
+    {"doc-sep", "each file becomes one document opened by token S (written\n"
+                "before every document, like a BOS token), S >= 0; S > 255\n"
+                "keeps it apart from the bytes (e.g. 256: vocab_size >= 257).\n"
+                "Without it the files are concatenated with nothing between;\n"
+                "with --tokenizer the default is the tokenizer's BOS (post-\n"
+                "processor, else bos_token), else <|endoftext|> (GPT-2, Qwen),\n"
+                "else its eos_token, and the summary prints the --doc-sep to\n"
+                "train with"},
+    {"tokenizer", NULL},
+    {"allow-special", NULL},
+    {"threads", NULL},
+    {"strict-utf8", NULL},
+    {"help", NULL},
+};
+
+static const flag_help_line g_jsonl_page[] = {
+    {NULL,
+     "\nupipe data jsonl: one JSON object per line (empty lines are skipped), one document\n"
+     "each:\n"
+     "    {\"text\": T}                     the bytes of T; all of them count in the loss\n"
+     "    {\"prompt\": P, \"response\": R}    the bytes of P then R; only R counts\n"
+     "    {\"messages\": [{\"role\": ROLE, \"content\": C}, ...]}\n"
+     "                                    each message as the bytes \"ROLE: C\\n\", in order;\n"
+     "                                    only the C and \"\\n\" of role \"assistant\" count\n"
+     "Other keys are ignored. A bad line is refused with its line number. With --tokenizer\n"
+     "the response is encoded as continuing the prompt, and a chat record is rendered by\n"
+     "the model's chat_template (tokenizer_config.json or chat_template.jinja) as\n"
+     "transformers renders it, the record's other keys (tools, documents, ...) passed to\n"
+     "the template; the template's own text may hold special tokens, the messages never;\n"
+     "no BOS/EOS is added (the template writes them); with --mask-output only each\n"
+     "assistant message's content and the end-of-turn token(s) after it count."},
+    {"input", "the JSON Lines files, in order"},
+    {"output", "the shard to write"},
+    {"doc-sep", "the token written before every document (like a BOS token),\n"
+                "S >= 0; S > 255 keeps it apart from the bytes (e.g. 256:\n"
+                "vocab_size >= 257); it never counts in the loss. Required\n"
+                "without --tokenizer; with it, the default is as for text"},
+    {"mask-output", NULL},
+    {"tokenizer", "as for text: the model folder or a tokenizer.json; a file\n"
+                  "without a document is skipped and counted (all of them: refused)"},
+    {"allow-special", NULL},
+    {"add-generation-prompt", NULL},
+    {"threads", NULL},
+    {"help", NULL},
+};
+
+static const flag_help_line g_decode_page[] = {
+    {NULL, "\nupipe data decode: prints the text of a shard's tokens (for inspection), as HF's\n"
+           "tokenizers library decodes them: a range cut inside a character shows U+FFFD there."},
+    {"tokenizer", NULL},
+    {"input", NULL},
+    {"from", NULL},
+    {"count", NULL},
+    {"help", NULL},
+};
+
+static const flag_help_line g_recall_page[] = {
+    {NULL,
+     "\nupipe data recall: a synthetic long-range recall corpus: facts \"key=V;\" and, about D\n"
+     "tokens later, questions \"key?V;\" whose answer V only the earlier fact reveals."},
+    {"output", NULL},
+    {"tokens", NULL},
+    {"distance", NULL},
+    {"min-distance", NULL},
+    {"keys", NULL},
+    {"echo", NULL},
+    {"seed", NULL},
+    {"mask-output", NULL},
+    {"help", NULL},
+};
+
+/* The tables of a subcommand (pointing into a), its help page; returns the number of tables. */
+static int data_tables(data_kind kind, data_args *a, flag_table *t, const flag_help_line **page,
+                       int *npage) {
+#define TABLE(rows) ((flag_table){rows, FLAGS_COUNT(rows), a})
+#define PAGE(lines) (*page = lines, *npage = FLAGS_COUNT(lines))
+    switch (kind) {
+    case DATA_TEXT:
+        PAGE(g_text_page);
+        t[0] = TABLE(g_text_flags), t[1] = TABLE(g_docs_flags), t[2] = TABLE(g_tok_flags);
+        return 3;
+    case DATA_JSONL:
+        PAGE(g_jsonl_page);
+        t[0] = TABLE(g_jsonl_flags), t[1] = TABLE(g_docs_flags), t[2] = TABLE(g_tok_flags);
+        return 3;
+    case DATA_DECODE:
+        PAGE(g_decode_page);
+        t[0] = TABLE(g_decode_flags);
+        return 1;
+    case DATA_RECALL:
+        break;
+    }
+    PAGE(g_recall_page);
+    t[0] = TABLE(g_recall_flags);
+    return 1;
+#undef TABLE
+#undef PAGE
+}
+
+static const char *const g_data_subs[] = {"text", "jsonl", "recall", "decode"}; /* data_kind */
+
+/* The help of one subcommand, or of all (sub NULL). */
 static void data_print_help(const char *sub) {
     fputs(data_usage_head, stdout);
-    int all = sub == NULL;
-    if (all || strcmp(sub, "text") == 0) fputs(data_usage_text, stdout);
-    if (all || strcmp(sub, "jsonl") == 0) fputs(data_usage_jsonl, stdout);
-    if (all || strcmp(sub, "text") == 0 || strcmp(sub, "jsonl") == 0)
-        fputs(data_usage_tokenizer, stdout);
-    if (all || strcmp(sub, "decode") == 0) fputs(data_usage_decode, stdout);
-    if (all || strcmp(sub, "recall") == 0) fputs(data_usage_recall, stdout);
+    for (int k = 0; k < FLAGS_COUNT(g_data_subs); k++) {
+        if (sub != NULL && strcmp(sub, g_data_subs[k]) != 0) continue;
+        data_args a; /* the tables' base; nothing is stored */
+        flag_table t[3];
+        const flag_help_line *page;
+        int npage, nt = data_tables((data_kind)k, &a, t, &page, &npage);
+        flags_print_help(t, nt, page, npage);
+    }
 }
 
 /* The corpus the recall flags describe. */
@@ -180,153 +350,82 @@ static recall_spec data_recall_spec(const data_args *a) {
                          .echo = a->echo};
 }
 
-/* Fills a from argv (argv[0] == "data"). Returns 1 for --help, else 0; a bad or missing flag
- * stops the process with a message. */
-static int data_parse_args(data_args *a, int argc, char **argv) {
-    memset(a, 0, sizeof *a);
-    a->seed = 1;
-    a->sep = -1;
-    if (argc < 2)
-        up_die("data: missing subcommand: use `upipe data text`, `upipe data jsonl` or `upipe "
-               "data recall` (see --help)");
-    const char *sub = argv[1];
-    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0 || strcmp(sub, "help") == 0) return 1;
-    if (strcmp(sub, "text") == 0)
-        a->kind = DATA_TEXT;
-    else if (strcmp(sub, "jsonl") == 0)
-        a->kind = DATA_JSONL;
-    else if (strcmp(sub, "recall") == 0)
-        a->kind = DATA_RECALL;
-    else if (strcmp(sub, "decode") == 0)
-        a->kind = DATA_DECODE;
-    else
-        up_die("data: unknown subcommand \"%s\": use \"text\", \"jsonl\", \"recall\" or "
-               "\"decode\" (see --help)",
-               sub);
-    a->sub = sub;
-    int docs = a->kind == DATA_TEXT || a->kind == DATA_JSONL, dec = a->kind == DATA_DECODE;
-    int rec = a->kind == DATA_RECALL;
-    a->inputs = malloc((size_t)argc * sizeof *a->inputs);
-    UP_CHECK(a->inputs != NULL, "out of memory");
-    int have_tokens = 0, have_distance = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
-        if (rec && strcmp(arg, "--echo") == 0) {
-            a->echo = 1;
-            continue;
-        }
-        if (docs && strcmp(arg, "--allow-special") == 0) {
-            a->allow_special = 1;
-            continue;
-        }
-        if (a->kind == DATA_JSONL && strcmp(arg, "--add-generation-prompt") == 0) {
-            a->add_generation_prompt = 1;
-            continue;
-        }
-        /* --flag value or --flag=value */
-        const char *val = NULL;
-        char flag[64];
-        const char *eq = strchr(arg, '=');
-        if (strncmp(arg, "--", 2) == 0 && eq != NULL && (size_t)(eq - arg) < sizeof flag) {
-            memcpy(flag, arg, (size_t)(eq - arg));
-            flag[eq - arg] = '\0';
-            val = eq + 1;
-        } else {
-            snprintf(flag, sizeof flag, "%s", arg);
-            if (i + 1 >= argc) up_die("data: flag %s needs a value (see --help)", arg);
-            val = argv[++i];
-        }
-        if ((docs || dec) && strcmp(flag, "--tokenizer") == 0) {
-            a->tokenizer = val;
-        } else if (docs && strcmp(flag, "--threads") == 0) {
-            if (parse_u64(val, &a->threads) != 0 || a->threads == 0 || a->threads > 4096)
-                up_die("data %s: --threads \"%s\" is not a count 1 .. 4096", sub, val);
-        } else if (dec && strcmp(flag, "--from") == 0) {
-            if (parse_u64(val, &a->from) != 0)
-                up_die("data decode: --from \"%s\" is not a token index", val);
-        } else if (dec && strcmp(flag, "--count") == 0) {
-            if (parse_u64(val, &a->count) != 0 || a->count == 0)
-                up_die("data decode: --count \"%s\" is not a positive integer", val);
-        } else if (dec && strcmp(flag, "--input") == 0) {
-            a->inputs[a->ninputs++] = val;
-        } else if (docs && strcmp(flag, "--input") == 0) {
-            a->inputs[a->ninputs++] = val;
-            /* --input A B C: the values up to the next flag */
-            while (eq == NULL && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
-                a->inputs[a->ninputs++] = argv[++i];
-        } else if (strcmp(flag, "--output") == 0)
-            a->output = val;
-        else if (docs && strcmp(flag, "--doc-sep") == 0) {
-            uint64_t s = 0;
-            if (parse_u64(val, &s) != 0 || s > (uint64_t)INT32_MAX)
-                up_die("data %s: --doc-sep \"%s\" is not a token id: use an integer 0 .. %d "
-                       "(256 is the usual choice: the first id after the bytes)",
-                       sub, val, INT32_MAX);
-            a->sep = (int64_t)s;
-        } else if ((rec || a->kind == DATA_JSONL) && strcmp(flag, "--mask-output") == 0)
-            a->mask_output = val;
-        else if (rec && strcmp(flag, "--tokens") == 0) {
-            if (parse_u64(val, &a->ntok) != 0)
-                up_die("data: --tokens \"%s\" is not a positive integer", val);
-            have_tokens = 1;
-        } else if (rec && strcmp(flag, "--distance") == 0) {
-            if (parse_u64(val, &a->distance) != 0)
-                up_die("data: --distance \"%s\" is not a positive integer", val);
-            have_distance = 1;
-        } else if (rec && strcmp(flag, "--min-distance") == 0) {
-            if (parse_u64(val, &a->min_distance) != 0 || a->min_distance == 0)
-                up_die("data: --min-distance \"%s\" is not a positive integer", val);
-        } else if (rec && strcmp(flag, "--keys") == 0) {
-            if (parse_u64(val, &a->keys) != 0 || a->keys == 0)
-                up_die("data: --keys \"%s\" is not a positive integer", val);
-        } else if (rec && strcmp(flag, "--seed") == 0) {
-            if (parse_u64(val, &a->seed) != 0)
-                up_die("data: --seed \"%s\" is not a non-negative integer", val);
-        } else
-            up_die("data %s: unknown flag \"%s\" (see upipe data %s --help)", sub, flag, sub);
-    }
-    if (dec) {
-        if (a->tokenizer == NULL || a->ninputs != 1)
-            up_die("data decode: --tokenizer MODEL_DIR and one --input SHARD are required");
-        return 0;
-    }
-    if (a->output == NULL) up_die("data %s: --output is required: name the shard to write", sub);
-    if (docs) {
-        if (a->ninputs == 0)
-            up_die("data %s: --input is required: name the %s file(s)", sub,
-                   a->kind == DATA_TEXT ? "text" : "JSON Lines");
-        if ((a->allow_special || a->add_generation_prompt) && a->tokenizer == NULL)
-            up_die("data %s: %s needs --tokenizer MODEL_DIR (the model's special tokens and chat "
-                   "template)",
-                   sub, a->allow_special ? "--allow-special" : "--add-generation-prompt");
-        if (a->kind == DATA_JSONL && a->sep < 0 && a->tokenizer == NULL)
-            up_die("data jsonl: --doc-sep is required: name the token that opens every "
-                   "document, e.g. --doc-sep 256 (then the model needs vocab_size >= 257)");
-        return 0;
-    }
-    if (!have_tokens) up_die("data recall: --tokens is required: say how many tokens to generate");
-    if (a->ntok < 16 || a->ntok > (uint64_t)INT32_MAX)
-        up_die("data recall: --tokens %llu is out of range: use 16 .. %d",
-               (unsigned long long)a->ntok, INT32_MAX);
-    if (!have_distance) a->distance = a->ntok / 2 < 512 ? a->ntok / 2 : 512;
-    if (a->distance < 4 || a->distance > a->ntok / 2 || a->distance > ((uint64_t)1 << 26))
+/* The checks across recall's flags, and the default distance. */
+static void data_check_recall(data_args *a) {
+    if (a->ntok == 0) up_die("data recall: --tokens is required: say how many tokens to generate");
+    if (a->distance == 0) a->distance = a->ntok / 2 < 512 ? a->ntok / 2 : 512;
+    if (a->distance > a->ntok / 2)
         up_die("data recall: --distance %llu is out of range: use 4 .. min(tokens/2, 2^26) so "
                "that questions fit in the corpus",
                (unsigned long long)a->distance);
     if (a->echo && a->keys == 0)
         up_die("data recall: --echo needs --keys K (one token per key): the echo repeats that "
                "token");
-    if (a->min_distance > 0 && (a->min_distance < 4 || a->min_distance > a->distance))
+    if (a->min_distance > a->distance)
         up_die("data recall: --min-distance %llu is out of range: use 4 .. --distance (%llu)",
                (unsigned long long)a->min_distance, (unsigned long long)a->distance);
     const recall_spec spec = data_recall_spec(a);
     uint64_t min_keys = corpus_recall_min_keys(&spec);
-    if (a->keys > 0 && (a->keys < min_keys || a->keys > (uint64_t)INT32_MAX - RECALL_KEY_TOKEN0))
+    if (a->keys > 0 && a->keys < min_keys)
         up_die("data recall: --keys %llu is out of range: use %llu .. %llu (four times the "
                "questions open at once at these distances)",
                (unsigned long long)a->keys, (unsigned long long)min_keys,
                (unsigned long long)(INT32_MAX - RECALL_KEY_TOKEN0));
+}
+
+/* The checks across the flags of text and jsonl. */
+static void data_check_docs(const data_args *a) {
+    const char *sub = a->sub;
+    if (a->inputs.n == 0)
+        up_die("data %s: --input is required: name the %s file(s)", sub,
+               a->kind == DATA_TEXT ? "text" : "JSON Lines");
+    if ((a->allow_special || a->add_generation_prompt) && a->tokenizer == NULL)
+        up_die("data %s: %s needs --tokenizer MODEL_DIR (the model's special tokens and chat "
+               "template)",
+               sub, a->allow_special ? "--allow-special" : "--add-generation-prompt");
+    if (a->strict_utf8 && a->tokenizer == NULL)
+        up_die("data text: --strict-utf8 needs --tokenizer MODEL_DIR (without it every byte is "
+               "a token: any bytes are fine)");
+    if (a->kind == DATA_JSONL && a->sep < 0 && a->tokenizer == NULL)
+        up_die("data jsonl: --doc-sep is required: name the token that opens every "
+               "document, e.g. --doc-sep 256 (then the model needs vocab_size >= 257)");
+}
+
+/* Fills a from argv (argv[0] == "data"). Returns 1 for --help, else 0; a bad or missing flag
+ * stops the process with a message. */
+static int data_parse_args(data_args *a, int argc, char **argv) {
+    memset(a, 0, sizeof *a);
+    if (argc < 2)
+        up_die("data: missing subcommand: use `upipe data text`, `upipe data jsonl`, `upipe data "
+               "recall` or `upipe data decode` (see --help)");
+    const char *sub = argv[1];
+    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0 || strcmp(sub, "help") == 0) return 1;
+    int k = 0;
+    while (k < FLAGS_COUNT(g_data_subs) && strcmp(sub, g_data_subs[k]) != 0)
+        k++;
+    if (k == FLAGS_COUNT(g_data_subs))
+        up_die("data: unknown subcommand \"%s\": use \"text\", \"jsonl\", \"recall\" or "
+               "\"decode\" (see --help)",
+               sub);
+    a->sub = sub;
+    a->kind = (data_kind)k;
+    flag_table t[3];
+    const flag_help_line *page;
+    int npage, nt = data_tables(a->kind, a, t, &page, &npage);
+    char cmd[32];
+    snprintf(cmd, sizeof cmd, "data %s", sub);
+    flags_defaults(t, nt);
+    if (flags_parse(cmd, t, nt, argc - 1, argv + 1) == 1) return 1;
+    if (a->kind == DATA_DECODE) {
+        if (a->tokenizer == NULL || a->inputs.n != 1)
+            up_die("data decode: --tokenizer MODEL_DIR and one --input SHARD are required");
+        return 0;
+    }
+    if (a->output == NULL) up_die("data %s: --output is required: name the shard to write", sub);
+    if (a->kind == DATA_RECALL)
+        data_check_recall(a);
+    else
+        data_check_docs(a);
     return 0;
 }
 
@@ -337,11 +436,11 @@ static void data_check_outputs(const data_args *a) {
     const char *flags[2] = {"--output", "--mask-output"}, *outs[2] = {a->output, a->mask_output};
     for (int k = 0; k < 2; k++) {
         if (outs[k] == NULL) continue;
-        for (int i = 0; i < a->ninputs; i++)
-            if (up_same_file(outs[k], a->inputs[i]))
+        for (int i = 0; i < a->inputs.n; i++)
+            if (up_same_file(outs[k], a->inputs.v[i]))
                 up_die("data %s: %s %s is the input %s: writing it would replace the data it is "
                        "made from; name another file",
-                       a->sub, flags[k], outs[k], a->inputs[i]);
+                       a->sub, flags[k], outs[k], a->inputs.v[i]);
     }
     if (a->mask_output != NULL && up_same_file(a->mask_output, a->output))
         up_die("data %s: --mask-output %s and --output %s are the same file: name two", a->sub,
@@ -394,9 +493,9 @@ static int data_docs(const data_args *a) {
     char err[1024];
     doc_corpus c;
     docs_init(&c, a->sep);
-    for (int i = 0; i < a->ninputs; i++) {
-        int rc = a->kind == DATA_TEXT ? docs_add_text_file(&c, a->inputs[i], err, sizeof err)
-                                      : docs_add_jsonl_file(&c, a->inputs[i], err, sizeof err);
+    for (int i = 0; i < a->inputs.n; i++) {
+        int rc = a->kind == DATA_TEXT ? docs_add_text_file(&c, a->inputs.v[i], err, sizeof err)
+                                      : docs_add_jsonl_file(&c, a->inputs.v[i], err, sizeof err);
         if (rc != 0) up_die("%s", err);
     }
     docs_stats st;
@@ -406,10 +505,10 @@ static int data_docs(const data_args *a) {
     data_write_shard(a->output, c.tok, c.n, tb, sz, sizeof sz);
     char what[600];
     const char *of = a->kind == DATA_TEXT ? "bytes" : "documents";
-    if (a->ninputs == 1)
-        snprintf(what, sizeof what, "%s of %s", of, a->inputs[0]);
+    if (a->inputs.n == 1)
+        snprintf(what, sizeof what, "%s of %s", of, a->inputs.v[0]);
     else
-        snprintf(what, sizeof what, "%s of %d files", of, a->ninputs);
+        snprintf(what, sizeof what, "%s of %d files", of, a->inputs.n);
     printf("upipe data: wrote %zu tokens (%s) to %s (%s)\n", c.n, what, a->output, sz);
     if (a->mask_output != NULL) {
         if (mask_write(a->mask_output, c.mask, c.n, err, sizeof err) != 0) up_die("%s", err);
@@ -442,33 +541,50 @@ static int data_docs(const data_args *a) {
     return 0;
 }
 
+/* The temporary files killed runs left beside an output (path.tmp.<pid>) go before it is
+ * written again. */
+static void data_sweep(const char *path) {
+    int n = path != NULL ? up_sweep_stale(path) : 0;
+    if (n > 0)
+        fprintf(stderr,
+                "upipe data: removed %d temporary file%s of %s left by a run that was "
+                "killed\n",
+                n, n == 1 ? "" : "s", path);
+}
+
 int data_main(int argc, char **argv) {
     data_args a;
     int rc = 0;
     if (data_parse_args(&a, argc, argv) == 1) {
         data_print_help(a.sub);
-    } else {
-        data_check_outputs(&a);
-        data_tok_args ta = {.sub = a.sub,
-                            .jsonl = a.kind == DATA_JSONL,
-                            .inputs = a.inputs,
-                            .ninputs = a.ninputs,
-                            .output = a.output,
-                            .mask_output = a.mask_output,
-                            .tokenizer = a.tokenizer,
-                            .sep = a.sep,
-                            .allow_special = a.allow_special,
-                            .add_generation_prompt = a.add_generation_prompt,
-                            .threads = (int)a.threads,
-                            .from = a.from,
-                            .count = a.count};
-        if (a.kind == DATA_DECODE)
-            rc = data_tok_decode(&ta);
-        else if (a.kind == DATA_RECALL)
-            rc = data_recall(&a);
-        else
-            rc = a.tokenizer != NULL ? data_tok_docs(&ta) : data_docs(&a);
+        free(a.inputs.v);
+        return 0;
     }
-    free(a.inputs);
+    data_check_outputs(&a);
+    if (a.kind != DATA_DECODE) {
+        data_sweep(a.output);
+        data_sweep(a.mask_output);
+    }
+    data_tok_args ta = {.sub = a.sub,
+                        .jsonl = a.kind == DATA_JSONL,
+                        .inputs = a.inputs.v,
+                        .ninputs = a.inputs.n,
+                        .output = a.output,
+                        .mask_output = a.mask_output,
+                        .tokenizer = a.tokenizer,
+                        .sep = a.sep,
+                        .allow_special = a.allow_special,
+                        .add_generation_prompt = a.add_generation_prompt,
+                        .strict_utf8 = a.strict_utf8,
+                        .threads = a.threads,
+                        .from = a.from,
+                        .count = a.count};
+    if (a.kind == DATA_DECODE)
+        rc = data_tok_decode(&ta);
+    else if (a.kind == DATA_RECALL)
+        rc = data_recall(&a);
+    else
+        rc = a.tokenizer != NULL ? data_tok_docs(&ta) : data_docs(&a);
+    free(a.inputs.v);
     return rc;
 }

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #define BLOCK_BYTES (4u << 20)      /* text read per step; a cut is looked for in each block */
 #define BATCH_PER_THREAD (4u << 20) /* text bytes encoded per thread between writes */
@@ -62,6 +63,8 @@ typedef struct {
     size_t nbuf;
     size_t ntok, counted, cur_doc;
     size_t *doc_len, ndoc, doc_cap;
+    int nempty;      /* inputs skipped: empty, or JSON Lines without a document */
+    const char *why; /* where the separator comes from */
     /* progress */
     size_t total_in, done_in;
     double t0, last_print;
@@ -134,12 +137,16 @@ static void progress(tok_run *r, int final) {
         return;
     r->last_print = t;
     double mbs = (double)r->done_in / 1e6 / (t - r->t0 + 1e-9);
-    double left = r->total_in > r->done_in ? (double)(r->total_in - r->done_in) / 1e6 / mbs : 0;
-    char done[32], total[32];
+    char done[32], total[32], eta[48] = ""; /* no ETA before a rate */
     up_fmt_bytes(done, sizeof done, (double)r->done_in);
     up_fmt_bytes(total, sizeof total, (double)r->total_in);
-    fprintf(stderr, "%supipe data: %s of %s, %.1f MB/s, ETA %dm%02ds%s", isatty(2) ? "\r" : "",
-            done, total, mbs, (int)(left / 60), (int)left % 60, isatty(2) ? "   " : "\n");
+    if (r->done_in > 0) {
+        size_t rest = r->total_in > r->done_in ? r->total_in - r->done_in : 0;
+        long long left = (long long)((double)rest / 1e6 / mbs);
+        snprintf(eta, sizeof eta, ", ETA %lldm%02llds", left / 60, left % 60);
+    }
+    fprintf(stderr, "%supipe data: %s of %s, %.1f MB/s%s%s", isatty(2) ? "\r" : "", done, total,
+            mbs, eta, isatty(2) ? "   " : "\n");
     r->printed = isatty(2);
 }
 
@@ -266,14 +273,87 @@ static void add_text(tok_run *r, const char *text, size_t len, int start, int en
     add_item(r, text, len, start, end, mask, cont, NULL);
 }
 
-/* One text file, one document, read in blocks and cut where the tokenizer allows. */
-static void add_text_file(tok_run *r, const char *path) {
+/* The invalid UTF-8 of one file: runs of bytes that start no valid character (utf8proc's
+ * rules), each counted as one sequence; where the first is, and its first bytes. */
+typedef struct {
+    size_t bad, first;
+    char seq[4];
+    int nseq;
+} utf8_report;
+
+/* Adds the invalid UTF-8 of text[0, n), at file offset base, to u. A run never crosses the
+ * end of text: the blocks are cut before ASCII bytes (tok_cut_point). */
+static void utf8_scan(utf8_report *u, const char *text, size_t n, size_t base) {
+    const utf8proc_uint8_t *s = (const utf8proc_uint8_t *)text;
+    int in_run = 0;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k =
+            s[i] < 0x80 ? 1 : utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) {
+            i += (size_t)k, in_run = 0;
+            continue;
+        }
+        if (!in_run && u->bad++ == 0) u->first = base + i;
+        if (u->bad == 1 && u->nseq < (int)sizeof u->seq) u->seq[u->nseq++] = (char)s[i];
+        in_run = 1, i++;
+    }
+}
+
+/* What the tokenizer makes of the bytes of the first invalid sequence, said in a few words:
+ * their ids encoded alone, decoded back to bytes. */
+static const char *utf8_fate(tok_run *r, const utf8_report *u, char *buf, size_t len) {
+    tok_ids ids = {0};
+    tok_text back = {0};
+    char err[256];
+    if (tok_encode(r->enc[0], u->seq, (size_t)u->nseq, TOK_CONTINUE, &ids) != 0)
+        data_fail("data %s: out of memory", r->a->sub);
+    int same =
+        ids.n > 0 &&
+        tok_decode(r->t, ids.ids, ids.n, TOK_BYTES | TOK_CONTINUE, &back, err, sizeof err) == 0 &&
+        back.n == (size_t)u->nseq && memcmp(back.s, u->seq, back.n) == 0;
+    if (ids.n == 0)
+        snprintf(buf, len, "dropped: the tokenizer has neither byte fallback nor an unknown token");
+    else if (same)
+        snprintf(buf, len, "kept as byte tokens, which decode back to the same bytes");
+    else
+        snprintf(buf, len,
+                 "encoded as token %d, which does not give them back (the unknown "
+                 "token)",
+                 ids.ids[0]);
+    free(ids.ids);
+    free(back.s);
+    return buf;
+}
+
+/* The invalid UTF-8 of a text file: --strict-utf8 refuses the file at the first; else a
+ * warning once the file is read (HF's tokenizers cannot take such text at all). */
+static void utf8_check(tok_run *r, const char *path, utf8_report *u, int end) {
+    if (u->bad == 0) return;
+    if (r->a->strict_utf8)
+        data_fail(
+            "%s: not valid UTF-8 at byte offset %zu (--strict-utf8): repair the file or leave "
+            "it out",
+            path, u->first);
+    if (!end) return;
+    char fate[160];
+    if (r->printed) fputc('\n', stderr), r->printed = 0;
+    fprintf(stderr,
+            "upipe data: warning: %s is not valid UTF-8: %zu invalid sequence%s, the "
+            "first at byte offset %zu; their bytes were %s (--strict-utf8 refuses such a file)\n",
+            path, u->bad, u->bad == 1 ? "" : "s", u->first, utf8_fate(r, u, fate, sizeof fate));
+}
+
+/* One text file, one document, read in blocks and cut where the tokenizer allows. Returns 0
+ * for an empty file (nothing queued), else 1. */
+static int add_text_file(tok_run *r, const char *path) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) data_fail("%s: cannot open: check the path and permissions", path);
-    size_t cap = 2 * (size_t)BLOCK_BYTES, len = 0;
+    size_t cap = 2 * (size_t)BLOCK_BYTES, len = 0, base = 0; /* base: file offset of buf[0] */
     char *buf = malloc(cap);
     if (buf == NULL) data_fail("data %s: out of memory", r->a->sub);
-    int first = 1, any = 0;
+    utf8_report u = {0};
+    int first = 1;
     for (;;) {
         if (cap - len < BLOCK_BYTES) {
             cap *= 2;
@@ -283,19 +363,26 @@ static void add_text_file(tok_run *r, const char *path) {
         size_t got = fread(buf + len, 1, BLOCK_BYTES, f);
         if (got < BLOCK_BYTES && ferror(f)) data_fail("%s: read failed", path);
         len += got;
-        any |= got > 0;
         if (got < BLOCK_BYTES) break; /* end of file */
         size_t cut = tok_cut_point(r->t, buf, len);
         if (cut == 0) continue; /* no safe cut yet: read on (the piece grows) */
+        utf8_scan(&u, buf, cut, base);
+        utf8_check(r, path, &u, 0);
         add_text(r, buf, cut, first, 0, 1, !first);
         first = 0;
         memmove(buf, buf + cut, len - cut);
-        len -= cut;
+        len -= cut, base += cut;
     }
     fclose(f);
-    if (!any) data_fail("%s: the file is empty: a document needs at least one byte", path);
+    if (first && len == 0) {
+        free(buf);
+        return 0;
+    }
+    utf8_scan(&u, buf, len, base);
+    utf8_check(r, path, &u, 1);
     add_text(r, buf, len, first, 1, 1, !first);
     free(buf);
+    return 1;
 }
 
 /* Renders a chat record {"messages": [...], ...} with the model's chat template (its other keys
@@ -335,8 +422,9 @@ static void add_chat(tok_run *r, const json_t *o, const char *path, size_t linen
 }
 
 /* One document per record: {"text": T}, {"prompt": P, "response": R} (R continues P: no space
- * is added between them; only R counts), or {"messages": [...]} (add_chat). */
-static void add_jsonl_file(tok_run *r, const char *path) {
+ * is added between them; only R counts), or {"messages": [...]} (add_chat). Returns the number
+ * of documents (0: an empty file, or only empty lines). */
+static size_t add_jsonl_file(tok_run *r, const char *path) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) data_fail("%s: cannot open: check the path and permissions", path);
     char *line = NULL;
@@ -375,7 +463,7 @@ static void add_jsonl_file(tok_run *r, const char *path) {
     if (ferror(f)) data_fail("%s: read failed", path);
     free(line);
     fclose(f);
-    if (docs == 0) data_fail("%s: no document in the file (only empty lines)", path);
+    return docs;
 }
 
 static tokenizer *load_or_die(const char *path) {
@@ -395,29 +483,24 @@ static void write_header(FILE *f, int32_t magic, int32_t version, size_t n) {
     if (fseek(f, 0, SEEK_SET) == 0) fwrite(hdr, sizeof hdr, 1, f);
 }
 
-int data_tok_docs(const data_tok_args *a) {
-    static tok_run r; /* one run per process; its write buffers are large */
-    memset(&r, 0, sizeof r);
-    r.a = a;
-    r.t = load_or_die(a->tokenizer);
-    uint32_t vocab = tok_vocab_size(r.t);
+/* The token that opens every document, and where it comes from (r->why). */
+static void choose_sep(tok_run *r) {
+    const data_tok_args *a = r->a;
     int32_t prefix[8];
-    int nprefix = tok_prefix_ids(r.t, prefix, 8);
-    r.nsuffix = tok_suffix_ids(r.t, r.suffix, 8);
-    const char *why;
+    int nprefix = tok_prefix_ids(r->t, prefix, 8);
+    int32_t eot = tok_token_id(r->t, "<|endoftext|>");
     if (a->sep >= 0) {
-        r.sep = (int32_t)a->sep, why = "--doc-sep";
+        r->sep = (int32_t)a->sep, r->why = "--doc-sep";
     } else if (nprefix > 0) {
-        r.sep = prefix[0], why = "the post-processor's first token";
-    } else if (tok_bos_id(r.t) >= 0) {
-        r.sep = tok_bos_id(r.t), why = "bos_token of tokenizer_config.json";
-    } else if (tok_token_id(r.t, "<|endoftext|>") >= 0 &&
-               tok_is_special(r.t, tok_token_id(r.t, "<|endoftext|>"))) {
+        r->sep = prefix[0], r->why = "the post-processor's first token";
+    } else if (tok_bos_id(r->t) >= 0) {
+        r->sep = tok_bos_id(r->t), r->why = "bos_token of tokenizer_config.json";
+    } else if (eot >= 0 && tok_is_special(r->t, eot)) {
         /* GPT-2 and Qwen separate their pretraining documents with it; Qwen3's eos_token is
          * <|im_end|>, the end of a chat turn, which a chat template writes inside documents */
-        r.sep = tok_token_id(r.t, "<|endoftext|>"), why = "<|endoftext|> (there is no BOS)";
-    } else if (tok_eos_id(r.t) >= 0) {
-        r.sep = tok_eos_id(r.t), why = "eos_token of tokenizer_config.json (there is no BOS)";
+        r->sep = eot, r->why = "<|endoftext|> (there is no BOS)";
+    } else if (tok_eos_id(r->t) >= 0) {
+        r->sep = tok_eos_id(r->t), r->why = "eos_token of tokenizer_config.json (there is no BOS)";
     } else {
         up_die("data %s: the tokenizer has no BOS or EOS token to separate documents: name one "
                "with --doc-sep ID",
@@ -427,94 +510,137 @@ int data_tok_docs(const data_tok_args *a) {
         up_die("data %s: the post-processor puts %d tokens before every text; only one opens a "
                "document here: name it with --doc-sep ID",
                a->sub, nprefix);
-    if (a->sep >= 0) r.nsuffix = 0; /* an explicit separator replaces the post-processor */
-    uint64_t need = (uint64_t)r.sep + 1 > vocab ? (uint64_t)r.sep + 1 : vocab;
-    r.tb = need > 65536 ? 4 : 2;
-    r.flags = a->allow_special ? TOK_ALLOW_SPECIAL : 0;
-    r.nth = a->threads > 0 ? a->threads : omp_get_max_threads();
-    r.enc = calloc((size_t)r.nth, sizeof *r.enc);
-    r.items = calloc(BATCH_ITEMS, sizeof *r.items);
-    r.prev = calloc(BATCH_ITEMS, sizeof *r.prev);
-    r.spans = calloc((size_t)r.nth, sizeof *r.spans);
-    if (r.enc == NULL || r.items == NULL || r.prev == NULL || r.spans == NULL)
+}
+
+/* The tokenizer, the separator, the encoders and the batches; the inputs' total size. */
+static void run_init(tok_run *r, const data_tok_args *a) {
+    memset(r, 0, sizeof *r);
+    r->a = a;
+    r->t = load_or_die(a->tokenizer);
+    r->nsuffix = tok_suffix_ids(r->t, r->suffix, 8);
+    choose_sep(r);
+    if (a->sep >= 0) r->nsuffix = 0; /* an explicit separator replaces the post-processor */
+    r->tb = (uint64_t)r->sep + 1 > 65536 || tok_vocab_size(r->t) > 65536 ? 4 : 2;
+    r->flags = a->allow_special ? TOK_ALLOW_SPECIAL : 0;
+    r->nth = a->threads > 0 ? a->threads : omp_get_max_threads();
+    r->enc = calloc((size_t)r->nth, sizeof *r->enc);
+    r->items = calloc(BATCH_ITEMS, sizeof *r->items);
+    r->prev = calloc(BATCH_ITEMS, sizeof *r->prev);
+    r->spans = calloc((size_t)r->nth, sizeof *r->spans);
+    if (r->enc == NULL || r->items == NULL || r->prev == NULL || r->spans == NULL)
         up_die("data %s: out of memory", a->sub);
-    for (int i = 0; i < r.nth; i++)
-        if ((r.enc[i] = tok_encoder_new(r.t)) == NULL) up_die("data %s: out of memory", a->sub);
+    for (int i = 0; i < r->nth; i++)
+        if ((r->enc[i] = tok_encoder_new(r->t)) == NULL) up_die("data %s: out of memory", a->sub);
     for (int i = 0; i < a->ninputs; i++) {
         struct stat sb;
         if (stat(a->inputs[i], &sb) != 0 || !S_ISREG(sb.st_mode))
             up_die("%s: not a readable file: check the path", a->inputs[i]);
-        r.total_in += (size_t)sb.st_size;
+        r->total_in += (size_t)sb.st_size;
     }
+}
+
+static void run_free(tok_run *r) {
+    for (int i = 0; i < r->nth; i++) {
+        tok_encoder_free(r->enc[i]);
+        free(r->spans[i].at);
+    }
+    free(r->enc);
+    free(r->spans);
+    chat_template_free(r->ct);
+    free(r->items);
+    free(r->prev);
+    free(r->doc_len);
+    tok_free(r->t);
+}
+
+/* The temporary shard (and mask) with placeholder headers; from here a failure removes them. */
+static void open_outputs(tok_run *r) {
+    const data_tok_args *a = r->a;
     char err[1024];
-    if (up_atomic_open(&r.shard, a->output, err, sizeof err) != 0) up_die("%s", err);
-    g_run = &r;
+    if (up_atomic_open(&r->shard, a->output, err, sizeof err) != 0) up_die("%s", err);
+    g_run = r;
     if (a->mask_output != NULL) {
-        if (up_atomic_open(&r.mask, a->mask_output, err, sizeof err) != 0) data_fail("%s", err);
-        r.have_mask = 1;
-        write_header(r.mask.f, MASK_MAGIC, MASK_VERSION, 0);
+        if (up_atomic_open(&r->mask, a->mask_output, err, sizeof err) != 0) data_fail("%s", err);
+        r->have_mask = 1;
+        write_header(r->mask.f, MASK_MAGIC, MASK_VERSION, 0);
     }
-    write_header(r.shard.f, r.tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32, r.tb == 2 ? 1 : 7, 0);
-    r.t0 = now_s();
-    for (int i = 0; i < a->ninputs; i++) {
-        if (a->jsonl)
-            add_jsonl_file(&r, a->inputs[i]);
-        else
-            add_text_file(&r, a->inputs[i]);
-    }
-    flush_batch(&r);
-    write_items(&r);
-    check_written(&r);
-    write_out(&r);
-    progress(&r, 1);
-    if (r.printed) fputc('\n', stderr);
-    double secs = now_s() - r.t0;
-    write_header(r.shard.f, r.tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32, r.tb == 2 ? 1 : 7,
-                 r.ntok);
-    if (r.have_mask) write_header(r.mask.f, MASK_MAGIC, MASK_VERSION, r.ntok);
-    if (r.have_mask && up_atomic_commit(&r.mask, err, sizeof err) != 0) data_fail("%s", err);
-    r.have_mask = 0;
-    if (up_atomic_commit(&r.shard, err, sizeof err) != 0) {
+    write_header(r->shard.f, r->tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32, r->tb == 2 ? 1 : 7, 0);
+}
+
+/* The last batch written, the headers' counts, the files renamed into place. */
+static void close_outputs(tok_run *r) {
+    const data_tok_args *a = r->a;
+    char err[1024];
+    flush_batch(r);
+    write_items(r);
+    check_written(r);
+    write_out(r);
+    progress(r, 1);
+    if (r->printed) fputc('\n', stderr);
+    write_header(r->shard.f, r->tb == 2 ? SHARD_MAGIC_U16 : SHARD_MAGIC_U32, r->tb == 2 ? 1 : 7,
+                 r->ntok);
+    if (r->have_mask) write_header(r->mask.f, MASK_MAGIC, MASK_VERSION, r->ntok);
+    if (r->have_mask && up_atomic_commit(&r->mask, err, sizeof err) != 0) data_fail("%s", err);
+    r->have_mask = 0;
+    if (up_atomic_commit(&r->shard, err, sizeof err) != 0) {
         if (a->mask_output != NULL) unlink(a->mask_output);
         g_run = NULL;
         up_die("%s", err);
     }
     g_run = NULL;
-    qsort(r.doc_len, r.ndoc, sizeof *r.doc_len, cmp_size);
-    char sz[32];
-    up_fmt_bytes(sz, sizeof sz, (double)(SHARD_HEADER_BYTES + (size_t)r.tb * r.ntok));
-    printf("upipe data: wrote %zu tokens (%zu document%s of %d file%s, %.1f MB/s on %d "
+}
+
+static void print_summary(tok_run *r, double secs) {
+    const data_tok_args *a = r->a;
+    int nfiles = a->ninputs - r->nempty;
+    char sz[32], skipped[64] = "";
+    qsort(r->doc_len, r->ndoc, sizeof *r->doc_len, cmp_size);
+    up_fmt_bytes(sz, sizeof sz, (double)(SHARD_HEADER_BYTES + (size_t)r->tb * r->ntok));
+    if (r->nempty > 0)
+        snprintf(skipped, sizeof skipped, ", %d empty file%s skipped", r->nempty,
+                 r->nempty == 1 ? "" : "s");
+    printf("upipe data: wrote %zu tokens (%zu document%s of %d file%s%s, %.1f MB/s on %d "
            "thread%s) to %s (%s, uint%d)\n",
-           r.ntok, r.ndoc, r.ndoc == 1 ? "" : "s", a->ninputs, a->ninputs == 1 ? "" : "s",
-           (double)r.total_in / 1e6 / (secs + 1e-9), r.nth, r.nth == 1 ? "" : "s", a->output, sz,
-           r.tb * 8);
-    printf("  tokenizer: %s\n", tok_describe(r.t));
+           r->ntok, r->ndoc, r->ndoc == 1 ? "" : "s", nfiles, nfiles == 1 ? "" : "s", skipped,
+           (double)r->total_in / 1e6 / (secs + 1e-9), r->nth, r->nth == 1 ? "" : "s", a->output, sz,
+           r->tb * 8);
+    printf("  tokenizer: %s\n", tok_describe(r->t));
     printf("  every document opens with token %d (%s)%s; document length (tokens, separator "
            "included): shortest %zu, median %zu, longest %zu\n",
-           r.sep, why, r.nsuffix > 0 ? " and closes with the post-processor's suffix" : "",
-           r.doc_len[0], r.doc_len[r.ndoc / 2], r.doc_len[r.ndoc - 1]);
-    if (r.nchat > 0)
+           r->sep, r->why, r->nsuffix > 0 ? " and closes with the post-processor's suffix" : "",
+           r->doc_len[0], r->doc_len[r->ndoc / 2], r->doc_len[r->ndoc - 1]);
+    if (r->nchat > 0)
         printf("  %zu chat record%s rendered by the model's chat template%s: %zu of their %zu "
                "tokens are assistant turns (content and end of turn)\n",
-               r.nchat, r.nchat == 1 ? "" : "s",
-               a->add_generation_prompt ? " with the generation prompt" : "", r.chat_counted,
-               r.chat_tokens);
+               r->nchat, r->nchat == 1 ? "" : "s",
+               a->add_generation_prompt ? " with the generation prompt" : "", r->chat_counted,
+               r->chat_tokens);
     if (a->mask_output != NULL)
-        printf("  wrote the loss mask (%zu of %zu targets count) to %s\n", r.counted, r.ntok,
+        printf("  wrote the loss mask (%zu of %zu targets count) to %s\n", r->counted, r->ntok,
                a->mask_output);
-    printf("  train with: --doc-sep %d (the model needs vocab_size >= %llu)\n", r.sep,
-           (unsigned long long)need);
-    for (int i = 0; i < r.nth; i++) {
-        tok_encoder_free(r.enc[i]);
-        free(r.spans[i].at);
+    uint64_t vocab = tok_vocab_size(r->t), need = (uint64_t)r->sep + 1;
+    printf("  train with: --doc-sep %d (the model needs vocab_size >= %llu)\n", r->sep,
+           (unsigned long long)(need > vocab ? need : vocab));
+}
+
+int data_tok_docs(const data_tok_args *a) {
+    static tok_run r; /* one run per process; its write buffers are large */
+    run_init(&r, a);
+    open_outputs(&r);
+    r.t0 = now_s();
+    for (int i = 0; i < a->ninputs; i++) {
+        int any = a->jsonl ? add_jsonl_file(&r, a->inputs[i]) > 0 : add_text_file(&r, a->inputs[i]);
+        r.nempty += !any;
     }
-    free(r.enc);
-    free(r.spans);
-    chat_template_free(r.ct);
-    free(r.items);
-    free(r.prev);
-    free(r.doc_len);
-    tok_free(r.t);
+    if (r.nempty == a->ninputs && a->ninputs == 1)
+        data_fail("%s: %s: nothing to write", a->inputs[0],
+                  a->jsonl ? "no document in the file (only empty lines)" : "the file is empty");
+    if (r.nempty == a->ninputs)
+        data_fail("data %s: all %d inputs are empty%s: nothing to write", a->sub, a->ninputs,
+                  a->jsonl ? " (or only empty lines)" : "");
+    close_outputs(&r);
+    print_summary(&r, now_s() - r.t0);
+    run_free(&r);
     return 0;
 }
 

@@ -16,6 +16,7 @@ typedef struct {
     int allow_special;         /* --allow-special: special tokens in the text become special ids */
     int threads;               /* --threads, 0: all (OpenMP's count) */
     int add_generation_prompt; /* --add-generation-prompt: chat records end with the prompt */
+    int strict_utf8;           /* --strict-utf8: a text file that is not UTF-8 is refused */
     uint64_t from, count;      /* decode: --from, --count (0: to the end) */
 } data_tok_args;
 

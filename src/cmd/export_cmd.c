@@ -6,7 +6,9 @@
 #include "cmd/export_cmd.h"
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/fileio.h"
+#include "core/flags.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 #include "tokenizer/tokenizer.h"
@@ -15,43 +17,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
-#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static void print_help(void) {
-    printf("usage: upipe export --ckpt DIR|DIR/step-N --output OUT [--dtype f32|bf16]\n"
-           "                    [--max-shard-size SIZE] [--tokenizer DIR] [--force]\n\n"
-           "Writes a checkpoint's weights as an HF model folder that transformers loads and\n"
-           "`upipe train --init OUT` reads back.\n\n"
-           "  --ckpt PATH            a checkpoint folder (DIR/step-NNNNNNNN), or a --ckpt-dir:\n"
-           "                         its newest complete checkpoint\n"
-           "  --output OUT           the folder to write (created if missing): config.json, and\n"
-           "                         model.safetensors or model-0000k-of-0000N.safetensors with\n"
-           "                         model.safetensors.index.json. Written beside it as\n"
-           "                         OUT.tmp.<pid>, then swapped in whole. Never inside a\n"
-           "                         checkpoint folder or a --ckpt-dir\n"
-           "  --dtype f32|bf16       tensor type of the files (default f32; bf16 rounds to\n"
-           "                         nearest even)\n"
-           "  --max-shard-size SIZE  largest file before the weights are split into shards\n"
-           "                         (default 5GB; suffixes KiB MiB GiB, KB MB GB)\n"
-           "  --tokenizer DIR        also copy the model folder's tokenizer files\n"
-           "                         (tokenizer.json, tokenizer_config.json,\n"
-           "                         special_tokens_map.json, chat_template.jinja,\n"
-           "                         tokenizer.model, generation_config.json: those present)\n"
-           "                         so that transformers loads the tokenizer too; e.g. the\n"
-           "                         folder of train --init. Its tokenizer.json must load and\n"
-           "                         fit the model's vocab_size\n"
-           "  --force                replace an OUT that is not empty (a folder of files: an\n"
-           "                         earlier export); its files go once the new one is in place\n"
-           "  --help                 this text\n");
-}
 
 /* The data of one shard: its tensors read from the checkpoint in chunks. */
 typedef struct {
@@ -164,53 +137,86 @@ static void copy_tokenizer(const char *dir, const char *out) {
 
 typedef struct {
     const char *ckpt, *out, *tokenizer;
+    mem_dtype dtype;
     int bf16, force;
     unsigned long long max_shard;
 } export_args;
 
+#define AT(field) offsetof(export_args, field)
+
+static const flag_spec g_export_flags[] = {
+    {.name = "ckpt",
+     .arg = "PATH",
+     .kind = FLAG_STRING,
+     .off = AT(ckpt),
+     .help = "a checkpoint folder (DIR/step-NNNNNNNN), or a --ckpt-dir:\n"
+             "its newest complete checkpoint"},
+    {.name = "output",
+     .arg = "OUT",
+     .kind = FLAG_STRING,
+     .off = AT(out),
+     .help = "the folder to write (created if missing): config.json, and\n"
+             "model.safetensors or model-0000k-of-0000N.safetensors with\n"
+             "model.safetensors.index.json. Written beside it as\n"
+             "OUT.tmp.<pid>, then swapped in whole (what a killed export\n"
+             "left there is removed by the next). Never inside a\n"
+             "checkpoint folder or a --ckpt-dir"},
+    {.name = "dtype",
+     .arg = "f32|bf16",
+     .kind = FLAG_DTYPE,
+     .off = AT(dtype),
+     .def = MEM_DTYPE_F32,
+     .help = "tensor type of the files (default f32; bf16 rounds to\n"
+             "nearest even)"},
+    {.name = "max-shard-size",
+     .arg = "SIZE",
+     .kind = FLAG_SIZE,
+     .off = AT(max_shard),
+     .def = 5e9,
+     .help = "largest file before the weights are split into shards\n"
+             "(default 5GB; suffixes KiB MiB GiB, KB MB GB)"},
+    {.name = "tokenizer",
+     .arg = "DIR",
+     .kind = FLAG_STRING,
+     .off = AT(tokenizer),
+     .help = "also copy the model folder's tokenizer files\n"
+             "(tokenizer.json, tokenizer_config.json,\n"
+             "special_tokens_map.json, chat_template.jinja,\n"
+             "tokenizer.model, generation_config.json: those present)\n"
+             "so that transformers loads the tokenizer too; e.g. the\n"
+             "folder of train --init. Its tokenizer.json must load and\n"
+             "fit the model's vocab_size"},
+    {.name = "force",
+     .kind = FLAG_SET,
+     .off = AT(force),
+     .help = "replace an OUT that is not empty (a folder of files: an\n"
+             "earlier export); its files go once the new one is in place"},
+};
+
+static const flag_help_line g_export_page[] = {
+    {NULL, "usage: upipe export --ckpt DIR|DIR/step-N --output OUT [--dtype f32|bf16]\n"
+           "                    [--max-shard-size SIZE] [--tokenizer DIR] [--force]\n\n"
+           "Writes a checkpoint's weights as an HF model folder that transformers loads and\n"
+           "`upipe train --init OUT` reads back.\n"},
+    {"ckpt", NULL},
+    {"output", NULL},
+    {"dtype", NULL},
+    {"max-shard-size", NULL},
+    {"tokenizer", NULL},
+    {"force", NULL},
+    {"help", NULL},
+};
+
+/* Fills a from argv (argv[0] == "export"); --help prints the page and ends the process. */
 static void parse_args(export_args *a, int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"ckpt", required_argument, 0, 'c'},  {"output", required_argument, 0, 'o'},
-        {"dtype", required_argument, 0, 'd'}, {"max-shard-size", required_argument, 0, 'm'},
-        {"force", no_argument, 0, 'f'},       {"tokenizer", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-    *a = (export_args){.max_shard = 5000000000ull};
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            a->ckpt = optarg;
-            break;
-        case 'o':
-            a->out = optarg;
-            break;
-        case 'd':
-            if (strcmp(optarg, "f32") && strcmp(optarg, "bf16"))
-                up_die("--dtype expects f32 or bf16, got '%s'", optarg);
-            a->bf16 = !strcmp(optarg, "bf16");
-            break;
-        case 'm':
-            if (up_parse_bytes(optarg, &a->max_shard) != 0)
-                up_die("--max-shard-size expects a size such as 5GB or 500MiB, got '%s'", optarg);
-            break;
-        case 'f':
-            a->force = 1;
-            break;
-        case 't':
-            a->tokenizer = optarg;
-            break;
-        case 'h':
-            print_help();
-            exit(0);
-        case ':':
-            up_die("%s needs a value: see upipe export --help", argv[optind - 1]);
-        default:
-            up_die("unknown flag '%s': see upipe export --help", argv[optind - 1]);
-        }
+    memset(a, 0, sizeof *a);
+    flag_table table = {g_export_flags, FLAGS_COUNT(g_export_flags), a};
+    flags_defaults(&table, 1);
+    if (flags_parse("export", &table, 1, argc, argv) == 1) {
+        flags_print_help(&table, 1, g_export_page, FLAGS_COUNT(g_export_page));
+        exit(0);
     }
-    if (optind < argc) up_die("unexpected argument '%s': see upipe export --help", argv[optind]);
+    a->bf16 = a->dtype == MEM_DTYPE_BF16;
     if (!a->ckpt || !a->out) up_die("--ckpt and --output are required: see upipe export --help");
 }
 
@@ -272,36 +278,6 @@ static void check_output(const export_args *a, char *real, size_t len) {
                "removed once the new export is complete), or name another folder",
                a->out, files, files == 1 ? "y" : "ies");
 }
-/* Leftovers beside OUT of an export that was killed (SIGKILL, a crash): OUT.tmp.<pid> and
- * .OUT.old.<pid> folders whose process is gone. Never OUT itself. */
-static void remove_stale(const char *real) {
-    char parent[PATH_MAX], p[PATH_MAX + 256];
-    snprintf(parent, sizeof parent, "%s", real);
-    char *slash = strrchr(parent, '/');
-    const char *base = real + (slash - parent) + 1;
-    if (slash == parent)
-        parent[1] = '\0';
-    else
-        *slash = '\0';
-    size_t nb = strlen(base);
-    DIR *d = opendir(parent);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name, *pid = NULL;
-        if (!strncmp(n, base, nb) && !strncmp(n + nb, ".tmp.", 5))
-            pid = n + nb + 5;
-        else if (n[0] == '.' && !strncmp(n + 1, base, nb) && !strncmp(n + 1 + nb, ".old.", 5))
-            pid = n + 1 + nb + 5;
-        if (!pid || !*pid || strspn(pid, "0123456789") != strlen(pid)) continue;
-        long v = strtol(pid, NULL, 10);
-        if (v <= 0 || v > INT_MAX || kill((pid_t)v, 0) == 0 || errno == EPERM) continue;
-        snprintf(p, sizeof p, "%s/%s", parent, n);
-        up_remove_flat_dir(p);
-    }
-    closedir(d);
-}
-
 /* The tensors of src in data order (order, src->n entries) cut into shards of at most max_shard
  * bytes of esize-byte elements (a larger tensor alone): shard_of[i] is order[i]'s. Returns the
  * number of shards; *total: the bytes of all tensors. */
@@ -460,7 +436,7 @@ int export_main(int argc, char **argv) {
     up_path_join(p, sizeof p, step, "model.safetensors");
     st_file src;
     if (st_open(&src, p, err, sizeof err) != 0) up_die("%s", err);
-    remove_stale(real);
+    up_sweep_stale(real); /* OUT.tmp.<pid>, .OUT.old.<pid> of killed exports */
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", real, (int)getpid());
     up_tmp_push(tmp, UP_TMP_FLAT_DIR); /* a signal from here on removes it and what it holds */
     if (mkdir(tmp, 0755) != 0)

@@ -3,27 +3,52 @@
 #include "cmd/plot_cmd.h"
 
 #include "core/check.h"
+#include "core/flags.h"
 #include "eval/svg.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void print_help(void) {
-    printf("usage: upipe plot --log train.jsonl --svg loss.svg [--title TEXT]\n\n"
+typedef struct {
+    const char *log, *svg, *title;
+} plot_args;
+
+#define AT(field) offsetof(plot_args, field)
+
+static const flag_spec g_plot_flags[] = {
+    {.name = "log",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(log),
+     .help = "the JSON lines log of a run (a resumed run's continues it; where\n"
+             "the step goes back, a restart, the later run's points replace\n"
+             "those of the steps it did again)"},
+    {.name = "svg",
+     .arg = "FILE",
+     .kind = FLAG_STRING,
+     .off = AT(svg),
+     .help = "the picture to write (atomically)"},
+    {.name = "title",
+     .arg = "TEXT",
+     .kind = FLAG_STRING,
+     .off = AT(title),
+     .help = "the chart's title (default: \"Loss of <log>\")"},
+};
+
+static const flag_help_line g_plot_page[] = {
+    {NULL, "usage: upipe plot --log train.jsonl --svg loss.svg [--title TEXT]\n\n"
            "Draws the loss of every step of a training log (`upipe train --log`) and, on the\n"
-           "steps that validated (--val-data), the validation loss, as an SVG line chart.\n\n"
-           "  --log FILE     the JSON lines log of a run (a resumed run's continues it; where\n"
-           "                 the step goes back, a restart, the later run's points replace\n"
-           "                 those of the steps it did again)\n"
-           "  --svg FILE     the picture to write (atomically)\n"
-           "  --title TEXT   the chart's title (default: \"Loss of <log>\")\n"
-           "  --help         this text\n");
-}
+           "steps that validated (--val-data), the validation loss, as an SVG line chart.\n"},
+    {"log", NULL},
+    {"svg", NULL},
+    {"title", NULL},
+    {"help", NULL},
+};
 
 /* Points of one curve, grown as the log is read. */
 typedef struct {
@@ -93,37 +118,15 @@ static void read_log(const char *path, curve *train, curve *val) {
 }
 
 int plot_main(int argc, char **argv) {
-    const char *log = NULL, *svg = NULL, *title = NULL;
-    static const struct option longopts[] = {{"log", required_argument, 0, 'l'},
-                                             {"svg", required_argument, 0, 's'},
-                                             {"title", required_argument, 0, 't'},
-                                             {"help", no_argument, 0, 'h'},
-                                             {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'l':
-            log = optarg;
-            break;
-        case 's':
-            svg = optarg;
-            break;
-        case 't':
-            title = optarg;
-            break;
-        case 'h':
-            print_help();
-            return 0;
-        case ':':
-            up_die("%s needs a value: see upipe plot --help", argv[optind - 1]);
-        default:
-            up_die("unknown flag '%s': see upipe plot --help", argv[optind - 1]);
-        }
+    plot_args a = {0};
+    flag_table table = {g_plot_flags, FLAGS_COUNT(g_plot_flags), &a};
+    flags_defaults(&table, 1);
+    if (flags_parse("plot", &table, 1, argc, argv) == 1) {
+        flags_print_help(&table, 1, g_plot_page, FLAGS_COUNT(g_plot_page));
+        return 0;
     }
-    if (optind < argc) up_die("unexpected argument '%s': see upipe plot --help", argv[optind]);
-    if (!log || !svg) up_die("--log FILE and --svg FILE are required: see upipe plot --help");
+    if (!a.log || !a.svg) up_die("--log FILE and --svg FILE are required: see upipe plot --help");
+    const char *log = a.log, *svg = a.svg, *title = a.title;
     curve train = {0}, val = {0};
     read_log(log, &train, &val);
     char dflt[512];

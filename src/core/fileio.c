@@ -70,6 +70,46 @@ int up_remove_flat_dir(const char *path) {
     return -1;
 }
 
+/* The pid of a leftover of base in the folder entry name ("base.tmp.<pid>" or
+ * ".base.old.<pid>"), or 0 when name is not one. */
+static long stale_pid(const char *name, const char *base) {
+    size_t nb = strlen(base);
+    const char *pid = NULL;
+    if (!strncmp(name, base, nb) && !strncmp(name + nb, ".tmp.", 5))
+        pid = name + nb + 5;
+    else if (name[0] == '.' && !strncmp(name + 1, base, nb) && !strncmp(name + 1 + nb, ".old.", 5))
+        pid = name + 1 + nb + 5;
+    if (!pid || !*pid || strspn(pid, "0123456789") != strlen(pid) || strlen(pid) > 9) return 0;
+    return strtol(pid, NULL, 10);
+}
+
+int up_sweep_stale(const char *path) {
+    char parent[PATH_MAX], p[PATH_MAX + 256];
+    if (snprintf(parent, sizeof parent, "%s", path) >= (int)sizeof parent) return 0;
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/')
+        parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    const char *base = slash ? slash + 1 : parent;
+    const char *dir = !slash ? "." : slash == parent ? "/" : parent;
+    if (slash) *slash = '\0';
+    if (!*base) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *e;
+    struct stat st;
+    while ((e = readdir(d)) != NULL) {
+        long pid = stale_pid(e->d_name, base);
+        if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (lstat(p, &st) != 0) continue;
+        removed += (S_ISDIR(st.st_mode) ? up_remove_flat_dir(p) : unlink(p)) == 0;
+    }
+    closedir(d);
+    return removed;
+}
+
 int up_fsync_dir(const char *path) {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;

@@ -53,6 +53,12 @@ enum { UP_TMP_SLOTS = 8, UP_TMP_FLAT_DIR = 2 };
 /* Removes a folder of files (no subfolder) and its files, with system calls only, so that a
  * signal handler may call it. 0 (also when path does not exist), or -1 with errno. */
 int up_remove_flat_dir(const char *path);
+/* Removes what writes of path killed before their end (SIGKILL, a crash) left beside it:
+ * "path.tmp.<pid>" (a file, or a folder of files) and ".NAME.old.<pid>" (NAME: path's last
+ * component; a folder of files an output was set aside as) whose process no longer runs
+ * (kill(pid, 0) fails with ESRCH). Never path itself, nor what a running process writes.
+ * Returns how many were removed; what cannot be removed is left. */
+int up_sweep_stale(const char *path);
 /* fsync of a folder (its entries: a rename into it is durable). 0, or -1 with errno. */
 int up_fsync_dir(const char *path);
 void up_tmp_push(const char *path, int is_dir);

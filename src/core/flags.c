@@ -19,6 +19,7 @@ enum {
 };
 
 static const flag_spec g_help_row = {.name = "help", .kind = FLAG_HELP, .help = "this text"};
+static const char g_optstring[] = "+:h"; /* no reordering; ':' for a missing value; -h */
 
 /* ---- values --------------------------------------------------------------------------------- */
 
@@ -75,6 +76,19 @@ static int parse_optional_count(const char *flag, int argc, char **argv) {
     return -1;
 }
 
+/* A FLAG_LIST's values: optarg and the arguments after it up to the next flag. */
+static void parse_list(flag_list *l, int argc, char **argv) {
+    int more = 0;
+    while (optind + more < argc && !(argv[optind + more][0] == '-' && argv[optind + more][1]))
+        more++;
+    const char **v = realloc(l->v, (size_t)(l->n + 1 + more) * sizeof *v);
+    UP_CHECK(v, "out of memory");
+    l->v = v;
+    l->v[l->n++] = optarg;
+    while (more-- > 0)
+        l->v[l->n++] = argv[optind++];
+}
+
 /* After getopt_long returned a flag with a value: the flag's name when that value is itself a
  * flag ("--offload --tile-mlp" would take --tile-mlp as the directory), else NULL. */
 static const char *flag_as_value(char **argv) {
@@ -119,6 +133,9 @@ static void store(const flag_spec *f, void *base, const char *flag, int argc, ch
     case FLAG_COUNT_OPT:
         *(int *)p = parse_optional_count(flag, argc, argv);
         break;
+    case FLAG_LIST:
+        parse_list(p, argc, argv);
+        break;
     case FLAG_IGNORED:
     case FLAG_HELP:
         break;
@@ -154,6 +171,9 @@ void flags_defaults(const flag_table *tables, int ntables) {
                 break;
             case FLAG_DTYPE:
                 *(mem_dtype *)p = (mem_dtype)(int)f->def;
+                break;
+            case FLAG_LIST:
+                *(flag_list *)p = (flag_list){NULL, 0};
                 break;
             case FLAG_CLEAR: /* the default is the FLAG_SET row's */
             case FLAG_IGNORED:
@@ -208,7 +228,8 @@ int flags_parse(const char *cmd, const flag_table *tables, int ntables, int argc
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", s.opt, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, g_optstring, s.opt, NULL)) != -1) {
+        if (c == 'h') return 1;
         const char *given = flag_as_value(argv);
         if (given)
             up_die_all("%s needs a value but is followed by the flag %s: see upipe %s --help",

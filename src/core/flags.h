@@ -5,7 +5,7 @@
  * describes), its default and its help text. A command parses with a list of tables, each with
  * the struct its offsets point into: its own flags first, then the ones it shares with other
  * commands (train/front.h). A name in an earlier table hides the same name in a later one (eval
- * accepts --checkpoint and --offload and ignores them). --help is built in.
+ * accepts --checkpoint and --offload and ignores them). --help (and -h) is built in.
  *
  * Every bad flag stops every rank with a sentence that names the flag and says what it expects
  * (up_die_all), so call the parser on every rank; without MPI it stops the process alike. The
@@ -31,8 +31,17 @@ typedef enum {
     FLAG_CLEAR,     /* int: 0 (the --no- side of a switch; its default is the other side's) */
     FLAG_COUNT_OPT, /* int: --flag N, --flag=N (N in [1, 2^30]), or --flag alone: -1 */
     FLAG_IGNORED,   /* accepted (with a value when arg is set) and ignored */
-    FLAG_HELP       /* --help: the parser returns 1 */
+    FLAG_LIST,      /* flag_list: --flag A B C, the values up to the next flag; repeated
+                       flags append (--flag A --flag B) */
+    FLAG_HELP       /* --help or -h: the parser returns 1 */
 } flag_kind;
+
+/* A FLAG_LIST's values: argv strings, in order; v is malloc'd by the parser (free(v)); an
+ * argument that starts with '-' (but "-" itself) ends the list. */
+typedef struct {
+    const char **v;
+    int n;
+} flag_list;
 
 typedef struct {
     const char *name; /* without the dashes: "seq-len" */
@@ -67,8 +76,9 @@ typedef struct {
 void flags_defaults(const flag_table *tables, int ntables);
 /* Parses argv (argv[0] is the command, e.g. "train") against the tables, into their structs
  * (defaults already stored). cmd names the command in the messages ("see upipe train --help").
- * Returns 1 for --help (nothing printed), else 0; a bad flag stops every rank. Uses getopt_long
- * (an unambiguous prefix of a name is accepted). */
+ * Returns 1 for --help or -h (nothing printed), else 0; a bad flag stops every rank. Uses
+ * getopt_long (an unambiguous prefix of a name is accepted) without reordering argv: the first
+ * argument that is neither a flag nor a flag's value is refused. */
 int flags_parse(const char *cmd, const flag_table *tables, int ntables, int argc, char **argv);
 /* Prints a --help page on stdout: "  --name ARG" in a column of 21, the help beside it (on the
  * next line when the name is longer), continuation lines indented to the help's column. Every

@@ -19,6 +19,9 @@ upipe_script_test(ckpt mpi)
 upipe_script_test(docs mpi)
 upipe_script_test(faults errors)
 upipe_script_test(export_faults errors)
+# upipe data with a tokenizer on text that is not UTF-8, empty files, a killed run; the flags of
+# data, export and plot
+upipe_script_test(data_cmd errors)
 upipe_script_test(eval mpi)
 upipe_script_test(validation train)
 upipe_script_test(trace mpi)

@@ -1,8 +1,8 @@
 /* test_flags.c — the flag tables (core/flags.h): defaults, every kind of value parsed into its
- * field, a command's row hiding a shared one, prefixes, --help, and the --help page's layout;
- * then train's tables (train/options.h): its defaults and the values derived after parsing, and
- * that train's and eval's help pages print (their check that every flag is on the page runs).
- * Bad values stop the process, so they are tested by tests/scripts/bad_input.sh instead. */
+ * field, a command's row hiding a shared one, prefixes, --help and -h, lists, and the --help
+ * page's layout; then train's tables (train/options.h): its defaults and the values derived after
+ * parsing, and that train's and eval's help pages print (their check that every flag is on the page
+ * runs). Bad values stop the process, so they are tested by tests/scripts/bad_input.sh instead. */
 #include "cmd/eval_cmd.h"
 #include "core/flags.h"
 #include "core/mem.h"
@@ -113,6 +113,20 @@ static const flag_spec g_shared[] = {
      .help = "a shared long"},
 };
 
+typedef struct {
+    flag_list in;
+    const char *out;
+} list_opts;
+
+static const flag_spec g_list[] = {
+    {.name = "in",
+     .arg = "FILE ...",
+     .kind = FLAG_LIST,
+     .off = offsetof(list_opts, in),
+     .help = "a list"},
+    {.name = "out", .arg = "FILE", .kind = FLAG_STRING, .off = offsetof(list_opts, out)},
+};
+
 static int parse(cmd_opts *o, shared_opts *sh, int argc, const char **argv) {
     memset(o, 0, sizeof *o);
     memset(sh, 0, sizeof *sh);
@@ -196,6 +210,26 @@ static void test_parse(void) {
     CHECK(parse(&o, &sh, 6, help) == 1 && o.n == 1, "--help returns 1 at once");
 }
 
+/* A list's values up to the next flag, appended by a repeated flag; -h as --help. */
+static void test_list(void) {
+    list_opts o = {0};
+    flag_table t = {g_list, FLAGS_COUNT(g_list), &o};
+    const char *argv[] = {"test", "--in", "a", "b", "--out", "o", "--in=c", "d", "-"};
+    flags_defaults(&t, 1);
+    CHECK(flags_parse("test", &t, 1, FLAGS_COUNT(argv), (char **)argv) == 0, "lists parse");
+    CHECK(o.in.n == 5 && !strcmp(o.in.v[0], "a") && !strcmp(o.in.v[1], "b") &&
+              !strcmp(o.in.v[2], "c") && !strcmp(o.in.v[3], "d") && !strcmp(o.in.v[4], "-") &&
+              o.out && !strcmp(o.out, "o"),
+          "--in a b --in=c d -: %d values", o.in.n);
+    free(o.in.v);
+    flags_defaults(&t, 1);
+    CHECK(o.in.n == 0 && !o.in.v, "a list's default: empty");
+    const char *h[] = {"test", "--in", "a", "-h", "--bad"};
+    CHECK(flags_parse("test", &t, 1, FLAGS_COUNT(h), (char **)h) == 1 && o.in.n == 1,
+          "-h ends the list and returns 1 at once");
+    free(o.in.v);
+}
+
 static void test_help_page(void) {
     char *text = capture(print_test_page);
     const char *want = "usage: test\n\n"
@@ -263,6 +297,7 @@ static void test_train(void) {
 
 int main(void) {
     test_parse();
+    test_list();
     test_help_page();
     test_train();
     return harness_finish("test_flags");
