@@ -5,7 +5,7 @@
 #include "tokenizer/chat.h"
 
 #include "core/check.h"
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 #include <errno.h>
 #include <stdio.h>
