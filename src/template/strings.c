@@ -3,6 +3,7 @@
 #include "template/render.h"
 
 #include <string.h>
+#include <utf8proc.h>
 
 /* does code point c occur in chars (a UTF-8 set) */
 static int in_set(const jinja_value *chars, uint32_t c) {
@@ -129,22 +130,119 @@ int jr_str_starts_with(const jinja_value *s, const jinja_value *x, int end) {
     return memcmp(s->u.str.s + (end ? n - m : 0), x->u.str.s, m) == 0;
 }
 
-/* upper / lower / capitalize / title of ASCII text; other text is refused */
+/* ---- case mapping ---- */
+
+/* Whether Python's str.upper (title: str.title) of c is several code points (SpecialCasing.txt:
+ * ß, ŉ, ǰ, Greek with ypogegrammeni, the Latin ligatures, ...). These are code points whose full
+ * case folding is several, less İ and ẞ, which upper-case to themselves; in title case, less
+ * those with a one-code-point title case (ᾳ to ᾼ) or that are title case already (ᾼ). */
+static int case_is_several(uint32_t c, int title) {
+    if (c == 0x130 || c == 0x1e9e) return 0;
+    utf8proc_int32_t x = (utf8proc_int32_t)c, buf[4];
+    int boundclass = 0;
+    if (utf8proc_decompose_char(x, buf, 4, UTF8PROC_CASEFOLD, &boundclass) <= 1) return 0;
+    if (!title || c == 0xdf) return 1; /* utf8proc title-cases ß to ẞ, Python to Ss */
+    return utf8proc_totitle(x) == x && utf8proc_category(x) != UTF8PROC_CATEGORY_LT;
+}
+
+/* The letters and symbols that are cased (Unicode's Other_Lowercase and Other_Uppercase) without
+ * a case mapping or a cased category, so utf8proc's tables do not tell: modifier letters (ª º ʰ
+ * ...) and the circled and squared Latin capitals, as of Unicode 15. */
+static const uint32_t cased_other[][2] = {
+    {0xaa, 0xaa},       {0xba, 0xba},       {0x2b0, 0x2b8},     {0x2c0, 0x2c1},
+    {0x2e0, 0x2e4},     {0x37a, 0x37a},     {0x1d2c, 0x1d6a},   {0x1d78, 0x1d78},
+    {0x1d9b, 0x1dbf},   {0x2071, 0x2071},   {0x207f, 0x207f},   {0x2090, 0x209c},
+    {0x2c7c, 0x2c7d},   {0xa69c, 0xa69d},   {0xa770, 0xa770},   {0xa7f8, 0xa7f9},
+    {0xab5c, 0xab5f},   {0x10780, 0x10780}, {0x10783, 0x10785}, {0x10787, 0x107b0},
+    {0x107b2, 0x107ba}, {0x1e030, 0x1e06d}, {0x1f130, 0x1f149}, {0x1f150, 0x1f169},
+    {0x1f170, 0x1f189}};
+
+/* Python's notion of a cased character (str.title's word boundaries): a cased category, a case
+ * mapping, or one of the above */
+static int is_cased(uint32_t c) {
+    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
+    if (k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT)
+        return 1;
+    utf8proc_int32_t x = (utf8proc_int32_t)c;
+    if (utf8proc_toupper(x) != x || utf8proc_tolower(x) != x || utf8proc_totitle(x) != x) return 1;
+    for (size_t i = 0; i < sizeof cased_other / sizeof *cased_other; i++)
+        if (c >= cased_other[i][0] && c <= cased_other[i][1]) return 1;
+    return 0;
+}
+
+/* c in title case (start of a word) or upper case (up), else in lower case; 0 when Python's
+ * mapping is not one code point or depends on context (a final sigma), which is refused */
+static uint32_t map_case(uint32_t c, int up, int title) {
+    utf8proc_int32_t x = (utf8proc_int32_t)c;
+    if (up) {
+        if (case_is_several(c, title)) return 0;
+        return (uint32_t)(title ? utf8proc_totitle(x) : utf8proc_toupper(x));
+    }
+    if (c == 0x130 || c == 0x3a3) return 0; /* İ lowers to two code points; Σ to σ or ς */
+    return (uint32_t)utf8proc_tolower(x);
+}
+
+/* the code point at s[*i] (in *c) mapped as `how` says, *i moved past it; *word_start: title's
+ * state */
+static uint32_t case_next(jinja_renderer *r, const jnode *at, const jinja_value *s, size_t *i,
+                          uint32_t *c_out, jr_case how, int *word_start, const char *nm) {
+    size_t l, at_byte = *i;
+    uint32_t c = jv_cp_at(s->u.str.s, s->u.str.len, at_byte, &l);
+    *c_out = c;
+    *i += l;
+    int cased = (l > 1 || c < 0x80) && is_cased(c); /* an invalid byte stays as it is */
+    int up = how == JR_CASE_UPPER || (how == JR_CASE_CAPITALIZE && at_byte == 0) ||
+             (how == JR_CASE_TITLE && *word_start);
+    if (how == JR_CASE_TITLE) *word_start = !cased;
+    if (!cased) return c;
+    uint32_t m = map_case(c, up, how != JR_CASE_UPPER);
+    if (!m)
+        jr_fail(r, at,
+                "%s of U+%04X is not supported (Python maps it to several characters or by "
+                "context)",
+                nm, (unsigned)c);
+    return m;
+}
+
+/* the tag of byte i of string s */
+static int tag_at(const jinja_value *s, size_t i) {
+    for (size_t k = 0; k < s->u.str.nruns; k++)
+        if (s->u.str.runs[k].start <= i && i < s->u.str.runs[k].start + s->u.str.runs[k].len)
+            return s->u.str.runs[k].tag;
+    return JINJA_TAG_DATA;
+}
+
+/* Python's case mappings, by utf8proc's tables. The common case keeps every code point's byte
+ * length, and the copy is mapped in place; otherwise the string is built anew, a mapped code
+ * point taking the tag of the one it replaces. */
 jinja_value *jr_str_case(jinja_renderer *r, const jnode *at, const jinja_value *s, jr_case how,
                          const char *nm) {
     jv_sb b;
     sb_init(&b, r->a);
     sb_put_str(&b, s);
-    int word_start = 1;
-    for (size_t i = 0; i < b.len; i++) {
-        unsigned char c = (unsigned char)b.s[i];
-        if (c >= 0x80) jr_fail(r, at, "%s of non-ASCII text is not supported", nm);
-        int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-        int up = how == JR_CASE_UPPER || (how == JR_CASE_CAPITALIZE && i == 0 && alpha) ||
-                 (how == JR_CASE_TITLE && word_start && alpha);
-        if (up && c >= 'a' && c <= 'z') b.s[i] = (char)(c - 32);
-        if (!up && how != JR_CASE_UPPER && c >= 'A' && c <= 'Z') b.s[i] = (char)(c + 32);
-        if (how == JR_CASE_TITLE) word_start = !alpha;
+    int word_start = 1, same_len = 1;
+    for (size_t i = 0; i < s->u.str.len && same_len;) {
+        size_t from = i;
+        uint32_t c, m = case_next(r, at, s, &i, &c, how, &word_start, nm);
+        utf8proc_uint8_t enc[4];
+        if (m == c) continue;
+        if (utf8proc_encode_char((utf8proc_int32_t)m, enc) == (utf8proc_ssize_t)(i - from))
+            memcpy(b.s + from, enc, i - from);
+        else
+            same_len = 0;
+    }
+    if (same_len) return sb_finish(&b);
+    sb_init(&b, r->a);
+    word_start = 1;
+    for (size_t i = 0; i < s->u.str.len;) {
+        size_t from = i;
+        utf8proc_uint8_t enc[4];
+        uint32_t c, m = case_next(r, at, s, &i, &c, how, &word_start, nm);
+        if (m == c)
+            sb_put_sub(&b, s, from, i);
+        else
+            sb_put(&b, (const char *)enc, (size_t)utf8proc_encode_char((utf8proc_int32_t)m, enc),
+                   tag_at(s, from));
     }
     return sb_finish(&b);
 }
