@@ -190,7 +190,7 @@ static jinja_value *f_capitalize(FILTER_ARGS) {
     return case_filter(r, at, name, v, c, JR_CASE_CAPITALIZE);
 }
 static jinja_value *f_title(FILTER_ARGS) {
-    return case_filter(r, at, name, v, c, JR_CASE_TITLE);
+    return case_filter(r, at, name, v, c, JR_CASE_WORDS);
 }
 
 static jinja_value *f_replace(FILTER_ARGS) {

@@ -105,7 +105,14 @@ jinja_value *jr_str_split(jinja_renderer *r, const jnode *at, const jinja_value 
 jinja_value *jr_str_replace(jinja_renderer *r, const jinja_value *s, const jinja_value *old,
                             const jinja_value *nw, long long count);
 int jr_str_starts_with(const jinja_value *s, const jinja_value *x, int end);
-typedef enum { JR_CASE_UPPER, JR_CASE_LOWER, JR_CASE_CAPITALIZE, JR_CASE_TITLE } jr_case;
+typedef enum {
+    JR_CASE_UPPER,
+    JR_CASE_LOWER,
+    JR_CASE_CAPITALIZE,
+    JR_CASE_TITLE, /* str.title: a word starts after a character that is not cased */
+    JR_CASE_WORDS, /* jinja2's title filter: each word upper-cased at its start, lowered after;
+                    * a word starts after whitespace or one of - ( { [ < */
+} jr_case;
 /* str.upper / lower / capitalize / title; nm names the operation in a refusal */
 jinja_value *jr_str_case(jinja_renderer *r, const jnode *at, const jinja_value *s, jr_case how,
                          const char *nm);

@@ -192,10 +192,12 @@ static uint32_t case_next(jinja_renderer *r, const jnode *at, const jinja_value 
     *i += l;
     int cased = (l > 1 || c < 0x80) && is_cased(c); /* an invalid byte stays as it is */
     int up = how == JR_CASE_UPPER || (how == JR_CASE_CAPITALIZE && at_byte == 0) ||
-             (how == JR_CASE_TITLE && *word_start);
+             ((how == JR_CASE_TITLE || how == JR_CASE_WORDS) && *word_start);
     if (how == JR_CASE_TITLE) *word_start = !cased;
+    if (how == JR_CASE_WORDS)
+        *word_start = py_isspace(c) || (c && c < 0x80 && strchr("-({[<", (int)c));
     if (!cased) return c;
-    uint32_t m = map_case(c, up, how != JR_CASE_UPPER);
+    uint32_t m = map_case(c, up, how != JR_CASE_UPPER && how != JR_CASE_WORDS);
     if (!m)
         jr_fail(r, at,
                 "%s of U+%04X is not supported (Python maps it to several characters or by "
