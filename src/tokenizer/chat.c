@@ -5,7 +5,7 @@
 #include "tokenizer/chat.h"
 
 #include "core/check.h"
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -188,14 +188,61 @@ static void push_seg(chat_rendered *o, size_t *cap, size_t start, size_t len, ch
     o->segs[o->nsegs++] = (chat_segment){start, len, k, msg, train};
 }
 
+/* what a run of the render is to training */
+enum { RUN_OUTSIDE, RUN_SPAN, RUN_END_OF_TURN };
+
+/* A template with {% generation %} blocks says itself what is trained (transformers' assistant
+ * mask): each stretch written inside them is a span, its runs marked RUN_SPAN. */
+static void generation_spans(const jinja_run *run, size_t nr, unsigned char *mark,
+                             chat_rendered *o) {
+    free(o->spans);
+    o->spans = calloc(nr, sizeof *o->spans);
+    UP_CHECK(o->spans, "out of memory");
+    for (size_t i = 0; i < nr;) {
+        if (!run[i].gen || run[i].len == 0) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        int msg = -1;
+        while (j < nr && (run[j].gen || run[j].len == 0)) {
+            if (run[j].len) mark[j] = RUN_SPAN;
+            if (msg < 0 && run[j].len) msg = run[j].turn;
+            j++;
+        }
+        while (j > i && run[j - 1].len == 0)
+            j--;
+        o->spans[o->nspans++] = (chat_span){run[i].start, run[j - 1].start + run[j - 1].len, msg};
+        i = j;
+    }
+}
+
+/* the segments: one per run, merged where kind, message and training agree */
+static void push_segments(const jinja_run *run, size_t nr, const unsigned char *mark,
+                          const json_t *msgs, chat_rendered *o) {
+    size_t cap = 0;
+    for (size_t i = 0; i < nr; i++) {
+        int t = run[i].tag, msg = t >= JINJA_TAG_USER ? t - JINJA_TAG_USER : -1;
+        chat_seg_kind kind = CHAT_SEG_CONTENT;
+        if (t == JINJA_TAG_TEMPLATE)
+            kind = mark[i] == RUN_END_OF_TURN ? CHAT_SEG_END_OF_TURN : CHAT_SEG_TEMPLATE;
+        if (msg >= 0) {
+            const char *role =
+                json_string_value(json_object_get(json_array_get(msgs, (size_t)msg), "role"));
+            if (!strcmp(role, "assistant")) kind = CHAT_SEG_ASSISTANT;
+        }
+        if (msg < 0 && mark[i] != RUN_OUTSIDE) msg = run[i].turn;
+        push_seg(o, &cap, run[i].start, run[i].len, kind, msg, mark[i] != RUN_OUTSIDE);
+    }
+}
+
 /* The spans and segments of a render (see chat.h). */
 static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered *o, char *err,
                       size_t errlen) {
     size_t nm = json_array_size(msgs);
     const jinja_run *run = jo->runs;
     size_t nr = jo->nruns;
-    /* per run: 0 outside, 1 content span, 2 end of turn */
-    unsigned char *mark = calloc(nr ? nr : 1, 1);
+    unsigned char *mark = calloc(nr ? nr : 1, 1); /* per run: RUN_* */
     UP_CHECK(mark, "out of memory");
     o->spans = calloc(nm ? nm : 1, sizeof *o->spans);
     UP_CHECK(o->spans, "out of memory");
@@ -213,34 +260,10 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
         last_run[k] = i;
     }
     int rc = 0;
-    /* a template with {% generation %} blocks says itself what is trained (transformers'
-     * assistant mask): each stretch written inside them is a span */
     int gen_mode = 0;
     for (size_t i = 0; i < nr; i++)
         if (run[i].gen && run[i].len) gen_mode = 1;
-    if (gen_mode) {
-        free(o->spans);
-        o->spans = calloc(nr, sizeof *o->spans);
-        UP_CHECK(o->spans, "out of memory");
-        for (size_t i = 0; i < nr;) {
-            if (!run[i].gen || run[i].len == 0) {
-                i++;
-                continue;
-            }
-            size_t j = i;
-            int msg = -1;
-            while (j < nr && (run[j].gen || run[j].len == 0)) {
-                if (run[j].len) mark[j] = 1;
-                if (msg < 0 && run[j].len) msg = run[j].turn;
-                j++;
-            }
-            while (j > i && run[j - 1].len == 0)
-                j--;
-            o->spans[o->nspans++] =
-                (chat_span){run[i].start, run[j - 1].start + run[j - 1].len, msg};
-            i = j;
-        }
-    }
+    if (gen_mode) generation_spans(run, nr, mark, o);
     for (size_t k = 0; k < nm && rc == 0 && !gen_mode; k++) {
         const char *role = json_string_value(json_object_get(json_array_get(msgs, k), "role"));
         if (strcmp(role, "assistant") != 0) continue;
@@ -282,34 +305,19 @@ static int find_spans(const jinja_output *jo, const json_t *msgs, chat_rendered 
                              k);
                 break;
             }
-            mark[i] = 1;
+            mark[i] = RUN_SPAN;
         }
         if (rc) break;
         size_t end = last + 1;
         while (end < nr && run[end].turn == turn && run[end].tag < JINJA_TAG_USER) {
-            mark[end] = 2;
+            mark[end] = RUN_END_OF_TURN;
             end++;
         }
         size_t sb = run[first].start;
         size_t se = end > 0 ? run[end - 1].start + run[end - 1].len : 0;
         o->spans[o->nspans++] = (chat_span){sb, se, (int)k};
     }
-    if (rc == 0) {
-        size_t cap = 0;
-        for (size_t i = 0; i < nr; i++) {
-            int t = run[i].tag, msg = t >= JINJA_TAG_USER ? t - JINJA_TAG_USER : -1;
-            chat_seg_kind kind = CHAT_SEG_CONTENT;
-            if (t == JINJA_TAG_TEMPLATE)
-                kind = mark[i] == 2 ? CHAT_SEG_END_OF_TURN : CHAT_SEG_TEMPLATE;
-            if (msg >= 0) {
-                const char *role =
-                    json_string_value(json_object_get(json_array_get(msgs, (size_t)msg), "role"));
-                if (!strcmp(role, "assistant")) kind = CHAT_SEG_ASSISTANT;
-            }
-            if (msg < 0 && mark[i]) msg = run[i].turn;
-            push_seg(o, &cap, run[i].start, run[i].len, kind, msg, mark[i] != 0);
-        }
-    }
+    if (rc == 0) push_segments(run, nr, mark, msgs, o);
     free(mark);
     free(first_run);
     free(last_run);

@@ -1,7 +1,7 @@
 /* fuzz_jinja.c — any bytes as a chat template: parsed, then rendered over a conversation (tagged
  * strings, turn marks, numbers, a None) with small limits; the runs must cover the output in
  * order. Errors are fine; a crash, UB, a leak or a hang is not. */
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 #include <stdint.h>
 #include <stdlib.h>

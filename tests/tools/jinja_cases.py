@@ -87,6 +87,8 @@ CASES = [
     "{{ 'a,b,,c'.split(',') }} {{ ' a  b \\t c '.split() }} {{ 'a b c'.split(' ', 1) }} {{ 'x</think>y'.split('</think>')[-1] }} {{ '  a b  '.split(none, 1) }}",
     "{{ 'hello'.startswith('he') }} {{ 'hello'.endswith('lo') }} {{ 'hello'.startswith(('x', 'h')) }} {{ 'abc'.upper() }} {{ 'ABC'.lower() }} {{ 'a-b'.replace('-', '_') }}",
     "{{ 'hello'.find('l') }} {{ 'hello'.count('l') }} {{ ', '.join(['a', 'b']) }} {{ 'añb'.find('b') }} {{ '123'.isdigit() }} {{ 'title case'.title() }}",
+    "{{ \"it's 1st-rate (ǆemal) x\tY  <über>\"|title }}|{{ 'hello big world'.title() }}|{{ \"it's 1st\".title() }}",
+    "{{ s|lower }} {{ 'grüne äpfel'|upper }} {{ 'élan'|capitalize }} {{ 'ÉCOLE ΑΒΓ'.lower() }} {{ 'ǆemal ªb 1st'.title() }} {{ 'ıi'.upper() }} {{ u8.upper() }}",
     "{{ '\\u3000 x \\u2028'.strip() }}|{{ '\\u00a0x\\u0085'.strip() }}|{{ s.split() }}",
     # globals
     "{{ raise_exception('custom failure') }}",

@@ -17,8 +17,8 @@
  * came from which input. A dict may carry a turn number: while a for loop's item is such a dict,
  * the bytes written get that turn (chat.c marks each message with its index). Empty substrings
  * keep a zero-length run, so an empty message still has a position in the output. */
-#ifndef UP_JINJA_H
-#define UP_JINJA_H
+#ifndef UP_TEMPLATE_JINJA_H
+#define UP_TEMPLATE_JINJA_H
 
 #include <jansson.h>
 #include <stddef.h>

@@ -1,13 +1,14 @@
-/* jinja_impl.h — private to jinja*.c: the arena, values, tagged strings and the syntax tree. */
-#ifndef UP_JINJA_IMPL_H
-#define UP_JINJA_IMPL_H
+/* jinja_impl.h — private to src/template: the arena, values, tagged strings and the syntax tree. */
+#ifndef UP_TEMPLATE_JINJA_IMPL_H
+#define UP_TEMPLATE_JINJA_IMPL_H
 
-#include "tokenizer/jinja.h"
+#include "template/jinja.h"
 
 #include <setjmp.h>
 #include <stdint.h>
 
-/* ---- arena: blocks freed together; an optional byte cap (0: none) makes jv_alloc fail ---- */
+/* ---- arena (value.c): blocks freed together; an optional byte cap (0: none) makes jv_alloc fail
+ * ---- */
 struct jinja_arena {
     struct arena_block *head;
     size_t used, cap;
@@ -61,8 +62,8 @@ struct jinja_value {
             size_t n, cap;
         } dict;
         struct {
-            int id;            /* builtin or method number (jinja.c) */
-            jinja_value *self; /* bound object, or NULL */
+            const struct jr_builtin *fn; /* its entry in a table of globals or methods */
+            jinja_value *self;           /* bound object, or NULL */
         } func;
         struct {
             const struct jnode *def;
@@ -70,7 +71,7 @@ struct jinja_value {
     } u;
 };
 
-/* ---- string builder with runs ---- */
+/* ---- string builder with runs (value.c) ---- */
 typedef struct {
     jinja_arena *a;
     char *s;
@@ -93,19 +94,24 @@ jinja_value *jv_str_tag(jinja_arena *a, const char *s, size_t len, int tag);
 jinja_value *jv_cstr(jinja_arena *a, const char *s); /* JINJA_TAG_DATA */
 jinja_value *jv_sub(jinja_arena *a, const jinja_value *v, size_t from, size_t to);
 
-/* ---- UTF-8 and Python's notion of characters ---- */
-/* Decodes one code point at s[i] (i < n); its byte length in *len (1 for an invalid byte, which
- * decodes as itself). */
-uint32_t utf8_next(const char *s, size_t n, size_t i, size_t *len);
-size_t utf8_count(const char *s, size_t n); /* code points */
+/* ---- UTF-8 and Python's notion of characters (text.c) ---- */
+/* The code point at s[i] (i < n), read by utf8proc_iterate; its byte length in *len. A byte
+ * that does not start a well-formed sequence reads as itself, one byte long. */
+uint32_t jv_cp_at(const char *s, size_t n, size_t i, size_t *len);
+size_t jv_cp_count(const char *s, size_t n); /* code points, as jv_cp_at reads them */
 /* the first occurrence of nd (nn bytes) in h (hn bytes); h itself for an empty nd; or NULL */
 const char *jv_memfind(const char *h, size_t hn, const char *nd, size_t nn);
 int py_isspace(uint32_t c); /* str.isspace() */
 
-/* ---- Python semantics ---- */
+/* ---- Python semantics (value.c) ---- */
 int jv_truthy(const jinja_value *v);
 int jv_equal(const jinja_value *x, const jinja_value *y);
 const char *jv_type_name(const jinja_value *v);
+jinja_value *jv_dict_get(const jinja_value *d, const char *key, size_t klen);
+void jv_dict_put(jinja_arena *a, jinja_value *d, jinja_value *key, jinja_value *v);
+jinja_value *jv_dict_find(const jinja_value *d, const jinja_value *key);
+
+/* ---- str(), repr(), json.dumps (repr.c) ---- */
 /* str(v) appended to b (strings keep their tags; the rest is JINJA_TAG_DATA). */
 void jv_str_into(jv_sb *b, const jinja_value *v);
 /* repr(v) appended to b. */
@@ -119,9 +125,6 @@ void py_float_repr(char *buf, size_t len, double f);
  * carry one caller's tag (>= JINJA_TAG_USER): a message's tool call as JSON is that message's
  * text, not data. */
 void jv_retag_from(jinja_value *out, const jinja_value *src);
-jinja_value *jv_dict_get(const jinja_value *d, const char *key, size_t klen);
-void jv_dict_put(jinja_arena *a, jinja_value *d, jinja_value *key, jinja_value *v);
-jinja_value *jv_dict_find(const jinja_value *d, const jinja_value *key);
 
 /* ---- syntax tree ---- */
 typedef enum {
@@ -200,7 +203,7 @@ struct jinja_template {
     jnode *root;
 };
 
-/* Filters and tests known to the parser (jinja.c); -1 when unknown. */
+/* Filters and tests known to the parser (filters.c, tests.c); -1 when unknown. */
 int jinja_filter_id(const char *name);
 int jinja_test_id(const char *name);
 
