@@ -24,34 +24,15 @@ static int bl_byte_of(uint32_t cp) {
     return 173;
 }
 
-/* Decodes one UTF-8 character at s[0, n); its length (>= 1), *cp = -1 when invalid. */
-static int utf8_next(const uint8_t *s, size_t n, int32_t *cp) {
-    uint8_t c = s[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || (size_t)len > n) {
-        *cp = -1;
-        return 1;
-    }
-    int32_t v = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) {
-            *cp = -1;
-            return 1;
-        }
-        v = (v << 6) | (s[i] & 0x3f);
-    }
-    *cp = v;
-    return len;
-}
-
 /* s in the GPT-2 alphabet -> raw bytes into out (capacity >= n). Its length, or -1 when s holds
  * a character outside the alphabet. */
 static long bl_unmap(const char *s, size_t n, char *out) {
     size_t o = 0;
     for (size_t i = 0; i < n;) {
         int32_t cp;
-        i += (size_t)utf8_next((const uint8_t *)s + i, n - i, &cp);
-        int b = cp < 0 ? -1 : bl_byte_of((uint32_t)cp);
+        int k = tok_utf8_next((const uint8_t *)s + i, n - i, &cp);
+        int b = k < 0 ? -1 : bl_byte_of((uint32_t)cp);
+        i += (size_t)(k < 0 ? -k : k);
         if (b < 0) return -1;
         out[o++] = (char)b;
     }
