@@ -2,6 +2,7 @@
 #include "tokenizer/tok_internal.h"
 
 #include "core/check.h"
+#include "core/heap.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -106,30 +107,7 @@ void tok_encoder_free(tok_encoder *e) {
 static int cand_less(tok_cand a, tok_cand b) {
     return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
 }
-
-static void heap_push(tok_cand *h, size_t *n, tok_cand c) {
-    size_t i = (*n)++;
-    while (i > 0 && cand_less(c, h[(i - 1) / 2])) {
-        h[i] = h[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h[i] = c;
-}
-
-static tok_cand heap_pop(tok_cand *h, size_t *n) {
-    tok_cand top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && cand_less(h[c + 1], h[c])) c++;
-        if (!cand_less(h[c], last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0) h[i] = last;
-    return top;
-}
+UP_HEAP_DEFINE(cand_heap, tok_cand, cand_less)
 
 /* Pushes the merge of the pair starting at symbol pos, if any. */
 static void push_pair(tok_encoder *e, size_t *nh, int32_t pos) {
@@ -139,7 +117,7 @@ static void push_pair(tok_encoder *e, size_t *nh, int32_t pos) {
     uint32_t rank;
     int32_t id;
     if (tok_merge_find(t, e->sym[pos].id, e->sym[next].id, &rank, &id) == 0)
-        heap_push(e->heap, nh, (tok_cand){rank, pos, id});
+        cand_heap_push(e->heap, nh, (tok_cand){rank, pos, id});
 }
 
 /* Appends one SentencePiece-style symbol for the character s[0, n) (vocab, byte fallback or
@@ -199,7 +177,7 @@ static int bpe_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
     for (size_t i = 0; i + 1 < ns; i++)
         push_pair(e, &nh, (int32_t)i);
     while (nh > 0) {
-        tok_cand top = heap_pop(e->heap, &nh);
+        tok_cand top = cand_heap_pop(e->heap, &nh);
         tok_sym *cur = &e->sym[top.pos];
         if (cur->len == 0 || cur->next < 0) continue;
         tok_sym *right = &e->sym[cur->next];
