@@ -127,6 +127,18 @@ int tok_nfc(const char *s, size_t n, char **out, size_t *out_n);
 extern const uint32_t tok_nfc_unknown[][2]; /* ranges [lo, hi] in ascending order */
 extern const size_t tok_nfc_nunknown;
 
+/* Loading (tok_load.c reads the model, tok_stages.c the stages around it). Each stage loader
+ * reads one member of tokenizer.json (NULL or null: none) into t, or returns -1 with a line in
+ * err naming what is not supported. tok_load_pretok sets *byte_level when a ByteLevel
+ * pre-tokenizer is present; tok_load_decoder needs t->family. */
+struct json_t;
+const char *tok_jstr(const struct json_t *o, const char *key); /* member key's string, or NULL */
+int tok_load_normalizer(tokenizer *t, const struct json_t *n, char *err, size_t errlen);
+int tok_load_pretok(tokenizer *t, const struct json_t *p, int *byte_level, char *err,
+                    size_t errlen);
+int tok_load_post(tokenizer *t, const struct json_t *p, char *err, size_t errlen);
+int tok_load_decoder(tokenizer *t, const struct json_t *d, char *err, size_t errlen);
+
 /* The model vocabulary's id of bytes s[0, n), or -1. */
 int32_t tok_vocab_find(const tokenizer *t, const char *s, size_t n);
 /* The merge of (a, b): its rank and merged id, or -1 when none. */
