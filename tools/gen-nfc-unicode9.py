@@ -126,6 +126,8 @@ def main():
                 "/* clang-format on */\n" % "\n".join(lines))
         f.write("const size_t tok_nfc_nunknown = sizeof tok_nfc_unknown / sizeof "
                 "tok_nfc_unknown[0];\n")
+        f.write("const char tok_nfc_unicode[] = \"%s\"; /* utf8proc's, when generated */\n"
+                % u.version)
     print("gen-nfc-unicode9: %d code points in %d ranges -> %s" % (len(unknown), len(ranges),
                                                                os.path.normpath(out)))
 

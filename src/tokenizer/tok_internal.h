@@ -126,6 +126,7 @@ static inline int tok_utf8_next(const uint8_t *s, size_t n, int32_t *cp) {
 int tok_nfc(const char *s, size_t n, char **out, size_t *out_n);
 extern const uint32_t tok_nfc_unknown[][2]; /* ranges [lo, hi] in ascending order */
 extern const size_t tok_nfc_nunknown;
+extern const char tok_nfc_unicode[]; /* the Unicode version of the utf8proc it was made with */
 
 /* Loading (tok_load.c reads the model, tok_stages.c the stages around it). Each stage loader
  * reads one member of tokenizer.json (NULL or null: none) into t, or returns -1 with a line in

@@ -48,3 +48,4 @@ const uint32_t tok_nfc_unknown[][2] = {
 };
 /* clang-format on */
 const size_t tok_nfc_nunknown = sizeof tok_nfc_unknown / sizeof tok_nfc_unknown[0];
+const char tok_nfc_unicode[] = "15.0.0"; /* utf8proc's, when generated */

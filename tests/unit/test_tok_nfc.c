@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 static uint64_t fnv1a64(const char *s, size_t n) {
     uint64_t h = 0xCBF29CE484222325ull;
@@ -90,6 +91,11 @@ static void check_fixture(void) {
 }
 
 int main(void) {
+    /* the table lists what this utf8proc knows beyond Unicode 9.0: another Unicode needs another */
+    CHECK(strcmp(utf8proc_unicode_version(), tok_nfc_unicode) == 0,
+          "utf8proc has Unicode %s, tok_nfc_table.c was made for %s: run "
+          "tools/gen-nfc-unicode9.py",
+          utf8proc_unicode_version(), tok_nfc_unicode);
     check_fixture();
     /* the case that showed the rule: U+07FD (Unicode 11) is unknown to the library's tables, so
      * it does not reorder before U+07F3 (class 230) as Unicode 15 would (class 220) */
