@@ -4,6 +4,7 @@
 #include "parallel/cp_attention.h"
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/mem.h"
 #include "core/trace.h"
 #include "kernels/kernels.h"
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct cp_attention {
     cp_attention_shape s;
@@ -47,12 +47,6 @@ struct cp_attention {
     int ninflight;
     double kernel_s; /* seconds inside the attention kernels since the last reset */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double cp_attention_seconds(cp_attention *a, int reset) {
     double s = a->kernel_s;
