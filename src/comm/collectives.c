@@ -1,6 +1,6 @@
 /* collectives.c — the world's collectives (DESIGN.md §4.5, §8.3): the gradient and loss
  * reductions, FSDP's gathers and its reduce-scatter, the verdicts and small reductions, the
- * trace's point-to-point messages (comm.h). Each completes by the polled wait. */
+ * trace's point-to-point channel (comm.h). Each completes by the polled wait. */
 #include "comm/comm_int.h"
 
 #include "core/trace.h"
@@ -163,4 +163,27 @@ void comm_recv_bytes(comm_ctx *c, void *buf, size_t n, int src, int tag) {
     MPI_Request q;
     MPI_CALL(MPI_Irecv(buf, byte_count(n), MPI_BYTE, src, tag, c->world, &q));
     comm_wait_polled(c, GROUP_WORLD, 1, &q, __func__, "MPI_Irecv");
+}
+
+/* The trace's channel (core/trace.h's trace_link) over a comm_ctx of its own. */
+static int link_any(void *ctx, int flag) {
+    return comm_any(ctx, flag);
+}
+static void link_send(void *ctx, const void *buf, size_t n, int dest, int tag) {
+    comm_send_bytes(ctx, buf, n, dest, tag);
+}
+static void link_recv(void *ctx, void *buf, size_t n, int src, int tag) {
+    comm_recv_bytes(ctx, buf, n, src, tag);
+}
+static void link_close(void *ctx) {
+    comm_free(ctx);
+    free(ctx);
+}
+
+int comm_trace_start(comm_ctx *c, const char *path, int io_track, char *err, size_t errlen) {
+    comm_ctx *t = malloc(sizeof *t);
+    UP_CHECK(t, "out of memory");
+    comm_init(t, c->world, 1); /* its messages never mix with the run's */
+    trace_link link = {t, t->rank, t->R, link_any, link_send, link_recv, link_close};
+    return trace_start(path, &link, io_track, err, errlen);
 }

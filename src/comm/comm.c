@@ -24,6 +24,7 @@ static const char *thread_level_name(int level) {
 
 void comm_mpi_init(int *argc, char ***argv, int *rank, int *world) {
     int provided = MPI_THREAD_SINGLE;
+    comm_install_stop_hooks(); /* a stop from here on reaches every rank */
     MPI_CALL(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
     MPI_CALL(MPI_Comm_rank(MPI_COMM_WORLD, rank));
     MPI_CALL(MPI_Comm_size(MPI_COMM_WORLD, world));

@@ -25,7 +25,7 @@
  * The module's files: comm.c (start-up, the node layout, the statistics), errors.c (a failed MPI
  * call's line, the stops that reach every rank), liveness.c (the polled waits and the probes),
  * alltoall.c (the CP group's exchanges), collectives.c (the world's); comm_int.h is their private
- * header. */
+ * header. mpi.h is included nowhere else in src/ below train. */
 #ifndef UP_COMM_H
 #define UP_COMM_H
 
@@ -190,6 +190,11 @@ void comm_max_u64(comm_ctx *c, unsigned long long *v, int n);
  * n must fit MPI's int count. Not counted in the statistics. */
 void comm_send_bytes(comm_ctx *c, const void *buf, size_t n, int dest, int tag);
 void comm_recv_bytes(comm_ctx *c, void *buf, size_t n, int src, int tag);
+
+/* Starts the profiler trace (trace_start, core/trace.h) on a comm_ctx of its own, a duplicate of
+ * c's world, so its messages never mix with the run's; trace_finish frees it. Collective over
+ * the world; returns what trace_start returns. */
+int comm_trace_start(comm_ctx *c, const char *path, int io_track, char *err, size_t errlen);
 
 /* Bitwise XOR over the world of n unsigned 32-bit values, in place (the placed CRCs of the
  * ranges each rank wrote or read of a checkpoint file, core/crc32c.h). */

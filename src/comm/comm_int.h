@@ -16,6 +16,8 @@
  * that died or cannot be reached: a lost node, a killed rank). Stops every rank. */
 UP_NORETURN void comm_mpi_failed(const char *file, int line, const char *func, const char *call,
                                  int rc);
+/* Gives core/check.h the stops that reach every rank (MPI_Abort, MPI_Finalize). */
+void comm_install_stop_hooks(void);
 
 /* Stops every rank with one line when an MPI call fails; the watchdog knows which call the rank
  * is in (func: the function that called it). */

@@ -1,8 +1,9 @@
-/* errors.c — what a failed MPI call says (comm_int.h). */
+/* errors.c — what a failed MPI call says, and how a stop reaches every rank (comm_int.h). */
 #include "comm/comm_int.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 void comm_mpi_failed(const char *file, int line, const char *func, const char *call, int rc) {
     char phase[96], stack[MPI_MAX_ERROR_STRING], cls[MPI_MAX_ERROR_STRING], routine[64];
@@ -24,4 +25,29 @@ void comm_mpi_failed(const char *file, int line, const char *func, const char *c
     }
     up_fatal(file, line, "%s%s%s in %s failed: %s%s%s%s", phase, phase[0] ? ": " : "", routine,
              func, cls, last ? " (" : "", last ? last : "", last ? ")" : "");
+}
+
+/* MPI is up and not finalized: there is a job to stop. */
+static int mpi_live(void) {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+}
+
+static void stop_abort_all(int code) {
+    if (!mpi_live()) return;
+    /* give the launcher a moment to forward this rank's message before the abort tears the job
+     * down (otherwise the line can be lost) */
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static void stop_finalize(void) {
+    if (mpi_live()) MPI_Finalize();
+}
+
+void comm_install_stop_hooks(void) {
+    up_set_stop_hooks(&(up_stop_hooks){stop_abort_all, stop_finalize});
 }
