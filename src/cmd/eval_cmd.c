@@ -336,7 +336,7 @@ static void check_targets(const eval_job *j, const eval_stats *s) {
 static void eval_run_job(eval_job *j) {
     mem_count(MEM_RUNTIME, (long long)j->runtime); /* as in the plan */
     char err[1024];
-    if (j->o.front.trace && trace_start(j->o.front.trace, j->comm.world, 0, err, sizeof err) != 0)
+    if (j->o.front.trace && comm_trace_start(&j->comm, j->o.front.trace, 0, err, sizeof err) != 0)
         up_die_agreed(j->rank == 0 ? err : NULL);
     eval_alloc_all(j);
     model_load(j->m, j->weights);

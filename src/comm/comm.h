@@ -20,7 +20,12 @@
  * nodes, before it stops the job (up_die). FSDP's reduce-scatter is upipe's own, point to point
  * and polled (MPICH's non-blocking one sums in another order than its blocking one at some sizes);
  * only start-up's collectives block (a hang there is stopped by the watchdog thread, naming the
- * call but not the peer). */
+ * call but not the peer).
+ *
+ * The module's files: comm.c (start-up, the node layout, the statistics), errors.c (a failed MPI
+ * call's line, the stops that reach every rank), liveness.c (the polled waits and the probes),
+ * alltoall.c (the CP group's exchanges), collectives.c (the world's); comm_int.h is their private
+ * header. core, parallel and model include no mpi.h: they see comm's handles (comm_req). */
 #ifndef UP_COMM_H
 #define UP_COMM_H
 
@@ -104,25 +109,21 @@ void comm_reset_stats(comm_ctx *c);
 double comm_seconds(const comm_ctx *c); /* sum over kinds */
 const char *comm_kind_name(comm_kind k);
 
-/* Sequence layout -> head layout over the CP group.
- * send (T_loc, nh, HS): this rank's tokens, all nh heads of one tensor.
- * recv (T_loc * P, nh_out, HS): all tokens, the heads of this rank.
- * Head map: rank j receives heads src_head(j, i) for i in [0, nh_out), where
- *   nh_out = nh / P and src_head = j * nh_out + i          when nh >= P (nh % P == 0), or
- *   nh_out = 1 and src_head = j * nh / P                   when nh < P (P % nh == 0: each head
- *   goes to P / nh ranks: the KV replication of GQA).
- * Elements of type dt (bf16 moves its 16 bits: half the bytes of fp32, DESIGN.md §5.1).
- * pack: scratch of comm_pack_floats(..) elements of dt. overwrite recv. */
-void comm_seq_to_head(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
-                      mem_dtype dt, void *pack);
-/* The same exchange, non-blocking (UPipe's pipe, DESIGN.md §3): an exchange in flight is P-1
+/* The all-to-all of the CP group (UPipe's and Ulysses' exchanges, DESIGN.md §2): P blocks of n
+ * elements of dt, block j of send to CP rank j and block j of recv from it (this rank's own block
+ * copied); what the blocks hold is the caller's (parallel/heads.h packs the heads). The two
+ * directions move bytes alike and differ in the kind they are counted in, and in the name the
+ * messages give them: comm_seq_to_head before attention, comm_head_to_seq after it. bf16 moves
+ * its 16 bits: half the bytes of fp32 (DESIGN.md §5.1). overwrite recv. */
+void comm_seq_to_head(comm_ctx *c, const void *send, void *recv, size_t n, mem_dtype dt);
+void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, size_t n, mem_dtype dt);
+/* The same exchanges, non-blocking (UPipe's pipe, DESIGN.md §3): an exchange in flight is P-1
  * receives and P-1 sends posted at once over the CP group (tag: tells apart the exchanges in
  * flight together; every rank starts them in the same order). comm_exchange_init gives x room
- * for one exchange, comm_exchange_free releases it. comm_seq_to_head_start packs send into pack
- * (send may change as soon as it returns) and posts the transfers; pack and recv belong to the
- * exchange until comm_exchange_wait completes it. MPI advances it only inside MPI calls:
- * comm_exchange_test in between lets it progress (1 when complete). The start and the wait are
- * counted in COMM_SEQ_TO_HEAD (the time not hidden); the tests are not. */
+ * for one exchange, comm_exchange_free releases it. The starts post the transfers; send, recv
+ * belong to the exchange until comm_exchange_wait completes it. MPI advances it only inside MPI
+ * calls: comm_exchange_test in between lets it progress (1 when complete). The start and the
+ * wait are counted in the direction's kind (the time not hidden); the tests are not. P > 1. */
 typedef struct {
     MPI_Request *req; /* 2 * P */
     int n;            /* requests in flight, 0: none */
@@ -130,26 +131,16 @@ typedef struct {
 } comm_exchange;
 void comm_exchange_init(const comm_ctx *c, comm_exchange *x);
 void comm_exchange_free(comm_exchange *x);
-void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
-                            mem_dtype dt, void *pack, int tag, comm_exchange *x);
+void comm_seq_to_head_start(comm_ctx *c, const void *send, void *recv, size_t n, mem_dtype dt,
+                            int tag, comm_exchange *x);
+void comm_head_to_seq_start(comm_ctx *c, const void *send, void *recv, size_t n, mem_dtype dt,
+                            int tag, comm_exchange *x);
 int comm_exchange_test(comm_ctx *c, comm_exchange *x);
 void comm_exchange_wait(comm_ctx *c, comm_exchange *x);
-/* The inverse direction: head layout -> sequence layout, the transpose of comm_seq_to_head:
- * send (T_loc * P, nh_out, HS), recv (T_loc, nh, HS). When heads are replicated (nh < P) the
- * replicas' values are summed (this is the gradient of the replication; bf16 replicas in fp32,
- * rounded once). overwrite recv. */
-void comm_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
-                      mem_dtype dt, void *pack);
-/* The same, non-blocking (the pipe's exchanges back, DESIGN.md §3): comm_head_to_seq_start posts
- * the transfers of send's blocks (send must not change until the wait) into pack (P blocks of
- * (T_loc, nh_out, HS)); after comm_exchange_wait, comm_head_to_seq_finish unpacks pack into recv
- * (T_loc, nh, HS), the replicas summed as above. Requires P > 1. */
-void comm_head_to_seq_start(comm_ctx *c, const void *send, int T_loc, int nh, int HS, mem_dtype dt,
-                            void *pack, int tag, comm_exchange *x);
-void comm_head_to_seq_finish(comm_ctx *c, const void *pack, void *recv, int T_loc, int nh, int HS,
-                             mem_dtype dt);
-/* Elements of the pack scratch both exchanges need for these shapes. */
-size_t comm_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS);
+/* Adds to kind k's statistics the work of an exchange done outside comm (parallel/heads.c's
+ * packing, or the copy that is the whole exchange on one rank): seconds, and calls (1 when no
+ * collective ran and counted the call). */
+void comm_stat_add(comm_ctx *c, comm_kind k, double seconds, long calls);
 
 /* Sum of g (n floats) over all ranks of the world, in place, in pieces of at most
  * COMM_REDUCE_CHUNK floats: MPI's all-reduce holds a temporary as large as its message, so the
@@ -158,13 +149,19 @@ enum { COMM_REDUCE_CHUNK = 1 << 20 };
 void comm_reduce_grads(comm_ctx *c, float *g, size_t n);
 /* Sum of the loss sum and the valid-target count over all ranks, in place. */
 void comm_reduce_loss(comm_ctx *c, double *loss_sum, long long *count);
+/* A collective in flight (comm_allgather_start), completed by comm_wait. */
+typedef struct {
+    MPI_Request r;
+} comm_req;
+#define COMM_REQ_NULL ((comm_req){MPI_REQUEST_NULL})
+
 /* FSDP over the whole world (DESIGN.md §4.5). All-gather of equal shards of n floats:
  * full (R * n elements of dt) receives rank i's shard at i * n; shard NULL: each rank's shard is
  * already in its place in full (the gather runs in place). The start variant returns at once; the
  * gather is complete after comm_wait (time is counted there). */
 void comm_allgather_start(comm_ctx *c, const void *shard, void *full, size_t n, mem_dtype dt,
-                          MPI_Request *req);
-void comm_wait(comm_ctx *c, MPI_Request *req, comm_kind kind);
+                          comm_req *req);
+void comm_wait(comm_ctx *c, comm_req *req, comm_kind kind);
 /* Reduce-scatter: full (R * n) summed over ranks, this rank's block i = rank lands in shard (n),
  * overwriting it; each element summed in rank order (x_0 + x_1 + ... + x_{R-1}: the same bits
  * on any network). recv (n floats) is the caller's buffer for the blocks received. Polled: a
@@ -193,6 +190,11 @@ void comm_max_u64(comm_ctx *c, unsigned long long *v, int n);
  * n must fit MPI's int count. Not counted in the statistics. */
 void comm_send_bytes(comm_ctx *c, const void *buf, size_t n, int dest, int tag);
 void comm_recv_bytes(comm_ctx *c, void *buf, size_t n, int src, int tag);
+
+/* Starts the profiler trace (trace_start, core/trace.h) on a comm_ctx of its own, a duplicate of
+ * c's world, so its messages never mix with the run's; trace_finish frees it. Collective over
+ * the world; returns what trace_start returns. */
+int comm_trace_start(comm_ctx *c, const char *path, int io_track, char *err, size_t errlen);
 
 /* Bitwise XOR over the world of n unsigned 32-bit values, in place (the placed CRCs of the
  * ranges each rank wrote or read of a checkpoint file, core/crc32c.h). */

@@ -1,19 +1,17 @@
 #include "core/check.h"
 
 #include <errno.h>
-#include <string.h>
-
-#include <mpi.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include <string.h>
 
 static int g_rank = 0;
 static int g_world = 1;
 static void (*_Atomic g_on_stop)(void);
+static up_stop_hooks g_stop_hooks; /* set once, on the main thread, before any other starts */
 
 void up_on_stop(void (*fn)(void)) {
     atomic_store(&g_on_stop, fn);
@@ -33,20 +31,15 @@ int up_rank(void) {
     return g_rank;
 }
 
+void up_set_stop_hooks(const up_stop_hooks *hooks) {
+    g_stop_hooks = hooks ? *hooks : (up_stop_hooks){NULL, NULL};
+}
+
 static UP_NORETURN void stop_all(int code) {
     up_run_on_stop();
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
     fflush(stdout);
     fflush(stderr);
-    if (init && !fin && g_world > 1) {
-        /* give the launcher a moment to forward this rank's message before the abort tears the
-         * job down (otherwise the line can be lost) */
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-        MPI_Abort(MPI_COMM_WORLD, code);
-    }
+    if (g_world > 1 && g_stop_hooks.abort_all) g_stop_hooks.abort_all(code);
     exit(code);
 }
 
@@ -106,10 +99,7 @@ static UP_NORETURN void finalize_exit(int code) {
     up_run_on_stop();
     fflush(stdout);
     fflush(stderr);
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    if (init && !fin) MPI_Finalize();
+    if (g_stop_hooks.finalize) g_stop_hooks.finalize();
     exit(code);
 }
 

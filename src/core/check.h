@@ -2,7 +2,7 @@
  *
  * Four ways to stop, for two kinds of failure. An internal invariant or a library call failed:
  *  - UP_CHECK(cond, fmt, ...): prints "[rank r] file:line: message" and stops every rank
- *    (MPI_Abort once MPI is up).
+ *    (MPI_Abort once MPI is up, through the stop hooks below).
  * A user mistake or bad input (a flag, a file, a shape), told in a sentence that says what to do:
  *  - up_die(fmt, ...): found by one rank. Prints "upipe: error: message" and stops every rank.
  *  - up_die_all(fmt, ...): the same mistake found by every rank at once (collective validation):
@@ -48,6 +48,18 @@ void up_run_on_stop(void);
 /* Rank used in messages; set by the communication layer once MPI is up (0 before). */
 void up_set_rank(int rank, int world_size);
 int up_rank(void);
+
+/* How a stop reaches the other ranks, given by the communication layer once MPI is up
+ * (comm_mpi_init); core itself knows nothing of MPI. abort_all ends every rank of the job with
+ * code (MPI_Abort; UP_CHECK and up_die, with more than one rank); finalize ends this rank's part
+ * when every rank stops together (MPI_Finalize; up_die_all, up_die_agreed). Each returns at once
+ * when there is nothing to end (MPI not up, or finalized already). NULL hooks, or none given:
+ * a stop is a plain exit. */
+typedef struct {
+    void (*abort_all)(int code);
+    void (*finalize)(void);
+} up_stop_hooks;
+void up_set_stop_hooks(const up_stop_hooks *hooks);
 
 /* Size arithmetic with overflow checks (T*T overflows int early; T*V*4 overflows 32 bits). */
 size_t up_mul(size_t a, size_t b);

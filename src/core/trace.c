@@ -5,7 +5,6 @@
  * the complete trace object, atomically. */
 #include "core/trace.h"
 
-#include "comm/comm.h"
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
@@ -58,7 +57,7 @@ static _Thread_local trace_track *tl_track;
 static struct {
     trace_track tracks[TRACE_TRACKS];
     int ntracks;
-    comm_ctx comm; /* the trace's own duplicate of the run's communicator */
+    trace_link link; /* the trace's own channel to the other ranks (trace_start) */
     int rank, R;
     uint64_t origin, last_flush;
     int fd;               /* rank 0: the output, "[" and the events so far */
@@ -68,12 +67,23 @@ static struct {
     char path[4064];
     int first;                 /* no event written yet (no comma before the next) */
     long long events, dropped; /* written and dropped, all ranks (rank 0) */
-} g;
+} g_trace;
 
 /* Rank 0's text on its way to the file: whole events only, so the file always ends at an event
  * boundary (a kill between two writes leaves a loadable array). */
 static char g_text[1 << 16];
 static size_t g_text_n;
+
+/* The link's calls (trace_link, trace.h). */
+static int link_any(int flag) {
+    return g_trace.link.any(g_trace.link.ctx, flag);
+}
+static void link_send(const void *buf, size_t n) {
+    g_trace.link.send(g_trace.link.ctx, buf, n, 0, TRACE_TAG);
+}
+static void link_recv(void *buf, size_t n, int src) {
+    g_trace.link.recv(g_trace.link.ctx, buf, n, src, TRACE_TAG);
+}
 
 uint64_t trace_now_ns(void) {
     struct timespec ts;
@@ -129,7 +139,8 @@ static long long os_tid(void) {
 
 /* The text so far into the file (one write, retried on short writes). */
 static void out_flush(void) {
-    if (g_text_n > 0 && !g.werr && up_write_all(g.fd, g_text, g_text_n) != 0) g.werr = errno;
+    if (g_text_n > 0 && !g_trace.werr && up_write_all(g_trace.fd, g_text, g_text_n) != 0)
+        g_trace.werr = errno;
     g_text_n = 0;
 }
 
@@ -138,16 +149,16 @@ static void out_event(const char *json, int n) {
     if (n < 0) n = 0;
     if ((size_t)n + 2 > sizeof g_text) n = (int)sizeof g_text - 2; /* never: events are short */
     if (g_text_n + (size_t)n + 2 > sizeof g_text) out_flush();
-    memcpy(g_text + g_text_n, g.first ? "\n" : ",\n", 2);
-    g_text_n += g.first ? 1 : 2;
+    memcpy(g_text + g_text_n, g_trace.first ? "\n" : ",\n", 2);
+    g_text_n += g_trace.first ? 1 : 2;
     memcpy(g_text + g_text_n, json, (size_t)n);
     g_text_n += (size_t)n;
-    g.first = 0;
+    g_trace.first = 0;
 }
 
 static void write_metadata(void) {
     char line[256];
-    for (int r = 0; r < g.R; r++) {
+    for (int r = 0; r < g_trace.R; r++) {
         out_event(line, snprintf(line, sizeof line,
                                  "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{"
                                  "\"name\":\"rank %d\"}}",
@@ -162,8 +173,8 @@ static void write_metadata(void) {
 
 /* The name of track k of rank pid (OS thread tid), once per track. */
 static void write_thread_name(int pid, long long tid, int k) {
-    if (tid <= 0 || !g.named || g.named[pid * TRACE_TRACKS + k]) return;
-    g.named[pid * TRACE_TRACKS + k] = 1;
+    if (tid <= 0 || !g_trace.named || g_trace.named[pid * TRACE_TRACKS + k]) return;
+    g_trace.named[pid * TRACE_TRACKS + k] = 1;
     char line[256];
     out_event(line,
               snprintf(line, sizeof line,
@@ -235,8 +246,9 @@ static void prepare(trace_track *t, long long n, trace_strings *st) {
     st->blob_len = 0;
     for (long long i = 0; i < n; i++) {
         trace_event *e = &t->ev[i];
-        e->t0 = e->t0 > g.origin ? e->t0 - g.origin : 0; /* a span begun before the origin */
-        e->t1 = e->t1 > g.origin ? e->t1 - g.origin : 0;
+        e->t0 = e->t0 > g_trace.origin ? e->t0 - g_trace.origin
+                                       : 0; /* a span begun before the origin */
+        e->t1 = e->t1 > g_trace.origin ? e->t1 - g_trace.origin : 0;
         e->cat.id = intern(st, e->cat.s);
         e->name.id = intern(st, e->name.s);
         e->k1.id = intern(st, e->k1.s);
@@ -259,51 +271,52 @@ static void split_strings(char *blob, long long len, long long nstr, const char 
  * over. Collective. */
 static void flush_all(void) {
     static trace_strings st; /* 40 KiB: not on the stack */
-    atomic_store(&g.flushing, 1);
-    for (int k = 0; k < g.ntracks; k++) {
-        trace_track *t = &g.tracks[k];
+    atomic_store(&g_trace.flushing, 1);
+    for (int k = 0; k < g_trace.ntracks; k++) {
+        trace_track *t = &g_trace.tracks[k];
         long long n = (long long)atomic_load_explicit(&t->n, memory_order_acquire);
         prepare(t, n, &st);
         trace_header h = {n, (long long)atomic_exchange(&t->dropped, 0), t->tid, st.n,
                           (long long)st.blob_len};
-        if (g.rank == 0) {
+        if (g_trace.rank == 0) {
             const char *strs[TRACE_MAX_STRINGS];
             split_strings(st.blob, h.blob, h.nstr, strs);
             write_thread_name(0, h.tid, k);
             write_events(0, h.tid, t->ev, n, strs);
-            g.events += n;
-            g.dropped += h.dropped;
+            g_trace.events += n;
+            g_trace.dropped += h.dropped;
         } else {
-            comm_send_bytes(&g.comm, &h, sizeof h, 0, TRACE_TAG);
-            comm_send_bytes(&g.comm, st.blob, st.blob_len, 0, TRACE_TAG);
-            comm_send_bytes(&g.comm, t->ev, (size_t)n * sizeof(trace_event), 0, TRACE_TAG);
+            link_send(&h, sizeof h);
+            link_send(st.blob, st.blob_len);
+            link_send(t->ev, (size_t)n * sizeof(trace_event));
         }
         atomic_store_explicit(&t->n, 0, memory_order_relaxed);
     }
-    atomic_store(&g.flushing, 0); /* n is 0 while the others' events pass through the buffer */
-    if (g.rank != 0) return;
+    atomic_store(&g_trace.flushing,
+                 0); /* n is 0 while the others' events pass through the buffer */
+    if (g_trace.rank != 0) return;
     /* the others', received into rank 0's main buffer (every track of every rank fits: all
      * ranks have the same buffers, the main one the largest) */
-    trace_track *buf = &g.tracks[TRACE_TRACK_MAIN];
-    for (int r = 1; r < g.R; r++)
-        for (int k = 0; k < g.ntracks; k++) {
+    trace_track *buf = &g_trace.tracks[TRACE_TRACK_MAIN];
+    for (int r = 1; r < g_trace.R; r++)
+        for (int k = 0; k < g_trace.ntracks; k++) {
             trace_header h;
-            comm_recv_bytes(&g.comm, &h, sizeof h, r, TRACE_TAG);
+            link_recv(&h, sizeof h, r);
             UP_CHECK(h.n >= 0 && (size_t)h.n <= buf->cap && h.nstr >= 0 &&
                          h.nstr <= TRACE_MAX_STRINGS && h.blob >= 0 &&
                          (size_t)h.blob <= sizeof st.blob,
                      "trace: rank %d sent a bad header (%lld events)", r, h.n);
-            comm_recv_bytes(&g.comm, st.blob, (size_t)h.blob, r, TRACE_TAG);
-            comm_recv_bytes(&g.comm, buf->ev, (size_t)h.n * sizeof(trace_event), r, TRACE_TAG);
+            link_recv(st.blob, (size_t)h.blob, r);
+            link_recv(buf->ev, (size_t)h.n * sizeof(trace_event), r);
             const char *strs[TRACE_MAX_STRINGS];
             split_strings(st.blob, h.blob, h.nstr, strs);
             write_thread_name(r, h.tid, k);
             write_events(r, h.tid, buf->ev, h.n, strs);
-            g.events += h.n;
-            g.dropped += h.dropped;
+            g_trace.events += h.n;
+            g_trace.dropped += h.dropped;
         }
     out_flush();
-    g.last_flush = trace_now_ns();
+    g_trace.last_flush = trace_now_ns();
 }
 
 /* ---- the run -------------------------------------------------------------------------------- */
@@ -311,19 +324,19 @@ static void flush_all(void) {
 /* Rank 0's output, created at the start: "[" and the metadata, written at once, so the file
  * is a loadable trace from the first moment on. */
 static int open_output(const char *path, char *err, size_t errlen) {
-    if (strlen(path) >= sizeof g.path)
+    if (strlen(path) >= sizeof g_trace.path)
         return up_errf(err, errlen, NULL, "--trace %s: the path is too long", path);
-    snprintf(g.path, sizeof g.path, "%s", path);
-    g.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (g.fd < 0)
+    snprintf(g_trace.path, sizeof g_trace.path, "%s", path);
+    g_trace.fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (g_trace.fd < 0)
         return up_errf(err, errlen, NULL, "--trace %s: cannot create it (%s): check the folder",
                        path, strerror(errno));
-    g.named = calloc((size_t)g.R * TRACE_TRACKS, 1);
-    UP_CHECK(g.named, "out of memory");
+    g_trace.named = calloc((size_t)g_trace.R * TRACE_TRACKS, 1);
+    UP_CHECK(g_trace.named, "out of memory");
     g_text_n = 0;
     memcpy(g_text, "[", 1);
     g_text_n = 1;
-    g.first = 1;
+    g_trace.first = 1;
     write_metadata();
     out_flush();
     return 0;
@@ -333,25 +346,26 @@ static int open_output(const char *path, char *err, size_t errlen) {
  * closing with otherData, into path.tmp.<pid>, renamed over the file. */
 static int write_output(char *err, size_t errlen) {
     out_flush();
-    if (g.werr)
-        return up_errf(err, errlen, g.path, "write failed (%s): check free disk space",
-                       strerror(g.werr));
+    if (g_trace.werr)
+        return up_errf(err, errlen, g_trace.path, "write failed (%s): check free disk space",
+                       strerror(g_trace.werr));
     up_atomic_file out;
-    if (up_atomic_open(&out, g.path, err, errlen) != 0) return -1;
+    if (up_atomic_open(&out, g_trace.path, err, errlen) != 0) return -1;
     fputs("{\"traceEvents\":[", out.f);
     char buf[1 << 16];
     ssize_t n = 0;
-    for (off_t off = 1; (n = pread(g.fd, buf, sizeof buf, off)) > 0; off += n)
+    for (off_t off = 1; (n = pread(g_trace.fd, buf, sizeof buf, off)) > 0; off += n)
         fwrite(buf, 1, (size_t)n, out.f);
     fprintf(out.f,
             "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"tool\":\"upipe\",\"ranks\":%d,"
             "\"events\":%lld,\"dropped_events\":%lld,\"clock\":\"CLOCK_MONOTONIC, origin "
             "aligned over the ranks by a collective at the start\"}}\n",
-            g.R, g.events, g.dropped);
+            g_trace.R, g_trace.events, g_trace.dropped);
     if (n < 0) {
         int e = errno;
         up_atomic_abort(&out);
-        return up_errf(err, errlen, g.path, "cannot read back what was written (%s)", strerror(e));
+        return up_errf(err, errlen, g_trace.path, "cannot read back what was written (%s)",
+                       strerror(e));
     }
     return up_atomic_commit(&out, err, errlen);
 }
@@ -361,72 +375,73 @@ static int write_output(char *err, size_t errlen) {
  * of its threads, and "]". Reads the records below each buffer's count, which the owner
  * published with release, so a main thread that still records does not disturb it. */
 static void close_on_stop(void) {
-    if (!trace_enabled_ || g.rank != 0 || g.fd < 0) return;
+    if (!trace_enabled_ || g_trace.rank != 0 || g_trace.fd < 0) return;
     trace_enabled_ = 0;
-    for (int k = 0; k < g.ntracks && !atomic_load(&g.flushing); k++) {
-        trace_track *t = &g.tracks[k];
+    for (int k = 0; k < g_trace.ntracks && !atomic_load(&g_trace.flushing); k++) {
+        trace_track *t = &g_trace.tracks[k];
         size_t n = atomic_load_explicit(&t->n, memory_order_acquire);
         write_thread_name(0, t->tid, k);
         for (size_t i = 0; i < n; i++) {
             const trace_event *e = &t->ev[i];
-            uint64_t t0 = e->t0 > g.origin ? e->t0 - g.origin : 0;
-            uint64_t t1 = e->t1 > g.origin ? e->t1 - g.origin : 0;
+            uint64_t t0 = e->t0 > g_trace.origin ? e->t0 - g_trace.origin : 0;
+            uint64_t t1 = e->t1 > g_trace.origin ? e->t1 - g_trace.origin : 0;
             write_span(0, t->tid, t0, t1, e->cat.s, e->name.s, e->k1.s, e->v1, e->k2.s, e->v2);
         }
     }
     out_flush();
-    if (!g.werr && up_write_all(g.fd, "\n]\n", 3) == 0) fsync(g.fd);
+    if (!g_trace.werr && up_write_all(g_trace.fd, "\n]\n", 3) == 0) fsync(g_trace.fd);
 }
 
-int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t errlen) {
-    memset(&g, 0, sizeof g);
-    comm_init(&g.comm, comm, 1); /* its messages never mix with the run's */
-    g.rank = g.comm.rank;
-    g.R = g.comm.R;
-    g.ntracks = io_track ? 2 : 1;
-    for (int k = 0; k < g.ntracks; k++) {
-        g.tracks[k].cap = track_cap(k);
-        g.tracks[k].ev = mem_alloc(MEM_WORKSPACE, track_cap(k) * sizeof(trace_event));
+int trace_start(const char *path, const trace_link *link, int io_track, char *err, size_t errlen) {
+    memset(&g_trace, 0, sizeof g_trace);
+    g_trace.link = *link;
+    g_trace.rank = link->rank;
+    g_trace.R = link->R;
+    g_trace.ntracks = io_track ? 2 : 1;
+    for (int k = 0; k < g_trace.ntracks; k++) {
+        g_trace.tracks[k].cap = track_cap(k);
+        g_trace.tracks[k].ev = mem_alloc(MEM_WORKSPACE, track_cap(k) * sizeof(trace_event));
     }
     if (err && errlen) err[0] = '\0';
     int bad = 0;
-    g.fd = -1;
-    if (g.rank == 0) bad = open_output(path, err, errlen) != 0;
+    g_trace.fd = -1;
+    if (g_trace.rank == 0) bad = open_output(path, err, errlen) != 0;
     /* the verdict, and the clocks' alignment: every rank has entered this all-reduce before
      * any leaves it */
-    bad = comm_any(&g.comm, bad);
-    g.origin = trace_now_ns();
-    g.last_flush = g.origin;
+    bad = link_any(bad);
+    g_trace.origin = trace_now_ns();
+    g_trace.last_flush = g_trace.origin;
     if (bad) {
-        for (int k = 0; k < g.ntracks; k++)
-            mem_free(g.tracks[k].ev);
-        comm_free(&g.comm);
-        if (g.fd >= 0) close(g.fd);
-        free(g.named);
-        memset(&g, 0, sizeof g);
+        for (int k = 0; k < g_trace.ntracks; k++)
+            mem_free(g_trace.tracks[k].ev);
+        g_trace.link.close(g_trace.link.ctx);
+        if (g_trace.fd >= 0) close(g_trace.fd);
+        free(g_trace.named);
+        memset(&g_trace, 0, sizeof g_trace);
         return -1;
     }
-    g.tracks[TRACE_TRACK_MAIN].tid = os_tid();
-    tl_track = &g.tracks[TRACE_TRACK_MAIN];
+    g_trace.tracks[TRACE_TRACK_MAIN].tid = os_tid();
+    tl_track = &g_trace.tracks[TRACE_TRACK_MAIN];
     trace_enabled_ = 1;
     up_on_stop(close_on_stop); /* a stop of the process (up_die*, the watchdog) closes the file */
     return 0;
 }
 
 void trace_attach_io(void) {
-    if (!trace_enabled_ || g.ntracks <= TRACE_TRACK_IO) return;
-    g.tracks[TRACE_TRACK_IO].tid = os_tid();
-    tl_track = &g.tracks[TRACE_TRACK_IO];
+    if (!trace_enabled_ || g_trace.ntracks <= TRACE_TRACK_IO) return;
+    g_trace.tracks[TRACE_TRACK_IO].tid = os_tid();
+    tl_track = &g_trace.tracks[TRACE_TRACK_IO];
 }
 
 void trace_step(void) {
     if (!trace_enabled_) return;
     uint64_t t0 = trace_now_ns();
     int full = 0;
-    for (int k = 0; k < g.ntracks; k++)
-        full |= atomic_load_explicit(&g.tracks[k].n, memory_order_acquire) > g.tracks[k].cap / 2;
-    if (g.rank == 0 && t0 - g.last_flush >= TRACE_FLUSH_NS) full = 1; /* now and then */
-    if (!comm_any(&g.comm, full)) return;
+    for (int k = 0; k < g_trace.ntracks; k++)
+        full |= atomic_load_explicit(&g_trace.tracks[k].n, memory_order_acquire) >
+                g_trace.tracks[k].cap / 2;
+    if (g_trace.rank == 0 && t0 - g_trace.last_flush >= TRACE_FLUSH_NS) full = 1; /* now and then */
+    if (!link_any(full)) return;
     flush_all();
     trace_record(t0, "trace", "trace_flush", NULL, 0, NULL, 0); /* in the next batch */
 }
@@ -439,22 +454,22 @@ int trace_finish(char *err, size_t errlen) {
     flush_all();
     int bad = 0;
     if (err && errlen) err[0] = '\0';
-    if (g.rank == 0) {
+    if (g_trace.rank == 0) {
         bad = write_output(err, errlen) != 0;
-        close(g.fd);
-        free(g.named);
-        if (!bad && g.dropped > 0) {
+        close(g_trace.fd);
+        free(g_trace.named);
+        if (!bad && g_trace.dropped > 0) {
             fprintf(stderr,
                     "upipe: warning: --trace: %lld span%s dropped: an event buffer (%zu "
                     "spans on the main thread) filled within one step; the trace is incomplete\n",
-                    g.dropped, g.dropped == 1 ? "" : "s", track_cap(TRACE_TRACK_MAIN));
+                    g_trace.dropped, g_trace.dropped == 1 ? "" : "s", track_cap(TRACE_TRACK_MAIN));
             fflush(stderr);
         }
     }
-    bad = comm_any(&g.comm, bad);
-    for (int k = 0; k < g.ntracks; k++)
-        mem_free(g.tracks[k].ev);
-    comm_free(&g.comm);
-    memset(&g, 0, sizeof g);
+    bad = link_any(bad);
+    for (int k = 0; k < g_trace.ntracks; k++)
+        mem_free(g_trace.tracks[k].ev);
+    g_trace.link.close(g_trace.link.ctx);
+    memset(&g_trace, 0, sizeof g_trace);
     return bad ? -1 : 0;
 }

@@ -20,7 +20,6 @@
 #ifndef UP_TRACE_H
 #define UP_TRACE_H
 
-#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,7 +60,22 @@ static inline void trace_end2(uint64_t t0, const char *cat, const char *name, co
 size_t trace_buffer_bytes(int io_track);
 void trace_plan(int io_track);
 
-/* Collective over comm (the trace talks on a duplicate of it, through comm/comm.h). Allocates
+/* How the trace talks to the other ranks. Core knows nothing of MPI: the communication layer
+ * fills this (comm_trace_start, comm/comm.h, on a communicator of the trace's own) and calls
+ * trace_start with it. */
+typedef struct {
+    void *ctx;   /* the channel's state, passed to each call */
+    int rank, R; /* this rank and the ranks of the channel */
+    /* collective: 1 when flag is non-zero on any rank */
+    int (*any)(void *ctx, int flag);
+    /* point to point, blocking: n bytes to rank dest, or from rank src, with tag */
+    void (*send)(void *ctx, const void *buf, size_t n, int dest, int tag);
+    void (*recv)(void *ctx, void *buf, size_t n, int src, int tag);
+    /* collective: releases the channel (at trace_finish, or when trace_start fails) */
+    void (*close)(void *ctx);
+} trace_link;
+
+/* Collective over link's ranks (the trace owns link from here on; a copy is kept). Allocates
  * the buffers, gives the calling thread the main track, creates rank 0's output at path (during
  * the run a JSON array of the events written out so far, whole events only, which the viewers
  * load without its closing bracket: a killed run leaves the trace up to its last write-out) and
@@ -71,7 +85,7 @@ void trace_plan(int io_track);
  * writes rank 0's own events not yet out and the closing "]"; the other ranks' events since the
  * last write-out are lost there. 0, or -1 on every rank when rank 0 could not create the file
  * (err filled on rank 0 only, "" elsewhere). */
-int trace_start(const char *path, MPI_Comm comm, int io_track, char *err, size_t errlen);
+int trace_start(const char *path, const trace_link *link, int io_track, char *err, size_t errlen);
 /* Gives the calling thread the I/O track (the offload store's I/O thread, at its start); nothing
  * when tracing is off or started without io_track. */
 void trace_attach_io(void);

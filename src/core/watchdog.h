@@ -2,7 +2,7 @@
  * however slow its host, is never stopped.
  *
  * A thread per rank watches the main thread's progress marks: the entry and exit of every MPI
- * call (comm.c marks them with the calling function and the MPI routine), the phases of the run
+ * call (comm marks them with the calling function and the MPI routine), the phases of the run
  * (start-up, each step, validation, a checkpoint write, the end) and ticks of computation (each
  * attention task, each layer and tile). The time since the last mark is judged by the phase:
  *
@@ -21,7 +21,7 @@
  * A rank stalled in computation thus shows as its peers' wait in a collective. On a hang in a
  * blocking MPI call or in computation the thread prints one line naming the phase and step, what
  * it waits in, for how long and the limit, and ends the process with status 1; mpiexec then stops
- * the other ranks. A wait the main thread polls (comm.c's non-blocking collectives completed by
+ * the other ranks. A wait the main thread polls (comm's non-blocking collectives completed by
  * MPI_Test in a loop) is left to the main thread, which can still call MPI and find out which peer
  * does not answer: the thread only flags it (watchdog_overdue), and stops the process itself when
  * the main thread has not done so WATCHDOG_POLL_GRACE_S later. */
@@ -36,7 +36,7 @@
 #define WATCHDOG_UNMEASURED_S 600.0
 
 /* How long past the limit a polled wait is left to the main thread (its probes of the peers, up to
- * comm.c's COMM_PROBE_S, and the stop) before the watch thread stops the process itself. */
+ * comm.h's COMM_PROBE_S, and the stop) before the watch thread stops the process itself. */
 #define WATCHDOG_POLL_GRACE_S 5.0
 
 typedef enum {

@@ -63,8 +63,8 @@ double model_flops_per_step(const model_config *c, int T) {
     return 6.0 * matmul_params * T + attn;
 }
 
-/* Bytes of one exchange of a tensor of nh heads by one rank (comm.c: P-1 blocks of T_loc tokens
- * of the heads each rank holds in head layout, one when heads are replicated). */
+/* Bytes of one exchange of a tensor of nh heads by one rank (comm/alltoall.c: P-1 blocks of T_loc
+ * tokens of the heads each rank holds in head layout, one when heads are replicated). */
 static double exchange_bytes(int T_loc, int nh, int HS, int P, size_t elt) {
     return (double)(P - 1) * T_loc * (nh >= P ? nh / P : 1) * HS * (double)elt;
 }

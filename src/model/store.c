@@ -29,7 +29,7 @@ struct param_store {
      * unit, the tied unit keeps slot 2 (elements of wtype) */
     void *slot[3];
     int slot_unit[3], slot_pending[3];
-    MPI_Request req[3];
+    comm_req req[3];     /* the slots' gathers in flight */
     float *gradbuf;      /* (R * max shard_n) full gradients of the unit in backward (sharded) */
     float *tied_gradbuf; /* the tied unit's, accumulated over both its uses (sharded) */
     float *rs_tmp;       /* (max shard_n) reduce-scatter result before it is added */
@@ -92,7 +92,7 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     }
     for (int k = 0; k < 3; k++) {
         s->slot_unit[k] = -1;
-        s->req[k] = MPI_REQUEST_NULL;
+        s->req[k] = COMM_REQ_NULL;
     }
     int grads = sp->grads, sharded = R > 1;
     static const mem_category cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_OPTIMIZER};

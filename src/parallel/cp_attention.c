@@ -4,14 +4,15 @@
 #include "parallel/cp_attention.h"
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/mem.h"
 #include "core/trace.h"
 #include "kernels/kernels.h"
+#include "parallel/heads.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct cp_attention {
     cp_attention_shape s;
@@ -47,12 +48,6 @@ struct cp_attention {
     int ninflight;
     double kernel_s; /* seconds inside the attention kernels since the last reset */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double cp_attention_seconds(cp_attention *a, int reset) {
     double s = a->kernel_s;
@@ -165,8 +160,8 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
         a->dvh_s = stage_buffer(s, kvh);
     }
     if (!P1) {
-        size_t pq = comm_pack_floats(s->comm, s->T_loc, s->U, s->HS);
-        size_t pkv = comm_pack_floats(s->comm, s->T_loc, a->Kc, s->HS);
+        size_t pq = heads_pack_floats(s->comm, s->T_loc, s->U, s->HS);
+        size_t pkv = heads_pack_floats(s->comm, s->T_loc, a->Kc, s->HS);
         a->pack = stage_buffer(s, pq > pkv ? pq : pkv);
         if (kv2) {
             a->pack_k = stage_buffer(s, pkv);
@@ -216,7 +211,7 @@ static void to_head(cp_attention *a, const void *seq, void *head, int nh) {
     if (a->s.P == 1)
         typed_copy(a->s.tk, head, seq, (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS);
     else
-        comm_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+        heads_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
 }
 
 static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
@@ -224,7 +219,7 @@ static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
     if (a->s.P == 1)
         typed_copy(a->s.tk, seq, head, (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS);
     else
-        comm_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+        heads_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
 }
 
 /* Element i of a stage tensor. */
@@ -291,8 +286,8 @@ static void input_to_head(cp_attention *a, const void *seq, void *head, int nh, 
     UP_CHECK(a->ninflight < (int)(sizeof a->inflight / sizeof a->inflight[0]),
              "cp_attention: too many exchanges in flight");
     int i = a->ninflight++; /* the tag tells the exchanges in flight together apart */
-    comm_seq_to_head_start(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, pack, i,
-                           &a->inflight[i]);
+    heads_seq_to_head_start(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, pack, i,
+                            &a->inflight[i]);
 }
 
 /* The attention kernels' progress hook: MPI advances the exchanges in flight only inside MPI
@@ -409,17 +404,17 @@ static void kernel_backward(cp_attention *a, void *dq, void *dk, void *dv, const
 /* ---- the pipe's exchanges back ------------------------------------------------------------ */
 
 /* Head -> sequence layout of a stage's output, left in flight: from head (which must not change
- * until inputs_wait) into back, unpacked after the wait by comm_head_to_seq_finish. */
+ * until inputs_wait) into back, unpacked after the wait by heads_head_to_seq_finish. */
 static void output_to_seq(cp_attention *a, const void *head, void *back, int nh) {
     UP_CHECK(a->ninflight < (int)(sizeof a->inflight / sizeof a->inflight[0]),
              "cp_attention: too many exchanges in flight");
     int i = a->ninflight++;
-    comm_head_to_seq_start(a->s.comm, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, back, i,
-                           &a->inflight[i]);
+    heads_head_to_seq_start(a->s.comm, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, back, i,
+                            &a->inflight[i]);
 }
 
 static void output_unpack(cp_attention *a, const void *back, void *seq, int nh) {
-    comm_head_to_seq_finish(a->s.comm, back, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype);
+    heads_head_to_seq_finish(a->s.comm, back, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype);
 }
 
 /* Stage s's o (T, U_loc, HS) back into the saved o (T_loc, NH*HS) in model head order: from the

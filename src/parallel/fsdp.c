@@ -18,18 +18,18 @@ static int64_t shard_bytes(const comm_ctx *c, size_t n, mem_dtype dt) {
     return (int64_t)mem_dtype_bytes(dt, n) * (c->R - 1);
 }
 
-void fsdp_gather_start(comm_ctx *c, void *full, size_t n, mem_dtype dt, MPI_Request *req) {
+void fsdp_gather_start(comm_ctx *c, void *full, size_t n, mem_dtype dt, comm_req *req) {
     comm_allgather_start(c, NULL, full, n, dt, req);
 }
 
-void fsdp_gather_wait(comm_ctx *c, MPI_Request *req, int u, size_t n, mem_dtype dt) {
+void fsdp_gather_wait(comm_ctx *c, comm_req *req, int u, size_t n, mem_dtype dt) {
     uint64_t tt = trace_begin(); /* the span: the wait for a gather started ahead */
     comm_wait(c, req, COMM_FSDP_GATHER);
     trace_end2(tt, "fsdp", "fsdp_gather", "unit", u, "bytes", shard_bytes(c, n, dt));
 }
 
 void fsdp_gather_now(comm_ctx *c, void *full, size_t n, mem_dtype dt) {
-    MPI_Request req;
+    comm_req req;
     comm_allgather_start(c, NULL, full, n, dt, &req);
     comm_wait(c, &req, COMM_FSDP_GATHER);
 }

@@ -12,7 +12,6 @@
 #include "comm/comm.h"
 #include "core/mem.h"
 
-#include <mpi.h>
 #include <stddef.h>
 
 /* Padded shard floats of a unit of n floats over R ranks. */
@@ -20,9 +19,9 @@ size_t fsdp_shard_floats(size_t n, int R);
 /* The part [a, b) of a unit of n floats (offsets in the unit) that rank keeps. */
 void fsdp_kept(size_t n, int R, int rank, size_t *a, size_t *b);
 /* Starts the all-gather of unit u's shards of n elements of dt into full, in place. Collective. */
-void fsdp_gather_start(comm_ctx *c, void *full, size_t n, mem_dtype dt, MPI_Request *req);
+void fsdp_gather_start(comm_ctx *c, void *full, size_t n, mem_dtype dt, comm_req *req);
 /* Waits for it (the trace's fsdp_gather span: the wait for a gather started ahead). */
-void fsdp_gather_wait(comm_ctx *c, MPI_Request *req, int u, size_t n, mem_dtype dt);
+void fsdp_gather_wait(comm_ctx *c, comm_req *req, int u, size_t n, mem_dtype dt);
 /* The same, gathered now, without a span (a save's units). Collective. */
 void fsdp_gather_now(comm_ctx *c, void *full, size_t n, mem_dtype dt);
 /* shard[0..n) += the sum over ranks of this rank's part of full (R * n floats), summed in rank

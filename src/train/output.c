@@ -5,7 +5,6 @@
 #include "core/check.h"
 #include "core/fileio.h"
 #include "core/mem.h"
-#include "parallel/cp_attention.h"
 
 #include <errno.h>
 #include <jansson.h>

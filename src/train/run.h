@@ -4,6 +4,7 @@
 #define UP_TRAIN_RUN_H
 
 #include "comm/comm.h"
+#include "core/clock.h"
 #include "eval/evaluate.h"
 #include "io/config.h"
 #include "io/mask.h"
@@ -16,7 +17,6 @@
 
 #include <stdint.h>
 #include <stdio.h>
-#include <time.h>
 
 /* One training job: what every rank holds from setup to the end. */
 typedef struct {
@@ -65,12 +65,6 @@ typedef struct {
     const eval_stats *val;     /* validation after this step, NULL: none */
     double val_s;              /* its seconds */
 } train_step_stats;
-
-static inline double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- setup.c ---- */
 /* Threads, then every check before any large allocation (every rank, same verdict; outputs

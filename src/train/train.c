@@ -97,8 +97,8 @@ static void run_start(train_run *r) {
     mem_count(MEM_RUNTIME, (long long)r->runtime); /* as in the plan */
     char err[1024];
     /* before the model: the offload store's I/O thread takes its track as it starts */
-    if (o->front.trace && trace_start(o->front.trace, r->comm.world,
-                                      o->front.mopt.offload_dir != NULL, err, sizeof err) != 0)
+    if (o->front.trace && comm_trace_start(&r->comm, o->front.trace,
+                                           o->front.mopt.offload_dir != NULL, err, sizeof err) != 0)
         up_die_agreed(r->rank == 0 ? err : NULL);
     run_alloc_all(r);
     double t0 = now_s(), read_bytes = 0;

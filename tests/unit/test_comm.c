@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/watchdog.h"
 #include "kernels/bf16.h"
+#include "parallel/heads.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -40,13 +41,13 @@ static long check_case(comm_ctx *c, int T_loc, int nh, int HS, mem_dtype dt) {
     void *seq = malloc(mem_dtype_bytes(dt, (size_t)T_loc * nh * HS));
     void *head = malloc(mem_dtype_bytes(dt, Tg * nh_out * HS));
     void *back = malloc(mem_dtype_bytes(dt, (size_t)T_loc * nh * HS));
-    void *pack = malloc(mem_dtype_bytes(dt, comm_pack_floats(c, T_loc, nh, HS)));
+    void *pack = malloc(mem_dtype_bytes(dt, heads_pack_floats(c, T_loc, nh, HS)));
     long errors = 0;
     for (int t = 0; t < T_loc; t++)
         for (int h = 0; h < nh; h++)
             for (int x = 0; x < HS; x++)
                 put(seq, dt, ((size_t)t * nh + h) * HS + x, value(r * T_loc + t, h, x, bf));
-    comm_seq_to_head(c, seq, head, T_loc, nh, HS, dt, pack);
+    heads_seq_to_head(c, seq, head, T_loc, nh, HS, dt, pack);
     /* rank r holds heads r*nh_out.. (or head r*nh/P when replicated) of every token */
     for (size_t t = 0; t < Tg; t++)
         for (int i = 0; i < nh_out; i++) {
@@ -56,7 +57,7 @@ static long check_case(comm_ctx *c, int T_loc, int nh, int HS, mem_dtype dt) {
         }
     /* back to sequence layout: the identity, or the sum of P/nh replicas when replicated (in
      * bf16: the exact fp32 sum rounded once) */
-    comm_head_to_seq(c, head, back, T_loc, nh, HS, dt, pack);
+    heads_head_to_seq(c, head, back, T_loc, nh, HS, dt, pack);
     float mult = nh >= P ? 1.0f : (float)(P / nh);
     for (int t = 0; t < T_loc; t++)
         for (int h = 0; h < nh; h++)
@@ -140,7 +141,7 @@ static int stall_chain(int disorder) {
     int stalled = disorder ? -1 : 3, T = 4, nh = 2, HS = 3;
     float *seq = calloc((size_t)T * nh * HS, sizeof *seq),
           *head = calloc((size_t)T * 2 * nh * HS, sizeof *head),
-          *pack = calloc(comm_pack_floats(&c, T, nh, HS), sizeof *pack);
+          *pack = calloc(heads_pack_floats(&c, T, nh, HS), sizeof *pack);
     if (!seq || !head || !pack) abort();
     if (c.rank != stalled) watchdog_start(1.0); /* the stalled rank's own would end it */
     double loss = 1;
@@ -152,7 +153,7 @@ static int stall_chain(int disorder) {
         else if (c.rank == stalled)
             sleep(60); /* no MPI progress, no answer to a probe */
         else if (c.rank == 1)
-            comm_seq_to_head(&c, seq, head, T, nh, HS, MEM_DTYPE_F32, pack);
+            heads_seq_to_head(&c, seq, head, T, nh, HS, MEM_DTYPE_F32, pack);
         else
             comm_reduce_loss(&c, &loss, &count);
     }

@@ -3,6 +3,7 @@
  * as called; a full buffer drops and counts; the file is valid JSON-shaped text (the script test
  * trace.sh parses real runs' files with python). Prints the cost of a span, off and on (the figure
  * in docs/BENCHMARKS.md). Final line: "N passed, M failed". */
+#include "comm/comm.h"
 #include "core/mem.h"
 #include "core/trace.h"
 
@@ -60,7 +61,10 @@ static double span_ns(int n) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int rank, R;
+    comm_mpi_init(&argc, &argv, &rank, &R);
+    comm_ctx world;
+    comm_init(&world, MPI_COMM_WORLD, 1);
     setenv("UPIPE_TRACE_EVENTS", "4096", 1);
     char dir[] = "/tmp/upipe-trace-test.XXXXXX", path[256];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -82,7 +86,7 @@ int main(int argc, char **argv) {
           "plan: %zu bytes", planned);
 
     char err[512];
-    CHECK(trace_start(path, MPI_COMM_WORLD, 1, err, sizeof err) == 0, "start: %s", err);
+    CHECK(comm_trace_start(&world, path, 1, err, sizeof err) == 0, "start: %s", err);
     CHECK(mem_live(MEM_WORKSPACE) == planned, "allocated %zu", mem_live(MEM_WORKSPACE));
     CHECK(trace_begin() != 0, "on: trace_begin is a time");
     uint64_t outer = trace_begin();
@@ -125,6 +129,7 @@ int main(int argc, char **argv) {
     unlink(path);
     CHECK(rmdir(dir) == 0, "nothing else left in the folder");
     int rc = harness_finish("test_trace");
+    comm_free(&world);
     MPI_Finalize();
     return rc;
 }
