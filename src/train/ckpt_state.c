@@ -17,6 +17,13 @@
 
 const char *const CKPT_DATA_FILES[CKPT_NDATA] = {"model.safetensors", "optimizer.safetensors"};
 
+void ckpt_fmt(char *buf, size_t len, const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, len, f, ap);
+    va_end(ap);
+}
+
 /* ---- identity of the data ---------------------------------------------------------------------
  */
 
