@@ -36,9 +36,11 @@ static inline size_t attn_round16(size_t n) {
 /* Shared shape values of one call. */
 typedef struct {
     int T, NH, NKV, HS, G;
-    size_t ldq, ldk;    // row strides of q/out/dout/dq (NH*HS) and of k/v/dk/dv (NKV*HS)
-    float scale;        // 1/sqrt(HS)
-    const int32_t *doc; // (T) doc_start, or NULL: one document (the plain causal case)
+    size_t ldq, ldk;      // row strides of q/out/dout/dq (NH*HS) and of k/v/dk/dv (NKV*HS)
+    float scale;          // 1/sqrt(HS)
+    const int32_t *doc;   // (T) doc_start, or NULL: one document (the plain causal case)
+    const bf16_ops *bf16; // the kernel path's conversions (bf16_path_current): the bf16 blocks
+                          // round and widen through it
 } attn_shape;
 
 /* Documents. doc[i] is non-decreasing (documents are contiguous), so the first query of a block
@@ -108,16 +110,18 @@ static inline void attn_pack_t_bf16(float *dst, int width, const uint16_t *src, 
     }
 }
 
-/* Rows 0 .. n-1 of src (HS bf16 each, strided by ld) widened into dst (n, HS) contiguous. */
-static inline void attn_widen_rows(float *dst, const uint16_t *src, size_t ld, int n, int HS) {
+/* Rows 0 .. n-1 of src (HS bf16 each, strided by ld) widened by cv into dst (n, HS) contiguous. */
+static inline void attn_widen_rows(float *dst, const uint16_t *src, size_t ld, int n, int HS,
+                                   const bf16_ops *cv) {
     for (int r = 0; r < n; r++)
-        f32_from_bf16(src + (size_t)r * ld, dst + (size_t)r * HS, (size_t)HS);
+        cv->to_f32(src + (size_t)r * ld, dst + (size_t)r * HS, (size_t)HS);
 }
 
-/* Rows 0 .. n-1 of src (n, HS) contiguous rounded into dst (HS bf16 each, strided by ld). */
-static inline void attn_round_rows(uint16_t *dst, size_t ld, const float *src, int n, int HS) {
+/* Rows 0 .. n-1 of src (n, HS) contiguous rounded by cv into dst (HS bf16 each, strided by ld). */
+static inline void attn_round_rows(uint16_t *dst, size_t ld, const float *src, int n, int HS,
+                                   const bf16_ops *cv) {
     for (int r = 0; r < n; r++)
-        bf16_from_f32(src + (size_t)r * HS, dst + (size_t)r * ld, (size_t)HS);
+        cv->from_f32(src + (size_t)r * HS, dst + (size_t)r * ld, (size_t)HS);
 }
 
 /* The bf16 backward's dQ accumulator (attention.c): fp32 rows, either a private fp32 buffer
@@ -270,7 +274,7 @@ void attn_avx512_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
  * between attention calls, from one thread; size the workspace after it. */
 void attention_ops_override(const attn_ops *ops);
 
-/* The path in use (dispatch.c): chosen at the first call, see kernel_path_init in kernels.h. */
+/* The path in use (kernel_path.c): chosen at the first call, see kernel_path_init in kernels.h. */
 const attn_ops *attn_ops_current(void);
 
 #endif
