@@ -40,7 +40,7 @@
  * causal kernel, so results are bit-identical to it.
  *
  * Four implementations of the per-block work ("paths", one algorithm; DESIGN.md §8.1), reached
- * through the attn_ops table of attention_tiles.h that dispatch.c chooses at run time:
+ * through the attn_ops table of attention_tiles.h that kernel_path.c chooses at run time:
  *   - avx512: our own register-blocked micro-kernels (attn_kq, attn_kh). The vectors run along
  *     the dimension a task keeps fixed: in the forward 16 queries fill a vector (scores are kept
  *     transposed, S^T (keys, queries)), so the online softmax (max, exp, sums, rescale) needs no
@@ -97,7 +97,7 @@ void attention_ops_override(const attn_ops *ops) {
     g_ops_override = ops;
 }
 
-/* The path's table: the chosen one (dispatch.c) unless a test overrides it. */
+/* The path's table: the chosen one (kernel_path.c) unless a test overrides it. */
 static const attn_ops *attn_ops_in_use(void) {
     return g_ops_override ? g_ops_override : attn_ops_current();
 }

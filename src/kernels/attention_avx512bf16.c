@@ -1,7 +1,7 @@
 /* attention_avx512bf16.c — the attention blocks with bf16 operands on AVX512_BF16's dot product
  * (VDPBF16PS, attention_dp_body.h over vec_avx512bf16.h); its fp32 blocks are the avx512 path's
  * (attention_avx512.c), the same functions. Compiled with AVX-512 F/BW/DQ/VL and BF16
- * (CMakeLists.txt) and run only where the CPU has them (dispatch.c), by default only where
+ * (CMakeLists.txt) and run only where the CPU has them (kernel_path.c), by default only where
  * VDPBF16PS retires more multiply-adds per second than FMA (kernel_dot_ratio). */
 #if defined(__x86_64__)
 #include "kernels/vec_avx512bf16.h"

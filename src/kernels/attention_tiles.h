@@ -4,7 +4,7 @@
  * with its own instruction-set flags (CMakeLists.txt): attention_avx512.c, attention_avx2.c
  * (x86-64 only; one body, attention_body.h, over their primitives header),
  * attention_avx512bf16.c (x86-64; the avx512 fp32 blocks, and bf16 blocks on VDPBF16PS,
- * attention_dp_body.h) and attention_portable.c (any CPU; sgemm on square tiles). dispatch.c
+ * attention_dp_body.h) and attention_portable.c (any CPU; sgemm on square tiles). kernel_path.c
  * chooses one at run time. */
 #ifndef UP_ATTENTION_TILES_H
 #define UP_ATTENTION_TILES_H
@@ -198,7 +198,7 @@ static inline void attn_prefetch_rows(const float *a, int n, int HS, size_t ld) 
  *                  the task), dQ accumulated into dqacc (dq itself or a private buffer,
  *                  (T, NH, HS)). D (NH, T) = rowsum(dO * O). */
 typedef struct {
-    int fq, bkb; /* (the path's name and label are its row's in dispatch.c) */
+    int fq, bkb; /* (the path's name and label are its row's in kernel_path.c) */
     size_t (*thread_floats)(int HS);
     void (*fwd_block)(float *out, float *lse, const float *q, const float *k, const float *v,
                       const attn_shape *sh, int h, int ib, float *tws);
