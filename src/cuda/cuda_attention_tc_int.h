@@ -170,8 +170,7 @@ __host__ __device__ constexpr size_t al128(size_t b) {
 /* ---- launches: shared helpers ---------------------------------------------------------------- */
 
 /* Lets kernel use bytes of dynamic shared memory (beyond the default 48 KiB). */
-template <typename K>
-void allow_smem(K *kernel, size_t bytes) {
+template <typename K> void allow_smem(K *kernel, size_t bytes) {
     CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     /* the most shared memory an SM has (minb blocks of the largest layouts need it) */
     CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -180,17 +179,32 @@ void allow_smem(K *kernel, size_t bytes) {
 
 /* f(std::integral_constant<int, HS>) for the supported head size HS (a multiple of 16 in
  * 16..128; every kernel is instantiated for each). */
-template <typename F>
-void with_hs(int HS, F &&f) {
+template <typename F> void with_hs(int HS, F &&f) {
     switch (HS) {
-    case 16: f(std::integral_constant<int, 16>()); break;
-    case 32: f(std::integral_constant<int, 32>()); break;
-    case 48: f(std::integral_constant<int, 48>()); break;
-    case 64: f(std::integral_constant<int, 64>()); break;
-    case 80: f(std::integral_constant<int, 80>()); break;
-    case 96: f(std::integral_constant<int, 96>()); break;
-    case 112: f(std::integral_constant<int, 112>()); break;
-    default: f(std::integral_constant<int, 128>()); break;
+    case 16:
+        f(std::integral_constant<int, 16>());
+        break;
+    case 32:
+        f(std::integral_constant<int, 32>());
+        break;
+    case 48:
+        f(std::integral_constant<int, 48>());
+        break;
+    case 64:
+        f(std::integral_constant<int, 64>());
+        break;
+    case 80:
+        f(std::integral_constant<int, 80>());
+        break;
+    case 96:
+        f(std::integral_constant<int, 96>());
+        break;
+    case 112:
+        f(std::integral_constant<int, 112>());
+        break;
+    default:
+        f(std::integral_constant<int, 128>());
+        break;
     }
 }
 
