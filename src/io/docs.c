@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "io/corpus.h"
+#include "io/json_util.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -89,26 +90,6 @@ int docs_add_text_file(doc_corpus *c, const char *path, char *err, size_t errlen
 }
 
 /* ---- JSON Lines ------------------------------------------------------------------------- */
-
-static const char *json_type_name(const json_t *v) {
-    if (v == NULL) return "missing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
 
 /* The string value of obj[key] into *s, *len; -1 with why when it is not a string. */
 static int json_get_string(const json_t *obj, const char *key, const char *where, const char **s,

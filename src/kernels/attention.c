@@ -40,15 +40,14 @@
  * causal kernel, so results are bit-identical to it.
  *
  * Four implementations of the per-block work ("paths", one algorithm; DESIGN.md §8.1), reached
- * through the attn_ops table of attention_tiles.h that dispatch.c chooses at run time:
+ * through the attn_ops table of attention_tiles.h that kernel_path.c chooses at run time:
  *   - avx512: our own register-blocked micro-kernels (attn_kq, attn_kh). The vectors run along
  *     the dimension a task keeps fixed: in the forward 16 queries fill a vector (scores are kept
  *     transposed, S^T (keys, queries)), so the online softmax (max, exp, sums, rescale) needs no
  *     horizontal reductions and the causal mask is a lane mask; in the backward 16 keys do. The
  *     fixed operand is packed transposed once per task (scale * Q_i^T, or scale * K_j^T and
- *     V_j^T), the streamed ones are read in place. On Zen 4 these kernels run at ~105-110
- *     GFLOP/s per core on L2-resident tiles, against ~95 for cblas_sgemm on the same tiles plus
- *     its packing copies (~15% of the time).
+ *     V_j^T), the streamed ones are read in place: faster than cblas_sgemm on the same tiles
+ *     with its packing copies (docs/BENCHMARKS.md).
  *   - avx2: the same on 8-wide vectors, with the same sums in the same order. Both are one body,
  *     attention_body.h, over the primitives of vec.h (vec_avx512.h, vec_avx2.h).
  *   - portable: cblas_sgemm on (B, B) tiles (single-threaded inside our OpenMP region with
@@ -98,7 +97,7 @@ void attention_ops_override(const attn_ops *ops) {
     g_ops_override = ops;
 }
 
-/* The path's table: the chosen one (dispatch.c) unless a test overrides it. */
+/* The path's table: the chosen one (kernel_path.c) unless a test overrides it. */
 static const attn_ops *attn_ops_in_use(void) {
     return g_ops_override ? g_ops_override : attn_ops_current();
 }
@@ -196,7 +195,8 @@ static attn_shape attn_shape_of(int T, int NH, int NKV, int HS, const int32_t *d
                     .ldq = (size_t)NH * HS,
                     .ldk = (size_t)NKV * HS,
                     .scale = 1.0f / sqrtf((float)HS),
-                    .doc = doc_start};
+                    .doc = doc_start,
+                    .bf16 = bf16_path_current()};
     return s;
 }
 

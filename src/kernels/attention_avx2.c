@@ -1,6 +1,6 @@
 /* attention_avx2.c — the attention blocks (attention_body.h) on AVX2 + FMA: 8 lanes, masks as
  * vectors. Compiled with -mavx2 -mfma (CMakeLists.txt) and run only where the CPU has them
- * (dispatch.c). Every sum runs in the order of the AVX-512 path, so the results are that path's
+ * (kernel_path.c). Every sum runs in the order of the AVX-512 path, so the results are that path's
  * bits: in the forward (same blocks) always, in the backward wherever each thread owns whole KV
  * heads (its key blocks are smaller, but every dQ, dK, dV element still adds the same terms in the
  * same order); test_attention checks both. */

@@ -1,6 +1,6 @@
 /* attention_avx512.c — the attention blocks (attention_body.h) on AVX-512 F/BW/DQ/VL: 16 lanes,
  * mask registers. Compiled with those flags (CMakeLists.txt) and run only where the CPU has them
- * (dispatch.c). */
+ * (kernel_path.c). */
 #if defined(__x86_64__)
 #include "kernels/vec_avx512.h"
 

@@ -1,7 +1,7 @@
 /* attention_avx512bf16.c — the attention blocks with bf16 operands on AVX512_BF16's dot product
  * (VDPBF16PS, attention_dp_body.h over vec_avx512bf16.h); its fp32 blocks are the avx512 path's
  * (attention_avx512.c), the same functions. Compiled with AVX-512 F/BW/DQ/VL and BF16
- * (CMakeLists.txt) and run only where the CPU has them (dispatch.c), by default only where
+ * (CMakeLists.txt) and run only where the CPU has them (kernel_path.c), by default only where
  * VDPBF16PS retires more multiply-adds per second than FMA (kernel_dot_ratio). */
 #if defined(__x86_64__)
 #include "kernels/vec_avx512bf16.h"
@@ -12,9 +12,9 @@
  * (the fp32 entries keep the avx512 path's 256). With products twice as fast, what a task costs
  * per streamed block weighs twice as much: forward K_j and V_j packed in pairs, backward Q_i and
  * dO_i packed and dQ_i moved in and out, each from L3 or memory at long T. Twice the block halves
- * those (measured on Zen 5: forward and backward each about 1.08x faster than with 256); a
- * backward task's working set at HS = 64 is then about 1 MiB (attn_dp_thread_floats), the L2 of
- * a Zen 4 or 5 core. Register tiles of 8 rows (16 accumulators of the 32 registers). */
+ * those (DESIGN.md §5.1 has the measurement); a backward task's working set at HS = 64 is then
+ * about 1 MiB (attn_dp_thread_floats), the L2 of a Zen 4 or 5 core. Register tiles of 8 rows (16
+ * accumulators of the 32 registers). */
 enum { ATTN_FQ = 512, ATTN_BKB = 512, ATTN_PAD = 16 };
 enum { ATTN_R = 8 };
 

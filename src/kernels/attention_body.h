@@ -356,7 +356,7 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
         float *orow = bf ? st : (float *)out + qoff + (size_t)r * sh->ldq;
         for (int d = 0; d < HS; d++)
             orow[d] = ot[(size_t)d * LD + r] * inv;
-        if (bf) bf16_from_f32(orow, (uint16_t *)out + qoff + (size_t)r * sh->ldq, (size_t)HS);
+        if (bf) sh->bf16->from_f32(orow, (uint16_t *)out + qoff + (size_t)r * sh->ldq, (size_t)HS);
         lse[(size_t)h * T + i0 + r] = mrow[r] + logf(lrow[r]);
     }
 }
@@ -538,8 +538,8 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
             attn_bwd_qblock(dqacc, dkj, dvj, dld, dout, q, kt, vt, kj, kld, lse, D, sh,
                             kvh * sh->G + g, i0, j0, bk, qend, pt, dst, qp, dop, dqt, bf);
     if (bf) {
-        attn_round_rows((uint16_t *)dk + koff, sh->ldk, dka, bk, HS);
-        attn_round_rows((uint16_t *)dv + koff, sh->ldk, dva, bk, HS);
+        attn_round_rows((uint16_t *)dk + koff, sh->ldk, dka, bk, HS, sh->bf16);
+        attn_round_rows((uint16_t *)dv + koff, sh->ldk, dva, bk, HS, sh->bf16);
     }
 }
 

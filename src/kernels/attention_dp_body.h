@@ -393,7 +393,7 @@ ATTN_INLINE void attn_dp_fwd_impl(uint16_t *out, float *lse, const uint16_t *q, 
         const float inv = 1.0f / lrow[r]; // l >= 1: the row maximum contributes exp(0)
         for (int d = 0; d < HS; d++)      // the row in fp32 in the free score tile, rounded once
             st[d] = ot[(size_t)d * LD + r] * inv;
-        bf16_from_f32(st, out + qoff + (size_t)r * sh->ldq, (size_t)HS);
+        sh->bf16->from_f32(st, out + qoff + (size_t)r * sh->ldq, (size_t)HS);
         lse[(size_t)h * T + i0 + r] = mrow[r] + logf(lrow[r]);
     }
 }
@@ -545,7 +545,7 @@ ATTN_INLINE void attn_dp_bwd_impl(const attn_dq *dqacc, uint16_t *dk, uint16_t *
             const float *src = t ? dvt : dkt;
             for (int d = 0; d < HS; d++)
                 sc[d] = src[(size_t)d * LD + c];
-            bf16_from_f32(sc, (t ? dv : dk) + koff + (size_t)c * sh->ldk, (size_t)HS);
+            sh->bf16->from_f32(sc, (t ? dv : dk) + koff + (size_t)c * sh->ldk, (size_t)HS);
         }
     }
 }

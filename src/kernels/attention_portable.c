@@ -68,7 +68,7 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
     int ldq, ldo;
     const int ldk = bf ? HS : (int)sh->ldk;
     if (bf) {
-        attn_widen_rows(qf, (const uint16_t *)q + qoff, sh->ldq, bq, HS);
+        attn_widen_rows(qf, (const uint16_t *)q + qoff, sh->ldq, bq, HS, sh->bf16);
         qi = qf;
         oi = of;
         ldq = ldo = HS;
@@ -88,10 +88,10 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
         const int cut = attn_doc_cuts(sh, i0 + bq, j0); // a document boundary in the tile
         const float *kj, *vj;                           // (bk, HS) rows strided by ldk
         if (bf) {
-            attn_widen_rows(kf, (const uint16_t *)k + (size_t)j0 * sh->ldk + kvoff, sh->ldk, bk,
-                            HS);
+            attn_widen_rows(kf, (const uint16_t *)k + (size_t)j0 * sh->ldk + kvoff, sh->ldk, bk, HS,
+                            sh->bf16);
             attn_widen_rows(vfl, (const uint16_t *)v + (size_t)j0 * sh->ldk + kvoff, sh->ldk, bk,
-                            HS);
+                            HS, sh->bf16);
             kj = kf;
             vj = vfl;
         } else {
@@ -151,7 +151,7 @@ ATTN_INLINE void attn_fwd_impl(void *out, float *lse, const void *q, const void 
             orow[d] *= inv;
         lse[(size_t)h * T + i0 + r] = m[r] + logf(l[r]);
     }
-    if (bf) attn_round_rows((uint16_t *)out + qoff, sh->ldq, of, bq, HS);
+    if (bf) attn_round_rows((uint16_t *)out + qoff, sh->ldq, of, bq, HS, sh->bf16);
 }
 
 /* Backward of one (KV head kvh, key block jb): dK_j, dV_j overwritten (owned by the task), dQ
@@ -180,8 +180,8 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
     float *dkj, *dvj;
     const int ldk = bf ? HS : (int)sh->ldk, ldq = bf ? HS : (int)sh->ldq;
     if (bf) {
-        attn_widen_rows(kf, (const uint16_t *)k + koff, sh->ldk, bk, HS);
-        attn_widen_rows(vfl, (const uint16_t *)v + koff, sh->ldk, bk, HS);
+        attn_widen_rows(kf, (const uint16_t *)k + koff, sh->ldk, bk, HS, sh->bf16);
+        attn_widen_rows(vfl, (const uint16_t *)v + koff, sh->ldk, bk, HS, sh->bf16);
         kj = kf;
         vj = vfl;
         dkj = dka;
@@ -203,8 +203,8 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
             const size_t qoff = (size_t)i0 * sh->ldq + (size_t)h * HS;
             const float *qi, *doi; // (bq, HS) rows strided by ldq
             if (bf) {
-                attn_widen_rows(qf, (const uint16_t *)q + qoff, sh->ldq, bq, HS);
-                attn_widen_rows(dof, (const uint16_t *)dout + qoff, sh->ldq, bq, HS);
+                attn_widen_rows(qf, (const uint16_t *)q + qoff, sh->ldq, bq, HS, sh->bf16);
+                attn_widen_rows(dof, (const uint16_t *)dout + qoff, sh->ldq, bq, HS, sh->bf16);
                 qi = qf;
                 doi = dof;
             } else {
@@ -261,8 +261,8 @@ ATTN_INLINE void attn_bwd_impl(void *dqacc, void *dk, void *dv, const void *dout
         }
     }
     if (bf) {
-        attn_round_rows((uint16_t *)dk + koff, sh->ldk, dka, bk, HS);
-        attn_round_rows((uint16_t *)dv + koff, sh->ldk, dva, bk, HS);
+        attn_round_rows((uint16_t *)dk + koff, sh->ldk, dka, bk, HS, sh->bf16);
+        attn_round_rows((uint16_t *)dv + koff, sh->ldk, dva, bk, HS, sh->bf16);
     }
 }
 

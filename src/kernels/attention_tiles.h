@@ -4,7 +4,7 @@
  * with its own instruction-set flags (CMakeLists.txt): attention_avx512.c, attention_avx2.c
  * (x86-64 only; one body, attention_body.h, over their primitives header),
  * attention_avx512bf16.c (x86-64; the avx512 fp32 blocks, and bf16 blocks on VDPBF16PS,
- * attention_dp_body.h) and attention_portable.c (any CPU; sgemm on square tiles). dispatch.c
+ * attention_dp_body.h) and attention_portable.c (any CPU; sgemm on square tiles). kernel_path.c
  * chooses one at run time. */
 #ifndef UP_ATTENTION_TILES_H
 #define UP_ATTENTION_TILES_H
@@ -36,9 +36,11 @@ static inline size_t attn_round16(size_t n) {
 /* Shared shape values of one call. */
 typedef struct {
     int T, NH, NKV, HS, G;
-    size_t ldq, ldk;    // row strides of q/out/dout/dq (NH*HS) and of k/v/dk/dv (NKV*HS)
-    float scale;        // 1/sqrt(HS)
-    const int32_t *doc; // (T) doc_start, or NULL: one document (the plain causal case)
+    size_t ldq, ldk;      // row strides of q/out/dout/dq (NH*HS) and of k/v/dk/dv (NKV*HS)
+    float scale;          // 1/sqrt(HS)
+    const int32_t *doc;   // (T) doc_start, or NULL: one document (the plain causal case)
+    const bf16_ops *bf16; // the kernel path's conversions (bf16_path_current): the bf16 blocks
+                          // round and widen through it
 } attn_shape;
 
 /* Documents. doc[i] is non-decreasing (documents are contiguous), so the first query of a block
@@ -108,16 +110,18 @@ static inline void attn_pack_t_bf16(float *dst, int width, const uint16_t *src, 
     }
 }
 
-/* Rows 0 .. n-1 of src (HS bf16 each, strided by ld) widened into dst (n, HS) contiguous. */
-static inline void attn_widen_rows(float *dst, const uint16_t *src, size_t ld, int n, int HS) {
+/* Rows 0 .. n-1 of src (HS bf16 each, strided by ld) widened by cv into dst (n, HS) contiguous. */
+static inline void attn_widen_rows(float *dst, const uint16_t *src, size_t ld, int n, int HS,
+                                   const bf16_ops *cv) {
     for (int r = 0; r < n; r++)
-        f32_from_bf16(src + (size_t)r * ld, dst + (size_t)r * HS, (size_t)HS);
+        cv->to_f32(src + (size_t)r * ld, dst + (size_t)r * HS, (size_t)HS);
 }
 
-/* Rows 0 .. n-1 of src (n, HS) contiguous rounded into dst (HS bf16 each, strided by ld). */
-static inline void attn_round_rows(uint16_t *dst, size_t ld, const float *src, int n, int HS) {
+/* Rows 0 .. n-1 of src (n, HS) contiguous rounded by cv into dst (HS bf16 each, strided by ld). */
+static inline void attn_round_rows(uint16_t *dst, size_t ld, const float *src, int n, int HS,
+                                   const bf16_ops *cv) {
     for (int r = 0; r < n; r++)
-        bf16_from_f32(src + (size_t)r * HS, dst + (size_t)r * ld, (size_t)HS);
+        cv->from_f32(src + (size_t)r * HS, dst + (size_t)r * ld, (size_t)HS);
 }
 
 /* The bf16 backward's dQ accumulator (attention.c): fp32 rows, either a private fp32 buffer
@@ -194,7 +198,7 @@ static inline void attn_prefetch_rows(const float *a, int n, int HS, size_t ld) 
  *                  the task), dQ accumulated into dqacc (dq itself or a private buffer,
  *                  (T, NH, HS)). D (NH, T) = rowsum(dO * O). */
 typedef struct {
-    int fq, bkb; /* (the path's name and label are its row's in dispatch.c) */
+    int fq, bkb; /* (the path's name and label are its row's in kernel_path.c) */
     size_t (*thread_floats)(int HS);
     void (*fwd_block)(float *out, float *lse, const float *q, const float *k, const float *v,
                       const attn_shape *sh, int h, int ib, float *tws);
@@ -270,7 +274,7 @@ void attn_avx512_bwd_block(float *dqacc, float *dk, float *dv, const float *dout
  * between attention calls, from one thread; size the workspace after it. */
 void attention_ops_override(const attn_ops *ops);
 
-/* The path in use (dispatch.c): chosen at the first call, see kernel_path_init in kernels.h. */
+/* The path in use (kernel_path.c): chosen at the first call, see kernel_path_init in kernels.h. */
 const attn_ops *attn_ops_current(void);
 
 #endif

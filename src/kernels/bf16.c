@@ -1,10 +1,10 @@
-/* bf16.c — fp32 <-> bf16 conversions (contract and rounding rules: bf16.h). Each x86-64 path is
- * compiled for its instruction sets with a function-level target attribute, so the file builds
- * for baseline x86-64 and the CPU test picks the path at run time. */
+/* bf16.c — the paths of the fp32 <-> bf16 conversions (contract and rounding rules: bf16.h; the
+ * entries that run the chosen one are kernel_path.c's). Each x86-64 path is compiled for its
+ * instruction sets with a function-level target attribute, so the file builds for baseline x86-64
+ * and the CPU test picks the path at run time. */
 #include "kernels/bf16.h"
 #include "kernels/bf16_simd.h"
 #include "kernels/dispatch.h"
-#include "kernels/kernel_path.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -146,16 +146,4 @@ int bf16_path_count(void) {
 
 const bf16_ops *bf16_path(int i) {
     return i >= 0 && i < NPATHS ? paths[i] : NULL;
-}
-
-const bf16_ops *bf16_path_current(void) {
-    return kernel_choice_get()->bf16;
-}
-
-void bf16_from_f32(const float *src, uint16_t *dst, size_t n) {
-    bf16_path_current()->from_f32(src, dst, n);
-}
-
-void f32_from_bf16(const uint16_t *src, float *dst, size_t n) {
-    bf16_path_current()->to_f32(src, dst, n);
 }

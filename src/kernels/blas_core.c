@@ -2,27 +2,23 @@
  * kernels.h; DESIGN.md §8.1).
  *
  * OpenBLAS (DYNAMIC_ARCH) fixes its kernels when the library loads, from the CPU model or from
- * OPENBLAS_CORETYPE, and both can be wrong for the host: Debian 12's 0.3.21 takes "Prescott"
- * (SSE3) on Sapphire and Emerald Rapids, and environments that work around that set
- * OPENBLAS_CORETYPE=Haswell, which on an AVX-512 host runs at half its rate (measured on a Zen 5:
- * 192 against 363 GFLOP/s at 16384x512x1408 on 2 threads, docs/BENCHMARKS.md). So at start the
- * process measures the core it got against the one that matches the CPU's vector width
- * (SkylakeX with AVX-512, Haswell with AVX2) and takes that one unless it is clearly slower
- * (below BLAS_CORE_KEEP of the current): a candidate is only known by
- * loading the library under it, so it runs in a child (this program again, with
+ * OPENBLAS_CORETYPE, and both can be wrong for the host (Debian 12's 0.3.21 takes "Prescott",
+ * SSE3, on Sapphire and Emerald Rapids; OPENBLAS_CORETYPE=Haswell on an AVX-512 host runs at half
+ * its rate: DESIGN.md §8.1). So at start the process measures the core it got against the one
+ * that matches the CPU's vector width (SkylakeX with AVX-512, Haswell with AVX2) and takes that
+ * one unless it is clearly slower (below BLAS_CORE_KEEP of the current): a candidate is only
+ * known by loading the library under it, so it runs in a child (this program again, with
  * UPIPE_BLAS_PROBE=1 and OPENBLAS_CORETYPE=candidate), which checks the candidate's products
  * against a float64 reference and reports its rate. Taking the candidate means re-executing the
  * program with OPENBLAS_CORETYPE set, before anything else happens (before MPI starts).
  *
- * The choice sets a run's bits, so ranks and repeated runs must make the same one: rates are thread
- * CPU time on one thread (another process on the core does not count, though the caches and
- * memory it shares still do: measured on the Zen 5 with six processes calibrating at once, the
- * SkylakeX / Haswell ratio fell from 1.9-2.0 to 1.4-2.4), and the threshold sits far below every
- * ratio measured (1.2 on a Zen 4, 1.9 on a Zen 5, 4.5 against Prescott's SSE3 kernels). Ranks
- * that differed anyway are stopped before the first step (front_check_kernels). A core that is
- * already as wide as the CPU costs nothing: nothing is measured. UPIPE_BLAS_CORE=NAME forces a
- * core without measuring. UPIPE_BLAS_PROBE_FAULT (tests only) makes a probe child's products
- * wrong, so that the check is seen to refuse a core. */
+ * The choice sets a run's bits, so ranks and repeated runs must make the same one: rates are
+ * thread CPU time on one thread (another process on the core does not count), and the threshold
+ * sits far below every ratio measured (DESIGN.md §8.1). Ranks that differed anyway are stopped
+ * before the first step (front_check_kernels). A core that is already as wide as the CPU costs
+ * nothing: nothing is measured. UPIPE_BLAS_CORE=NAME forces a core without measuring.
+ * UPIPE_BLAS_PROBE_FAULT (tests only) makes a probe child's products wrong, so that the check is
+ * seen to refuse a core. */
 #include "kernels/kernels.h"
 
 #include <cblas.h>
@@ -251,9 +247,8 @@ void blas_check_core(char **argv) {
 /* oneDNN (libdnnl, in the process already for the bf16 routes) has its own JIT sgemm. Which of
  * the two runs the fp32 products is measured at the first product, the same way as the cores
  * above: thread CPU time on one thread, the model's forward shape, each library's fastest of 5,
- * oneDNN taken only if BLAS_ONEDNN_WIN (1.5x) faster: measured on the Zen 5 host, 0.94-1.01x
- * OpenBLAS's SkylakeX core quiet and up to 1.19x with six processes calibrating at once, so
- * OpenBLAS stays, and the bits with it. UPIPE_SGEMM=openblas|onednn forces one. */
+ * oneDNN taken only if BLAS_ONEDNN_WIN (1.5x) faster, far above the ratios measured (DESIGN.md
+ * §8.1). UPIPE_SGEMM=openblas|onednn forces one. */
 #include <dnnl.h>
 #include <omp.h>
 #include <pthread.h>

@@ -1,13 +1,13 @@
-/* calibrate.c — the start-up measurement behind the avx512bf16 row (kernel_path.h): does
- * AVX512_BF16's dot product (VDPBF16PS) retire more multiply-adds per second than fp32 FMA on
- * this CPU? The instruction set alone does not say: measured 2.0x on AMD Zen 4 and Zen 5, 0.5x on
- * Intel Emerald Rapids (bench/bench_bf16dot.c, the same loops run longer; docs/BENCHMARKS.md).
+/* calibrate.c — the thread clock of the start-up measurements, and the one behind the avx512bf16
+ * row (kernel_path.h): does AVX512_BF16's dot product (VDPBF16PS) retire more multiply-adds per
+ * second than fp32 FMA on this CPU? The instruction set alone does not say (DESIGN.md §8.1;
+ * bench/bench_bf16dot.c runs the same loops longer).
  *
  * One thread, 16 independent accumulator chains in registers (no memory traffic), the two
  * instructions interleaved REPS times so both see the same load, the median of each: about 4 ms
  * in all. Thread CPU time, so that ranks starting together on shared cores measure what they would
- * alone; and the decision (kernel_path.h) sits far from both measured ratios (1.3 against 0.5 and
- * 2.0), so noise does not flip it. */
+ * alone; the threshold (KERNEL_DOT_MIN, 1.3) sits far from the ratios measured, so noise does not
+ * flip the decision. */
 #include "kernels/kernels.h"
 
 #include "kernels/dispatch.h"

@@ -1,15 +1,15 @@
-/* dispatch.h — private to src/kernels: the one CPU probe, and plain C loops compiled for the CPU
- * at hand. The table of kernel paths that the probe feeds is kernel_path.h.
+/* dispatch.h — private to src/kernels: the one CPU probe (dispatch.c, a leaf: it calls nothing of
+ * upipe), and plain C loops compiled for the CPU at hand. The table of kernel paths that the probe
+ * feeds is kernel_path.h (DESIGN.md §8.1).
  *
- * The binary targets baseline x86-64 (no -march=native: one binary runs on every x86-64 host).
- * KERNEL_CLONES before a function definition has GCC compile it three times, for x86-64-v4
- * (AVX-512), x86-64-v3 (AVX2, FMA) and the baseline, and pick the CPU's clone when the program
- * loads (target_clones, an ifunc; the OpenMP bodies outlined from the function are cloned with
- * it). The elementwise kernels put it on their hot loops: `omp simd` reductions and libmvec's
- * vector expf run as wide as the CPU allows, and on an AVX-512 host they are the code (hence the
- * bits) of the former -march=native build. The clone follows the CPU, not UPIPE_KERNEL (the
- * loader picks it before main; kernel_path.h prints which). Empty off x86-64 and with other
- * compilers: the loops are then compiled for the target as given. */
+ * The binary targets baseline x86-64 (one binary runs on every x86-64 host). KERNEL_CLONES before
+ * a function definition has GCC compile it three times, for x86-64-v4 (AVX-512), x86-64-v3 (AVX2,
+ * FMA) and the baseline, and pick the CPU's clone when the program loads (target_clones, an
+ * ifunc; the OpenMP bodies outlined from the function are cloned with it). The elementwise
+ * kernels put it on their hot loops: `omp simd` reductions and libmvec's vector expf run as wide
+ * as the CPU allows. The clone follows the CPU, not UPIPE_KERNEL (the loader picks it before
+ * main; the kernels line names it, kernel_path_name). Empty off x86-64 and with other compilers:
+ * the loops are then compiled for the target as given. */
 #ifndef UP_KERNELS_DISPATCH_H
 #define UP_KERNELS_DISPATCH_H
 

@@ -1,19 +1,19 @@
-/* gemm_bf16.c — C (fp32) = alpha op(A) op(B) + beta C with bf16 A and B (contract: kernels.h).
+/* gemm_bf16.c — C (fp32) = alpha op(A) op(B) + beta C with bf16 A and B (contract: kernels.h),
+ * its routes and the choice of route.
  *
- * Three paths, best first (DESIGN.md §5.1 has the measurements behind the order):
+ * Three routes, best first (DESIGN.md §5.1 and docs/BENCHMARKS.md have the measurements behind
+ * the order):
  *  - "packed": our own BLIS-style product (gemm_packed.c) whose packing widens bf16 to fp32, with
- *    the micro-kernel of the UPIPE_KERNEL path (avx512, avx2, portable); any CPU. 0.82-1.16x of
- *    fp32 sgemm per shape of the model (2 threads; median 1.0), ahead of "converted" on the
- *    AVX-512 and AVX2 paths alike, and the same bits for any thread count. On the avx512bf16
- *    path its panels hold bf16 pairs and the micro-kernel is VDPBF16PS (about 1.9x the avx512
- *    path on Zen 5; its own bits, gemm_packed_avx512bf16.c).
+ *    the micro-kernel of the kernel path (avx512, avx2, portable); any CPU; the same bits for any
+ *    thread count. On the avx512bf16 path its panels hold bf16 pairs and the micro-kernel is
+ *    VDPBF16PS (its own bits, gemm_packed_avx512bf16.c).
  *  - "converted": panels of A and B widened to fp32 in the caller's workspace, cblas_sgemm on
- *    them; any CPU. 0.74-1.0x of fp32 sgemm on the model's shapes (2 threads).
+ *    them; any CPU.
  *  - "onednn": oneDNN 2.6's dnnl_gemm_bf16bf16f32, JIT kernels from avx512_core up (VDPBF16PS on
- *    avx512_core_bf16); no workspace; below AVX-512 it is unimplemented. Measured at 0.6-0.85x of
- *    the converted panels on an AVX512_BF16 host, so never the default: tests and benchmarks run
- *    it (gemm_bf16_path_set) so that a faster oneDNN shows up and can take the lead.
- * Every CPU runs the first two. The conversions inside follow UPIPE_KERNEL (bf16.h), OpenBLAS's
+ *    avx512_core_bf16); no workspace; below AVX-512 it is unimplemented. The default only where
+ *    the CPU has AMX-BF16 and it measures faster (route_measured); tests and benchmarks run it
+ *    (gemm_bf16_path_set).
+ * Every CPU runs the first two. The conversions inside follow the kernel path (bf16.h), OpenBLAS's
  * kernels the CPU (OPENBLAS_CORETYPE). */
 #include "kernels/kernels.h"
 
@@ -25,7 +25,9 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
@@ -253,17 +255,94 @@ const gemm_bf16_ops *gemm_bf16_path_at(int i) {
     return i >= 0 && i < NPATHS ? &paths[i] : NULL;
 }
 
+/* ---- the choice of route -------------------------------------------------------------------- */
+
+/* The first route this CPU runs (the list ends with ones that run anywhere). */
+static const gemm_bf16_ops *route_best(void) {
+    for (int i = 0; i < NPATHS; i++)
+        if (paths[i].runs()) return &paths[i];
+    up_die("gemm_bf16: no route runs on this CPU");
+}
+
+/* oneDNN's bf16 gemm over our packed product where the CPU has AMX-BF16 (oneDNN's tile kernels;
+ * ours have none): measured, as blas_core.c measures the fp32 products (thread CPU time on one
+ * thread, the model's forward shape, the fastest of 5 each, taken at 1.5x). Elsewhere the packed
+ * route is kept without measuring (DESIGN.md §8.1). UPIPE_BF16_CALIBRATE=1 measures on any CPU
+ * oneDNN's bf16 gemm runs on (tests). */
+static double route_ratio; /* oneDNN's rate over packed's, 0 if not measured */
+
+static double route_seconds(const gemm_bf16_ops *r, const uint16_t *a, const uint16_t *b, float *c,
+                            float *ws, int M, int N, int K) {
+    double best = 0.0;
+    for (int i = -1; i < 5; i++) {
+        double t0 = kernel_thread_seconds();
+        r->fn(0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N, ws);
+        double t = kernel_thread_seconds() - t0;
+        if (i >= 0 && (best == 0.0 || t < best)) best = t;
+    }
+    return best;
+}
+
+static const gemm_bf16_ops *route_measured(const gemm_bf16_ops *packed) {
+    const gemm_bf16_ops *onednn = NULL;
+    for (int i = 0; i < NPATHS; i++)
+        if (!strcmp(paths[i].name, "onednn") && paths[i].runs()) onednn = &paths[i];
+    const char *force = getenv("UPIPE_BF16_CALIBRATE");
+    if (!onednn || !(kernel_cpu_get()->amx_bf16 || (force && !strcmp(force, "1")))) return packed;
+    enum { M = 256, K = 512, N = 1408 };
+    uint16_t *a = malloc(sizeof(uint16_t) * M * K), *b = malloc(sizeof(uint16_t) * N * K);
+    float *c = malloc(sizeof(float) * M * N), *ws = malloc(sizeof(float) * GEMM_BF16_WS_FLOATS);
+    const gemm_bf16_ops *r = packed;
+    if (a && b && c && ws) {
+        for (size_t i = 0; i < (size_t)M * K; i++)
+            a[i] = (uint16_t)(0x3f00 + i % 127);
+        for (size_t i = 0; i < (size_t)N * K; i++)
+            b[i] = (uint16_t)(0xbe00 + i % 113);
+        int omp = omp_get_max_threads();
+        omp_set_num_threads(1);
+        double tp = route_seconds(packed, a, b, c, ws, M, N, K);
+        double to = route_seconds(onednn, a, b, c, ws, M, N, K);
+        omp_set_num_threads(omp);
+        route_ratio = to > 0.0 ? tp / to : 0.0;
+        if (route_ratio >= 1.5) r = onednn;
+    }
+    free(a), free(b), free(c), free(ws);
+    return r;
+}
+
+static const gemm_bf16_ops *route_chosen;
+static int route_named; /* gemm_bf16_path_set named one: nothing to measure */
+static pthread_once_t route_once = PTHREAD_ONCE_INIT;
+
+static void route_choose(void) {
+    if (!route_named) route_chosen = route_measured(route_best());
+}
+
+/* The route of the products: the first this CPU runs, where the CPU has AMX-BF16 measured
+ * against oneDNN's at the first call. Main thread only. */
+static const gemm_bf16_ops *route(void) {
+    kernel_choice_get(); /* the kernel path first: a refused UPIPE_KERNEL stops here */
+    pthread_once(&route_once, route_choose);
+    return route_chosen;
+}
+
 int gemm_bf16_path_set(const char *name) {
     for (int i = 0; i < NPATHS; i++)
         if (!strcmp(paths[i].name, name) && paths[i].runs()) {
-            kernel_choice_set_route(&paths[i]);
+            kernel_choice_get();
+            route_named = 1;
+            route_chosen = &paths[i];
             return 0;
         }
     return -1;
 }
 
-static const gemm_bf16_ops *route(void) {
-    return kernel_choice_route();
+void gemm_bf16_route_name(char *buf, size_t len) {
+    const gemm_bf16_ops *r = route();
+    if (route_ratio > 0.0)
+        snprintf(buf, len, "%s (onednn %.2fx packed, measured)", r->name, route_ratio);
+    else
+        snprintf(buf, len, "%s", r->name);
 }
 
 const char *gemm_bf16_path(void) {

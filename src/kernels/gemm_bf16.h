@@ -37,6 +37,10 @@ const gemm_bf16_ops *gemm_bf16_path_at(int i);
 /* Makes the named path the one gemm_bf16 runs (tests, benchmarks); 0, or -1 if the binary lacks
  * it or this CPU cannot run it. */
 int gemm_bf16_path_set(const char *name);
+/* The route gemm_bf16 runs, for the header line (kernel_path_name): its name, and where it was
+ * measured against oneDNN's (AMX-BF16) the ratio: "packed (onednn 0.80x packed, measured)". The
+ * route is chosen at the first call. Main thread only. */
+void gemm_bf16_route_name(char *buf, size_t len);
 
 /* The converted-panel product with explicit blocks (mb, nb, kb >= 1; mb rows of A at a time per
  * thread): ws holds kb*nb + mb*kb floats per OpenMP thread (omp_get_max_threads()). gemm_bf16's

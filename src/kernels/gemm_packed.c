@@ -1,4 +1,5 @@
-/* gemm_packed.c — the "packed" bf16 GEMM path (gemm_bf16.c): driver and plain C micro-kernel.
+/* gemm_packed.c — the "packed" bf16 GEMM path (gemm_bf16.c): the driver; the micro-kernels are
+ * the kernel path's (gemm_packed_portable.c, _avx2.c, _avx512.c, _avx512bf16.c).
  *
  * GotoBLAS / BLIS loops in one OpenMP region per product (each region and barrier costs a time
  * slice on a busy host): jc over N in nc blocks; over K in blocks of up to KB_DEPTH, where the
@@ -17,30 +18,15 @@
 #include "kernels/gemm_packed.h"
 
 #include "kernels/bf16.h"
-#include "kernels/dispatch.h"
 #include "kernels/gemm_bf16.h"
 #include "kernels/kernel_path.h"
 #include "kernels/kernels.h"
-#include "kernels/vec_portable.h"
 
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "core/check.h"
-
-/* ---- portable micro-kernel ------------------------------------------------------------------ */
-
-/* The body of the vector paths on vec_portable.h's 8-float arrays: a 4 x 16 tile, cloned per CPU
- * (dispatch.h) so that fmaf is an instruction where the CPU has one (on the baseline it is
- * libm's, correctly rounded too, hence the same bits). */
-enum { GEMM_MR = 4 };
-#define GEMM_ATTR KERNEL_CLONES
-#include "kernels/gemm_packed_body.h"
-
-/* kc as on the other paths, so that the bits are theirs; mc and nc not measured (no CPU here runs
- * this path for speed). */
-const gemm_packed_ops gemm_packed_portable = GEMM_PACKED_INIT(128, 512, 4096);
 
 /* ---- driver --------------------------------------------------------------------------------- */
 

@@ -117,10 +117,7 @@ static void gemm_mk_pack_a(float *dst, const uint16_t *A, int lda, int transa, i
 
 /* Blocks: kc 1024, as deep in bytes as the fp32 paths' 512 (a B micro-panel of 64 KiB streams
  * from L2, K = 1408 runs in two blocks, dW's K = T makes half the passes over C), mc 240 (an A
- * block of 480 KiB in L2), nc as avx512's. Measured on Zen 5 (bench_gemm_bf16's shapes, one
- * thread): 0-8% ahead of avx512's (480, 512, 3072), most on the deep products (dinp, dW); kc 768
- * was slower, nc 1536 the same. The tile: 8, 10, 12 and 14 rows of 32 all ran at 0.9-1.0 of
- * VDPBF16PS's peak on packed blocks in cache (the kernel is not the limit), so the tile is
- * avx512's. */
+ * block of 480 KiB in L2), nc as avx512's; the tile is avx512's (the kernel is not the limit).
+ * The blocks and tiles measured against these: DESIGN.md §5.1. */
 const gemm_packed_ops gemm_packed_avx512bf16 = GEMM_PACKED_INIT(240, 1024, 3072);
 #endif

@@ -1,5 +1,5 @@
 /* kernel_path.h — private to src/kernels: the one table of kernel paths and the choice made from
- * it (dispatch.c; DESIGN.md §8.1). Public face: kernel_path_* in kernels.h.
+ * it (kernel_path.c; DESIGN.md §8.1). Public face: kernel_path_* in kernels.h.
  *
  * A row is what every kernel family runs when UPIPE_KERNEL names it: the attention tiles, the
  * packed GEMM's micro-kernel and the bf16 conversions. Rows best first; UPIPE_KERNEL unset takes
@@ -9,8 +9,8 @@
  *  - bf16 conversions: UPIPE_KERNEL names a row: the row's conversions. Unset: the best
  *    conversions this CPU runs (bf16.h's list, best first), which on an AVX512_BF16 CPU is
  *    "avx512bf16" (VCVTNEPS2BF16), a variant no row names. Every variant gives the same bits.
- *  - GEMM route of the bf16 products (gemm_bf16.h): the first route this CPU runs ("packed", on
- *    every row); tests and benchmarks switch it (gemm_bf16_path_set).
+ *  - GEMM route of the bf16 products (gemm_bf16.c chooses it): the first route this CPU runs
+ *    ("packed", on every row); tests and benchmarks switch it (gemm_bf16_path_set).
  * Two families follow the CPU whatever UPIPE_KERNEL says, and the choice only reports them: the
  * element-wise loops' KERNEL_CLONES (the loader picks the clone, dispatch.h) and the OpenBLAS
  * core (its own CPU check, and blas_check_core, kernels.h). */
@@ -20,7 +20,6 @@
 #include "kernels/attention_tiles.h"
 #include "kernels/bf16.h"
 #include "kernels/dispatch.h"
-#include "kernels/gemm_bf16.h"
 #include "kernels/gemm_packed.h"
 
 typedef struct {
@@ -39,17 +38,11 @@ typedef struct {
 typedef struct {
     const kernel_row *row;
     const bf16_ops *bf16;
-    const gemm_bf16_ops *route;
     int forced; /* UPIPE_KERNEL (or kernel_path_set) named the row */
 } kernel_choice;
 
 /* The choice, made at the first call (any thread) from UPIPE_KERNEL and the probe; a refused
  * UPIPE_KERNEL stops the process with its message (front ends call kernel_path_init first). */
 const kernel_choice *kernel_choice_get(void);
-/* The GEMM route of the bf16 products: the choice's, where the CPU has AMX-BF16 measured against
- * oneDNN's at the first call (dispatch.c, route_measured). Main thread only. */
-const gemm_bf16_ops *kernel_choice_route(void);
-/* Makes route the GEMM route of the bf16 products (gemm_bf16_path_set). Main thread only. */
-void kernel_choice_set_route(const gemm_bf16_ops *route);
 
 #endif

@@ -43,9 +43,9 @@ void matmul_backward_ld(float *dinp, int lddi, float *dw, int lddw, const float 
  * The path (DESIGN.md §5.1): our own packed product with the micro-kernel of the kernel path
  * (UPIPE_KERNEL or the CPU's best), on every CPU: fp32 FMA on bf16 widened while packing into ws
  * (avx512, avx2, portable), or VDPBF16PS on bf16 pairs packed as they are (avx512bf16, where the
- * dot product measured faster than FMA; its sums pair the terms, so its bits are its own). (The
- * former default, bf16 panels widened
- * in ws and cblas_sgemm on them, and oneDNN's bf16 gemm stay tested second paths, gemm_bf16.h).
+ * dot product measured faster than FMA; its sums pair the terms, so its bits are its own). Two
+ * other routes, tested: bf16 panels widened in ws and cblas_sgemm on them, and oneDNN's bf16 gemm
+ * (gemm_bf16.h).
  * ws: caller-owned fp32 workspace of GEMM_BF16_WS_FLOATS floats (any content; a fixed size,
  * independent of the shape: the memory plan counts it), for the packed panels. Threads: the
  * OpenMP threads (omp_set_num_threads), splitting C's rows; oneDNN's are the OpenMP threads too.

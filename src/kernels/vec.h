@@ -34,7 +34,7 @@
  *
  * Adding an instruction-set path: one vec_<isa>.h with these names, one attention_<isa>.c and
  * gemm_packed_<isa>.c that include it and set the block constants (see the existing ones), the
- * compile flags in CMakeLists.txt, and the table entry in dispatch.c. */
+ * compile flags in CMakeLists.txt, and the table entry in kernel_path.c. */
 #ifndef UP_KERNELS_VEC_H
 #define UP_KERNELS_VEC_H
 

@@ -152,7 +152,7 @@ double model_evaluate(model *m, double *loss, int32_t *pred);
 void model_read_window(model *m, const token_shard *shard, const mask_shard *mask,
                        uint8_t *mask_buf, long doc_sep, size_t first);
 
-/* ---- weights (params.c) --------------------------------------------------------------------- */
+/* ---- weights (weights.c) -------------------------------------------------------------------- */
 
 /* Fills params: normal(0, init_std) for matrices, 1 for norm weights; a counter-based RNG keyed
  * by (seed, tensor, index), so the values do not depend on threads or layout. */

@@ -1,4 +1,4 @@
-/* model_int.h — private to src/model: what params.c, optim.c and window.c read of a model (the
+/* model_int.h — private to src/model: what weights.c, optim.c and window.c read of a model (the
  * struct itself is model.c's). Everything outside src/model uses model.h's functions. */
 #ifndef UP_MODEL_INT_H
 #define UP_MODEL_INT_H
@@ -6,7 +6,7 @@
 #include "model/model.h"
 #include "model/params.h"
 
-/* What params.c (weights) and optim.c (the optimizer side) read of a model: its config, its
+/* What weights.c and optim.c (the optimizer side) read of a model: its config, its
  * tensor table and its parameter store. */
 const model_config *model_cfg(const model *m);
 const param_table *model_table(const model *m);
@@ -24,7 +24,7 @@ model_window_bufs model_window_buffers(model *m);
 
 /* The elements [i0, i1) of tensor t that this rank owns (all of them without FSDP); 0 when
  * none. model_tensor_part(m, k, t, i0) is where element i0 lives in the store's slab k
- * (params.c). */
+ * (weights.c). */
 int model_owned_part(const model *m, int t, size_t *i0, size_t *i1);
 float *model_tensor_part(model *m, store_slab_kind k, int t, size_t i0);
 /* The same in the backend's space (the optimizer side runs there; store_dev_slab). */

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,13 +24,6 @@ static const char *const MODEL_PREFIX[1] = {""};
 static const char *const OPT_PREFIX[2] = {"exp_avg.", "exp_avg_sq."};
 static const char *const CKPT_FILES[4] = {"model.safetensors", "optimizer.safetensors",
                                           "state.json", "config.json"};
-
-void ckpt_fmt(char *buf, size_t len, const char *f, ...) {
-    va_list ap;
-    va_start(ap, f);
-    vsnprintf(buf, len, f, ap);
-    va_end(ap);
-}
 
 /* ---- folders -------------------------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/crc32c.h"
+#include "io/json_util.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -16,6 +17,13 @@
 #include <string.h>
 
 const char *const CKPT_DATA_FILES[CKPT_NDATA] = {"model.safetensors", "optimizer.safetensors"};
+
+void ckpt_fmt(char *buf, size_t len, const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, len, f, ap);
+    va_end(ap);
+}
 
 /* ---- identity of the data ---------------------------------------------------------------------
  */
@@ -166,26 +174,6 @@ char *ckpt_state_json(const ckpt_state *st, const ckpt_file_sum *files, int rank
 /* ---- reading: every field checked -------------------------------------------------------------
  */
 
-static const char *type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 /* The field key of o (named where in messages): missing, or of the wrong type, is a message. */
 static json_t *field(const json_t *o, const char *where, const char *key, char *msg, size_t len) {
     json_t *v = json_object_get(o, key);
@@ -208,7 +196,8 @@ static int get_int(const json_t *o, const char *where, const char *key, long lon
             ckpt_fmt(msg, len, "\"%s%s\" must be an integer, got %.17g", where, key,
                      json_real_value(v));
         else
-            ckpt_fmt(msg, len, "\"%s%s\" must be an integer, got %s", where, key, type_name(v));
+            ckpt_fmt(msg, len, "\"%s%s\" must be an integer, got %s", where, key,
+                     json_type_name(v));
         return -1;
     }
     if (*out < lo || *out > hi) {
@@ -226,7 +215,7 @@ static int get_num(const json_t *o, const char *key, char *msg, size_t len) {
     json_t *v = field(o, "", key, msg, len);
     if (!v) return -1;
     if (!json_is_number(v) || !isfinite(json_number_value(v))) {
-        ckpt_fmt(msg, len, "\"%s\" must be a number, got %s", key, type_name(v));
+        ckpt_fmt(msg, len, "\"%s\" must be a number, got %s", key, json_type_name(v));
         return -1;
     }
     return 0;
@@ -237,7 +226,7 @@ static int get_str(const json_t *o, const char *where, const char *key, char *ou
     json_t *v = field(o, where, key, msg, len);
     if (!v) return -1;
     if (!json_is_string(v)) {
-        ckpt_fmt(msg, len, "\"%s%s\" must be a string, got %s", where, key, type_name(v));
+        ckpt_fmt(msg, len, "\"%s%s\" must be a string, got %s", where, key, json_type_name(v));
         return -1;
     }
     snprintf(out, outlen, "%s", json_string_value(v));
@@ -263,7 +252,7 @@ static int get_obj(const json_t *o, const char *where, const char *key, json_t *
     json_t *v = field(o, where, key, msg, len);
     if (!v) return -1;
     if (!json_is_object(v)) {
-        ckpt_fmt(msg, len, "\"%s%s\" must be an object, got %s", where, key, type_name(v));
+        ckpt_fmt(msg, len, "\"%s%s\" must be an object, got %s", where, key, json_type_name(v));
         return -1;
     }
     *out = v;
@@ -345,7 +334,8 @@ static int check_fields(const json_t *o, long folder_step, ckpt_record *rec, cha
     if (!mask) return -1;
     d->has_mask = !json_is_null(mask);
     if (d->has_mask && !json_is_object(mask)) {
-        ckpt_fmt(msg, len, "\"data.loss_mask\" must be an object or null, got %s", type_name(mask));
+        ckpt_fmt(msg, len, "\"data.loss_mask\" must be an object or null, got %s",
+                 json_type_name(mask));
         return -1;
     }
     if (d->has_mask && get_file_id(mask, "data.loss_mask.", &d->mask, msg, len) != 0) return -1;
@@ -441,7 +431,8 @@ int ckpt_state_parse(const char *text, size_t n, const ckpt_state *run, long fol
                                                 : "",
                      CKPT_VERSION);
         else
-            ckpt_fmt(msg, len, "\"version\" must be an integer, got %s", v ? type_name(v) : "none");
+            ckpt_fmt(msg, len, "\"version\" must be an integer, got %s",
+                     v ? json_type_name(v) : "none");
         verdict = CKPT_STATE_VERSION;
     } else if (check_fields(o, folder_step, rec, msg, len) == 0) {
         verdict = run && diff_state(o, run, msg, len) ? CKPT_STATE_DIFFERS : CKPT_STATE_OK;

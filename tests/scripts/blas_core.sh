@@ -2,7 +2,7 @@
 # The kernel choices made by measurement: the OpenBLAS core of the fp32 products (blas_check_core,
 # src/kernels/blas_core.c) forced by UPIPE_BLAS_CORE, calibrated where OPENBLAS_CORETYPE names a
 # core narrower than the CPU, a candidate whose products are wrong refused; oneDNN's sgemm
-# (UPIPE_SGEMM); the bf16 products' route (dispatch.c); ranks that chose differently stopped.
+# (UPIPE_SGEMM); the bf16 products' route (gemm_bf16.c); ranks that chose differently stopped.
 source "$(dirname "$0")/lib.sh" "$@"
 
 core_line() { env "$@" "$UPIPE" --version | sed -n 's/.*openblas \([A-Za-z0-9]*\) (\([^)]*\)).*/\1 \2/p'; }

@@ -344,7 +344,7 @@ static void test_jsonl_bad(void) {
         {"{\"txt\": \"a\"}", "unknown shape: the object has the keys \"txt\""},
         {"{}", "an empty object"},
         {"\"just a string\"", "the line is a string, not an object"},
-        {"{\"prompt\": 1, \"response\": \"r\"}", "\"prompt\" is a number, not a string"},
+        {"{\"prompt\": 1, \"response\": \"r\"}", "\"prompt\" is an integer, not a string"},
         {"{\"response\": \"r\"}", "\"response\" without \"prompt\""},
         {"{\"text\": \"a\", \"messages\": []}", "ambiguous shape"},
         {"{\"messages\": \"hi\"}", "\"messages\" is a string, not an array"},
