@@ -170,6 +170,34 @@ static int is_cased(uint32_t c) {
     return 0;
 }
 
+/* Python's str.islower (lower) or str.isupper of s: at least one cased character, and none of
+ * the other case nor in title case. Lowercase and Uppercase are Unicode's properties: the
+ * categories Ll and Lu, and the cased characters of other categories by their case mapping (Ⓐ,
+ * Ⅻ, U+0345) or the table above (its squared and negative capitals upper, the rest lower). */
+int jr_str_is_case(const jinja_value *s, int lower) {
+    int cased = 0;
+    for (size_t i = 0, l; i < s->u.str.len; i += l) {
+        uint32_t c = jv_cp_at(s->u.str.s, s->u.str.len, i, &l);
+        if ((l == 1 && c >= 0x80) || !is_cased(c)) continue; /* an invalid byte is not cased */
+        utf8proc_int32_t x = (utf8proc_int32_t)c;
+        utf8proc_category_t k = utf8proc_category(x);
+        int is_low = k == UTF8PROC_CATEGORY_LL, is_up = k == UTF8PROC_CATEGORY_LU;
+        if (k == UTF8PROC_CATEGORY_LT) return 0;
+        if (!is_low && !is_up) {
+            if (utf8proc_toupper(x) != x)
+                is_low = 1;
+            else if (utf8proc_tolower(x) != x)
+                is_up = 1;
+            else
+                is_up = c >= 0x1f130 && c <= 0x1f189;
+            is_low = is_low || !is_up;
+        }
+        if (lower ? is_up : is_low) return 0;
+        cased = 1;
+    }
+    return cased;
+}
+
 /* c in title case (start of a word) or upper case (up), else in lower case; 0 when Python's
  * mapping is not one code point or depends on context (a final sigma), which is refused */
 static uint32_t map_case(uint32_t c, int up, int title) {

@@ -74,26 +74,12 @@ static int t_divisibleby(TEST_ARGS) {
     return d == -1 || i % d == 0;
 }
 
-/* lower / upper: str(v) has a cased character and none of the other case (ASCII only) */
-static int case_test(jinja_renderer *r, const jnode *at, const char *name, jinja_value *v,
-                     int lower) {
-    jinja_value *s = jr_to_str(r, v);
-    int cased = 0, ok = 1;
-    for (size_t i = 0; i < s->u.str.len; i++) {
-        char ch = s->u.str.s[i];
-        if ((unsigned char)ch >= 0x80)
-            jr_fail(r, at, "the %s test of non-ASCII text is not supported", name);
-        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) cased = 1;
-        if (lower && ch >= 'A' && ch <= 'Z') ok = 0;
-        if (!lower && ch >= 'a' && ch <= 'z') ok = 0;
-    }
-    return cased && ok;
-}
+/* lower / upper: Python's str.islower / str.isupper of str(v) */
 static int t_lower(TEST_ARGS) {
-    return case_test(r, at, name, v, 1);
+    return jr_str_is_case(jr_to_str(r, v), 1);
 }
 static int t_upper(TEST_ARGS) {
-    return case_test(r, at, name, v, 0);
+    return jr_str_is_case(jr_to_str(r, v), 0);
 }
 
 static int t_sameas(TEST_ARGS) {

@@ -88,6 +88,7 @@ CASES = [
     "{{ 'hello'.startswith('he') }} {{ 'hello'.endswith('lo') }} {{ 'hello'.startswith(('x', 'h')) }} {{ 'abc'.upper() }} {{ 'ABC'.lower() }} {{ 'a-b'.replace('-', '_') }}",
     "{{ 'hello'.find('l') }} {{ 'hello'.count('l') }} {{ ', '.join(['a', 'b']) }} {{ 'añb'.find('b') }} {{ '123'.isdigit() }} {{ 'title case'.title() }}",
     "{{ \"it's 1st-rate (ǆemal) x\tY  <über>\"|title }}|{{ 'hello big world'.title() }}|{{ \"it's 1st\".title() }}",
+    "{{ 'straße' is lower }} {{ 'ÉCOLE Ω' is upper }} {{ 'Éa' is lower }} {{ 'ǅ' is upper }} {{ 'ǅ' is lower }} {{ 'ⓐⓑ' is lower }} {{ 'ⒶⒷ 1' is upper }} {{ 'Ⅻ' is upper }} {{ 'ª' is lower }} {{ 'ªA' is upper }} {{ '🄰' is upper }} {{ 'ͅ' is lower }} {{ '123 ·' is lower }} {{ 'ǆ' is lower }} {{ s is lower }}",
     "{{ s|lower }} {{ 'grüne äpfel'|upper }} {{ 'élan'|capitalize }} {{ 'ÉCOLE ΑΒΓ'.lower() }} {{ 'ǆemal ªb 1st'.title() }} {{ 'ıi'.upper() }} {{ u8.upper() }}",
     "{{ '\\u3000 x \\u2028'.strip() }}|{{ '\\u00a0x\\u0085'.strip() }}|{{ s.split() }}",
     # globals
