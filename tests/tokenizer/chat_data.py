@@ -214,7 +214,7 @@ def check_model(upipe, src, name, pkg, cfg, spans_key, convs, spans, tmp):
 
 def main():
     upipe, src = sys.argv[1], sys.argv[2]
-    if shutil.which("node") is None or not os.path.isdir(os.path.join(NM, "@huggingface")):
+    if shutil.which("node") is None or not os.path.isdir(os.path.join(NM, "tokenizers")):
         print(f"chat_data: skipped: no tokenizer fixtures in {NM} "
               "(tools/install-tokenizer-fixtures.sh)")
         sys.exit(77)
