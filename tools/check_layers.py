@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""The shape rules of src/ that the build checks (DESIGN.md §2, "Folders and layers").
+"""The shape rules of src/ that the build checks (DESIGN.md §8, "Layers").
 
-usage: check_layers.py layers BUILD_DIR SPEC...   SPEC is FOLDER=DEP,DEP,... in build order, one
-                                                  per static library BUILD_DIR/libupipe_FOLDER.a
-       check_layers.py sizes SRC_DIR              no function over 120 lines, no file over 700
+usage: check_layers.py layers BUILD_DIR SPEC... [--bare EXE...]
+                                   SPEC is FOLDER=DEP,DEP,... in build order, one per static
+                                   library BUILD_DIR/libupipe_FOLDER.a; each EXE after --bare
+                                   must need no MPI, BLAS nor oneDNN shared library
+       check_layers.py sizes SRC_DIR      no function over 120 lines, no file over 700
+       check_layers.py selftest CC        the checks above on small sources made to break them
 
 layers, from the symbols of the built libraries (nm):
   - every upipe symbol a folder's library uses is defined in that folder or in a folder it declares
@@ -130,6 +133,20 @@ def check_layers(build, specs):
     return faults
 
 
+BARE_FORBIDDEN = re.compile(r"mpi|blas|lapack|dnnl|mkl")
+
+
+def check_bare(exes):
+    """Each executable's shared libraries (DT_NEEDED) hold no MPI, BLAS nor oneDNN."""
+    faults = []
+    for exe in exes:
+        out = subprocess.run(["readelf", "-d", exe], capture_output=True, text=True, check=True).stdout
+        for lib in re.findall(r"\(NEEDED\).*\[(.+)\]", out):
+            if BARE_FORBIDDEN.search(lib):
+                faults.append(f"{exe}: needs {lib}; it should link only the folders it uses")
+    return faults
+
+
 def function_spans(lines):
     """(first line, length, header) of each function definition of clang-formatted C or CUDA."""
     cand, start = None, None
@@ -168,9 +185,73 @@ def check_sizes(src):
     return faults
 
 
+SELFTEST_SOURCES = {
+    # low: a clean file, an upward use, a loop of two files, an MPI call
+    "low/a.c": "int low_a(void) { return 1; }\n",
+    "low/up.c": "int top_t(void);\nint low_up(void) { return top_t(); }\n",
+    "low/c.c": "int low_d(int);\nint low_c(int n) { return n ? low_d(n - 1) : 0; }\n",
+    "low/d.c": "int low_c(int);\nint low_d(int n) { return n ? low_c(n - 1) : 1; }\n",
+    "low/m.c": "int MPI_Barrier(int);\nint low_m(void) { return MPI_Barrier(0); }\n",
+    # top: a clean use of low, a BLAS call outside kernels
+    "top/t.c": "int low_a(void);\nint top_t(void) { return low_a(); }\n",
+    "top/b.c": "void cblas_sscal(int, float, float *, int);\n"
+    "void top_b(float *x) { cblas_sscal(1, 2.0f, x, 1); }\n",
+}
+SELFTEST_WANT = [
+    "low/m.c.o: uses MPI_Barrier",
+    "low/up.c.o: uses top_t from top/t.c.o, a folder not below low",
+    "top/b.c.o: uses cblas_sscal",
+    "loop between files: low/c.c.o <-> low/d.c.o",
+]
+
+
+def selftest(cc):
+    """Faults found exactly where the sources above break a rule, and none in clean ones."""
+    import tempfile
+
+    faults = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in SELFTEST_SOURCES.items():
+            os.makedirs(os.path.join(tmp, os.path.dirname(name)), exist_ok=True)
+            with open(os.path.join(tmp, name), "w") as fh:
+                fh.write(text)
+        for folder in ("low", "top"):
+            objs = []
+            for name in sorted(SELFTEST_SOURCES):
+                if name.startswith(folder + "/"):
+                    obj = os.path.join(tmp, folder, os.path.basename(name) + ".o")
+                    subprocess.run([cc, "-c", "-o", obj, os.path.join(tmp, name)], check=True)
+                    objs.append(obj)
+            lib = os.path.join(tmp, f"libupipe_{folder}.a")
+            subprocess.run(["ar", "rcs", lib] + objs, check=True)
+        got = check_layers(tmp, ["low=", "top=low"])
+        for want in SELFTEST_WANT:
+            if not any(g.startswith(want) for g in got):
+                faults.append(f"selftest: the layers check missed: {want}")
+        if len(got) != len(SELFTEST_WANT):
+            faults.append(f"selftest: {len(got)} layer faults, {len(SELFTEST_WANT)} expected: {got}")
+        if check_layers(tmp, ["top=", "low=top"]) == []:
+            faults.append("selftest: a folder declared before the one it depends on passed")
+        body = "int f(void)\n{\n" + "    int x = 0;\n" * 116 + "    return x;\n}\n"
+        with open(os.path.join(tmp, "low", "fits.c"), "w") as fh:
+            fh.write(body)  # a function of exactly 120 lines
+        if check_sizes(os.path.join(tmp, "low")):
+            faults.append("selftest: a function of 120 lines was refused")
+        with open(os.path.join(tmp, "low", "long.c"), "w") as fh:
+            fh.write(body.replace("    return x;", "    x++;\n    return x;"))
+        if len(check_sizes(os.path.join(tmp, "low"))) != 1:
+            faults.append("selftest: a function of 121 lines passed")
+    return faults
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == "layers":
-        faults = check_layers(argv[2], argv[3:])
+        specs = argv[3:]
+        exes = specs[specs.index("--bare") + 1 :] if "--bare" in specs else []
+        specs = specs[: specs.index("--bare")] if "--bare" in specs else specs
+        faults = check_layers(argv[2], specs) + check_bare(exes)
+    elif len(argv) == 3 and argv[1] == "selftest":
+        faults = selftest(argv[2])
     elif len(argv) == 3 and argv[1] == "sizes":
         faults = check_sizes(argv[2])
     else:
