@@ -1,19 +1,14 @@
-/* bench_util.h — the small helpers the C benchmarks share: a monotonic clock, the comparison
- * qsort needs and the median, and the CPU model for the headers. Header-only (each benchmark is one
- * file). */
+/* bench_util.h — the small helpers the C benchmarks share: the comparison qsort needs and the
+ * median, and the CPU model for the headers; the clock is core/clock.h's now_s. Header-only (each
+ * benchmark is one file). */
 #ifndef UP_BENCH_UTIL_H
 #define UP_BENCH_UTIL_H
+
+#include "core/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static inline double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
