@@ -37,6 +37,16 @@ void jp_call_args(jinja_parser *p, jnode *x) {
     x->nkw = kwn.n;
 }
 
+/* x(args...), t the "(" */
+static jnode *parse_call(jinja_parser *p, jnode *x, tok *t) {
+    jnode *y = jp_node(p, JN_CALL, t);
+    y->a = x;
+    y->line = x->line; /* a call is where its callee starts */
+    y->col = x->col;
+    jp_call_args(p, y);
+    return y;
+}
+
 static jnode *parse_postfix(jinja_parser *p, jnode *x) {
     for (;;) {
         tok *t = jp_cur(p);
@@ -78,12 +88,7 @@ static jnode *parse_postfix(jinja_parser *p, jnode *x) {
             if (!slice && !parts[0]) jp_fail_at(p, t->line, t->col, "empty subscript");
             x = y;
         } else if (jp_is_op(t, "(")) {
-            jnode *y = jp_node(p, JN_CALL, t);
-            y->a = x;
-            y->line = x->line; /* a call is where its callee starts */
-            y->col = x->col;
-            jp_call_args(p, y);
-            x = y;
+            x = parse_call(p, x, t);
         } else {
             return x;
         }
@@ -149,12 +154,7 @@ static jnode *parse_filter_expr(jinja_parser *p, jnode *x) {
             }
             x = y;
         } else if (jp_is_op(t, "(")) {
-            jnode *y = jp_node(p, JN_CALL, t);
-            y->a = x;
-            y->line = x->line; /* a call is where its callee starts */
-            y->col = x->col;
-            jp_call_args(p, y);
-            x = y;
+            x = parse_call(p, x, t);
         } else {
             return x;
         }
