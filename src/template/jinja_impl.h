@@ -18,6 +18,9 @@ struct jinja_arena {
 };
 void *jv_alloc(jinja_arena *a, size_t n); /* zeroed, 16-aligned */
 char *jv_strdup(jinja_arena *a, const char *s, size_t len);
+/* An array of elem-byte elements full at *cap (n in use) grown to twice *cap (first when empty):
+ * the new array, its first n elements copied, and *cap its capacity */
+void *jv_grow(jinja_arena *a, const void *v, size_t n, size_t *cap, size_t first, size_t elem);
 
 /* ---- values ---- */
 typedef enum {

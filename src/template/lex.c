@@ -34,13 +34,8 @@ static void where(jinja_parser *p, size_t pos, int *line, int *col) {
 }
 
 static tok *push(jinja_parser *p, tok_kind t, size_t at) {
-    if (p->ntoks == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 256;
-        tok *nt = jv_alloc(p->a, cap * sizeof *nt);
-        if (p->ntoks) memcpy(nt, p->toks, p->ntoks * sizeof *nt);
-        p->toks = nt;
-        p->cap = cap;
-    }
+    if (p->ntoks == p->cap)
+        p->toks = jv_grow(p->a, p->toks, p->ntoks, &p->cap, 256, sizeof *p->toks);
     tok *x = &p->toks[p->ntoks++];
     memset(x, 0, sizeof *x);
     x->t = t;
@@ -452,23 +447,11 @@ jnode *jp_node(jinja_parser *p, jn_kind k, const tok *at) {
 }
 
 void jp_nodes_push(jinja_parser *p, jp_nodes *v, jnode *x) {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 4;
-        jnode **nn = jv_alloc(p->a, cap * sizeof *nn);
-        if (v->n) memcpy(nn, v->v, v->n * sizeof *nn);
-        v->v = nn;
-        v->cap = cap;
-    }
+    if (v->n == v->cap) v->v = jv_grow(p->a, v->v, v->n, &v->cap, 4, sizeof *v->v);
     v->v[v->n++] = x;
 }
 void jp_names_push(jinja_parser *p, jp_names *v, const char *s) {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 4;
-        const char **nn = jv_alloc(p->a, cap * sizeof *nn);
-        if (v->n) memcpy(nn, v->v, v->n * sizeof *nn);
-        v->v = nn;
-        v->cap = cap;
-    }
+    if (v->n == v->cap) v->v = jv_grow(p->a, v->v, v->n, &v->cap, 4, sizeof *v->v);
     v->v[v->n++] = s;
 }
 

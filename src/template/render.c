@@ -18,16 +18,9 @@ static void scope_set(jinja_renderer *r, scope *s, const char *name, jinja_value
             return;
         }
     if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 8;
-        const char **nn = jv_alloc(r->a, cap * sizeof *nn);
-        jinja_value **vv = jv_alloc(r->a, cap * sizeof *vv);
-        if (s->n) {
-            memcpy(nn, s->names, s->n * sizeof *nn);
-            memcpy(vv, s->vals, s->n * sizeof *vv);
-        }
-        s->names = nn;
-        s->vals = vv;
-        s->cap = cap;
+        size_t cap = s->cap;
+        s->names = jv_grow(r->a, s->names, s->n, &cap, 8, sizeof *s->names);
+        s->vals = jv_grow(r->a, s->vals, s->n, &s->cap, 8, sizeof *s->vals);
     }
     s->names[s->n] = name;
     s->vals[s->n++] = v;

@@ -58,6 +58,14 @@ void *jv_alloc(jinja_arena *a, size_t n) {
     return p;
 }
 
+void *jv_grow(jinja_arena *a, const void *v, size_t n, size_t *cap, size_t first, size_t elem) {
+    size_t c = *cap ? 2 * *cap : first;
+    void *nv = jv_alloc(a, c * elem);
+    if (n) memcpy(nv, v, n * elem);
+    *cap = c;
+    return nv;
+}
+
 char *jv_strdup(jinja_arena *a, const char *s, size_t len) {
     char *p = jv_alloc(a, len + 1);
     if (len) memcpy(p, s, len);
@@ -135,13 +143,9 @@ static void nest(jinja_arena *a, jinja_value *c, const jinja_value *v) {
 
 void jinja_list_push(jinja_arena *a, jinja_value *l, jinja_value *v) {
     nest(a, l, v);
-    if (l->u.list.n == l->u.list.cap) {
-        size_t cap = l->u.list.cap ? 2 * l->u.list.cap : 4;
-        jinja_value **items = jv_alloc(a, cap * sizeof *items);
-        if (l->u.list.n) memcpy(items, l->u.list.items, l->u.list.n * sizeof *items);
-        l->u.list.items = items;
-        l->u.list.cap = cap;
-    }
+    if (l->u.list.n == l->u.list.cap)
+        l->u.list.items =
+            jv_grow(a, l->u.list.items, l->u.list.n, &l->u.list.cap, 4, sizeof *l->u.list.items);
     l->u.list.items[l->u.list.n++] = v;
 }
 
@@ -172,15 +176,10 @@ void jv_dict_put(jinja_arena *a, jinja_value *d, jinja_value *key, jinja_value *
             return;
         }
     if (d->u.dict.n == d->u.dict.cap) {
-        size_t cap = d->u.dict.cap ? 2 * d->u.dict.cap : 4;
-        jinja_value **k = jv_alloc(a, cap * sizeof *k), **w = jv_alloc(a, cap * sizeof *w);
-        if (d->u.dict.n) {
-            memcpy(k, d->u.dict.keys, d->u.dict.n * sizeof *k);
-            memcpy(w, d->u.dict.vals, d->u.dict.n * sizeof *w);
-        }
-        d->u.dict.keys = k;
-        d->u.dict.vals = w;
-        d->u.dict.cap = cap;
+        size_t cap = d->u.dict.cap;
+        d->u.dict.keys = jv_grow(a, d->u.dict.keys, d->u.dict.n, &cap, 4, sizeof *d->u.dict.keys);
+        d->u.dict.vals =
+            jv_grow(a, d->u.dict.vals, d->u.dict.n, &d->u.dict.cap, 4, sizeof *d->u.dict.vals);
     }
     d->u.dict.keys[d->u.dict.n] = key;
     d->u.dict.vals[d->u.dict.n++] = v;
@@ -263,13 +262,8 @@ static void sb_run(jv_sb *b, size_t start, size_t len, int tag) {
             return;
         }
     }
-    if (b->nruns == b->rcap) {
-        size_t cap = b->rcap ? 2 * b->rcap : 8;
-        jv_run *r = jv_alloc(b->a, cap * sizeof *r);
-        if (b->nruns) memcpy(r, b->runs, b->nruns * sizeof *r);
-        b->runs = r;
-        b->rcap = cap;
-    }
+    if (b->nruns == b->rcap)
+        b->runs = jv_grow(b->a, b->runs, b->nruns, &b->rcap, 8, sizeof *b->runs);
     b->runs[b->nruns++] = (jv_run){start, len, tag, b->turn, b->gen};
 }
 
