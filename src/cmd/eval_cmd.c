@@ -107,7 +107,8 @@ static const flag_help_line g_eval_page[] = {
                "checkpoint's config.json)"},
     {"init", NULL},
     {"ckpt", NULL},
-    {"data", NULL},
+    {"data", "llm.c token shard to evaluate (required; make one with\n"
+             "`upipe data`)"},
     {"seq-len", "tokens per window (default 1024; above the config's\n"
                 "max_position_embeddings: a warning)"},
     {"windows", NULL},
@@ -120,6 +121,7 @@ static const flag_help_line g_eval_page[] = {
               "training (upipe train --help): weights fp32 with a bf16 copy\n"
               "for the matmuls, the residual stream and attention in bf16"},
     {"device", NULL},
+    {"device-mem", NULL},
     {NULL, "\noutputs (the tables always go to the terminal unless --quiet)"},
     {"report", NULL},
     {"svg", NULL},
@@ -372,6 +374,9 @@ int eval_main(int argc, char **argv) {
     if (j->o.front.dry_run) {
         if (j->rank == 0) {
             report_print_plan(&plan, j->o.front.T, &j->cfg, j->P, j->T_loc, j->o.front.mopt.dtype);
+            if (j->o.front.mopt.be && j->o.front.mopt.be->space == MEM_SPACE_DEVICE)
+                report_print_device_fit(&plan, j->o.front.mem_limit, j->o.front.T,
+                                        j->o.front.mopt.be);
             printf("forward only: no gradients or optimizer state, one layer's activations at a "
                    "time\n");
         }

@@ -33,7 +33,7 @@
 #include <string.h>
 
 /* The LM head's widened weight panel: rows of fp32 weights (a multiple of 64 rows at a time). */
-#define CU_GEMM_PANEL_BYTES ((size_t)64 << 20)
+#define CU_GEMM_PANEL_BYTES BACKEND_CUDA_GEMM_PANEL
 static float *cu_panel;
 
 /* ---- the descriptor cache ---------------------------------------------------------------------

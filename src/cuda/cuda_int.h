@@ -16,7 +16,7 @@ extern cudaStream_t cu_stream;
 /* cuBLASLt's handle and its workspace (CU_LT_WS bytes of device memory). */
 extern cublasLtHandle_t cu_lt;
 extern void *cu_lt_ws;
-#define CU_LT_WS ((size_t)64 << 20)
+#define CU_LT_WS BACKEND_CUDA_LT_WORKSPACE
 /* 1 when the user asked for TF32 in the fp32 products (UPIPE_TF32=1); else fp32 arithmetic. */
 extern int cu_tf32;
 

@@ -68,6 +68,41 @@ static const backend_ops *load_cuda(char *err, size_t errlen) {
     return loaded = be;
 }
 
+static size_t g_plan_free;
+static void plan_mem_info(size_t *free_b, size_t *total) {
+    if (free_b) *free_b = g_plan_free;
+    if (total) *total = g_plan_free;
+}
+static const char *plan_describe(void) {
+    return "no GPU: planned with --device-mem";
+}
+static size_t plan_module_bytes(void) {
+    return BACKEND_CUDA_LT_WORKSPACE + BACKEND_CUDA_GEMM_PANEL;
+}
+static size_t plan_workspace_floats(mem_dtype dt, size_t maxw, size_t C) {
+    (void)dt, (void)maxw, (void)C;
+    return 0;
+}
+static size_t plan_attention_workspace_floats(mem_dtype dt, int T, int NH, int NKV, int HS) {
+    (void)dt, (void)T, (void)NH, (void)NKV, (void)HS;
+    return 0;
+}
+
+const backend_ops *backend_plan_cuda(size_t free_bytes) {
+    static backend_ops be = {
+        .abi = BACKEND_ABI,
+        .name = "cuda",
+        .space = MEM_SPACE_DEVICE,
+        .mem_info = plan_mem_info,
+        .describe = plan_describe,
+        .module_bytes = plan_module_bytes,
+        .workspace_floats = plan_workspace_floats,
+        .attention_workspace_floats = plan_attention_workspace_floats,
+    };
+    g_plan_free = free_bytes;
+    return &be;
+}
+
 const backend_ops *backend_load(const char *name, char *err, size_t errlen) {
     if (!name || !strcmp(name, "cpu")) return &backend_cpu;
     if (!strcmp(name, "cuda")) return load_cuda(err, errlen);

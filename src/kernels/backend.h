@@ -155,4 +155,14 @@ static inline const backend_ops *backend_of(const typed_ctx *t) {
  * missing: the module, a library it needs, the driver, or a GPU. */
 const backend_ops *backend_load(const char *name, char *err, size_t errlen);
 
+/* The device memory the CUDA module holds from its start (its module_bytes when a run is
+ * checked, before a step grows a scratch): cuBLASLt's workspace and the products' panel. */
+#define BACKEND_CUDA_LT_WORKSPACE ((size_t)64 << 20)
+#define BACKEND_CUDA_GEMM_PANEL ((size_t)64 << 20)
+
+/* The CUDA backend as the plan sees it, without the module or a GPU (--dry-run --device-mem):
+ * its space, its workspace sizes (none), its fixed bytes and a device with free_bytes free. It
+ * runs no op: every tensor op is NULL. */
+const backend_ops *backend_plan_cuda(size_t free_bytes);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define AT(field) offsetof(front_options, field)
 
@@ -23,7 +24,8 @@ static const flag_spec g_front_flags[] = {
      .arg = "FILE",
      .kind = FLAG_STRING,
      .off = AT(data),
-     .help = "llm.c token shard (required; make one with `upipe data`)"},
+     .help = "llm.c token shard (required but with --dry-run; make one\n"
+             "with `upipe data`)"},
     {.name = "seq-len",
      .arg = "T",
      .kind = FLAG_LONG,
@@ -152,6 +154,13 @@ static const flag_spec g_front_flags[] = {
              "rank (the CUDA backend, libupipe_cuda.so beside upipe); the\n"
              "model's tensors in GPU memory, --dry-run and --mem-limit plan\n"
              "the GPU's memory (one rank; no --offload or --fsdp yet)"},
+    {.name = "device-mem",
+     .arg = "SIZE",
+     .kind = FLAG_SIZE,
+     .off = AT(device_mem),
+     .help = "with --dry-run --device cuda: plan for a GPU with SIZE of free\n"
+             "memory, without one (a job planned before it is queued, on a\n"
+             "machine without a GPU; e.g. 139GiB for an H200)"},
     /* parallelism and the machine */
     {.name = "cp",
      .arg = "P",
@@ -189,7 +198,15 @@ void front_finish(front_options *o) {
 
 void front_load_device(front_options *o, comm_ctx *c) {
     char err[512] = "";
-    const backend_ops *be = backend_load(o->device, err, sizeof err);
+    const backend_ops *be = NULL;
+    if (!o->device_mem)
+        be = backend_load(o->device, err, sizeof err);
+    else if (o->dry_run && o->device && !strcmp(o->device, "cuda"))
+        be = backend_plan_cuda((size_t)o->device_mem);
+    else
+        snprintf(err, sizeof err,
+                 "--device-mem plans a GPU without one: it goes with --dry-run --device cuda (a "
+                 "run on a GPU reads the GPU's free memory; --mem-limit lowers it)");
     if (be && be != &backend_cpu) {
         if (c->R > 1)
             snprintf(err, sizeof err,

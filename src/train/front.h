@@ -23,8 +23,9 @@ typedef struct {
     int threads;            /* --threads: 0: default */
     int dry_run;            /* --dry-run */
     int quiet;              /* --quiet */
-    unsigned long long mem_limit; /* --mem-limit: bytes, 0: none (a device run: the device's) */
-    const char *device;           /* --device: cpu (default) or cuda */
+    unsigned long long mem_limit;  /* --mem-limit: bytes, 0: none (a device run: the device's) */
+    const char *device;            /* --device: cpu (default) or cuda */
+    unsigned long long device_mem; /* --device-mem: a planned GPU's free bytes; 0: the GPU's */
     model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,
                            --[no-]upipe-overlap, --fsdp, --dtype; docs from --doc-sep */
 } front_options;

@@ -266,6 +266,7 @@ static const flag_help_line g_train_page[] = {
     {"seed", NULL},
     {"dtype", NULL},
     {"device", NULL},
+    {"device-mem", NULL},
     {NULL, "\noptimisation"},
     {"steps", NULL},
     {"grad-accum", NULL},
@@ -339,7 +340,7 @@ void train_print_help(void) {
 static void train_check_options(train_options *o) {
     if (!o->front.config)
         up_die_all("--config FILE is required (an HF config.json): see upipe train --help");
-    front_require_data(&o->front);
+    if (!o->front.dry_run) front_require_data(&o->front); /* a plan reads no data */
     if ((o->resume || o->stop_at || o->ckpt_every) && !o->ckpt_dir)
         up_die_all("%s needs --ckpt-dir DIR (where the checkpoints are)", o->resume ? "--resume"
                                                                           : o->stop_at

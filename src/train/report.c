@@ -41,13 +41,21 @@ void report_print_plan(const report_memory *p, long T, const model_config *c, in
     printf("memory plan per rank: T=%ld (T_loc=%d, cp=%d), C=%d L=%d NH=%d NKV=%d F=%d V=%d, "
            "dtype %s\n",
            T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V, mem_dtype_name(dt));
-    printf("  %-12s %12s %12s\n", "category", "bytes", "per token");
-    for (int k = 0; k < MEM_COUNT; k++)
-        printf("  %-12s %12s %12s\n", mem_category_name((mem_category)k),
+    /* a device run: a column for the part of each category in GPU memory (the rest is host) */
+    char d[32];
+    printf("  %-12s %12s %12s%s\n", "category", "bytes", "per token",
+           p->device ? "     on GPU" : "");
+    for (int k = 0; k < MEM_COUNT; k++) {
+        printf("  %-12s %12s %12s", mem_category_name((mem_category)k),
                up_fmt_bytes(b, sizeof b, (double)p->cat[k]),
                up_fmt_bytes(t, sizeof t, (double)p->cat[k] * per));
-    printf("  %-12s %12s %12s\n", "peak", up_fmt_bytes(b, sizeof b, (double)p->peak),
+        if (p->device) printf(" %12s", up_fmt_bytes(d, sizeof d, (double)p->dev_cat[k]));
+        printf("\n");
+    }
+    printf("  %-12s %12s %12s", "peak", up_fmt_bytes(b, sizeof b, (double)p->peak),
            up_fmt_bytes(t, sizeof t, (double)p->peak * per));
+    if (p->device) printf(" %12s", up_fmt_bytes(d, sizeof d, (double)p->device));
+    printf("\n");
     printf("  %-12s %12s %12s\n", "offloaded", up_fmt_bytes(b, sizeof b, (double)p->offloaded),
            up_fmt_bytes(t, sizeof t, (double)p->offloaded * per));
     /* the same peak in (T_loc, C) fp32 tensors: what each token costs, in units of itself */
@@ -84,27 +92,52 @@ static void largest_two(const unsigned long long *cat, int *a, int *b) {
         if (k != *a && cat[k] > cat[*b]) *b = k;
 }
 
-/* A device run: the plan's device memory and the backend's own against the device's free
- * memory, or --mem-limit when that is lower. */
-static void check_device(const report_memory *p, const backend_ops *be,
-                         unsigned long long mem_limit, long T) {
+/* A device run: the plan's device memory and the backend's own (*need) against the device's free
+ * memory, or --mem-limit when that is lower (*limit). 1 when they fit; 0 with msg the refusal. */
+static int device_fits(const report_memory *p, const backend_ops *be, unsigned long long mem_limit,
+                       long T, unsigned long long *need, unsigned long long *limit, char *msg,
+                       size_t len) {
     size_t free_b = 0, total = 0;
     be->mem_info(&free_b, &total);
-    unsigned long long need = p->device + be->module_bytes(), limit = free_b;
-    if (mem_limit && mem_limit < limit) limit = mem_limit;
-    if (need <= limit) return;
+    *need = p->device + be->module_bytes();
+    *limit = free_b;
+    if (mem_limit && mem_limit < *limit) *limit = mem_limit;
+    if (*need <= *limit) return 1;
     int a, b;
     largest_two(p->dev_cat, &a, &b);
     char s1[32], s2[32], s3[32], s4[32];
-    up_die_all("the run plans %s of GPU memory but %s %s: largest are %s (%s) and %s (%s); use "
-               "--checkpoint, --tile-mlp, --tile-loss, --upipe-heads, or a shorter --seq-len than "
-               "%ld (see --dry-run)",
-               up_fmt_bytes(s1, sizeof s1, (double)need),
-               mem_limit && mem_limit < free_b ? "--mem-limit is" : "the GPU has free",
-               up_fmt_bytes(s2, sizeof s2, (double)limit), mem_category_name((mem_category)a),
-               up_fmt_bytes(s3, sizeof s3, (double)p->dev_cat[a]),
-               mem_category_name((mem_category)b),
-               up_fmt_bytes(s4, sizeof s4, (double)p->dev_cat[b]), T);
+    snprintf(msg, len,
+             "the run plans %s of GPU memory but %s %s: largest are %s (%s) and %s (%s); use "
+             "--checkpoint, --tile-mlp, --tile-loss, --upipe-heads, or a shorter --seq-len than "
+             "%ld (see --dry-run)",
+             up_fmt_bytes(s1, sizeof s1, (double)*need),
+             mem_limit && mem_limit < free_b ? "--mem-limit is" : "the GPU has free",
+             up_fmt_bytes(s2, sizeof s2, (double)*limit), mem_category_name((mem_category)a),
+             up_fmt_bytes(s3, sizeof s3, (double)p->dev_cat[a]), mem_category_name((mem_category)b),
+             up_fmt_bytes(s4, sizeof s4, (double)p->dev_cat[b]), T);
+    return 0;
+}
+
+static void check_device(const report_memory *p, const backend_ops *be,
+                         unsigned long long mem_limit, long T) {
+    unsigned long long need, limit;
+    char msg[768];
+    if (!device_fits(p, be, mem_limit, T, &need, &limit, msg, sizeof msg)) up_die_all("%s", msg);
+}
+
+void report_print_device_fit(const report_memory *p, unsigned long long mem_limit, long T,
+                             const backend_ops *be) {
+    unsigned long long need, limit;
+    char msg[768], s1[32], s2[32], s3[32];
+    if (device_fits(p, be, mem_limit, T, &need, &limit, msg, sizeof msg))
+        printf("GPU (%s): the plan's %s and the backend's %s fit in %s%s\n", be->describe(),
+               up_fmt_bytes(s1, sizeof s1, (double)p->device),
+               up_fmt_bytes(s2, sizeof s2, (double)(need - p->device)),
+               up_fmt_bytes(s3, sizeof s3, (double)limit),
+               mem_limit && mem_limit == limit ? " (--mem-limit)" : " free");
+    else
+        printf("GPU (%s): does not fit: %s\n", be->describe(), msg);
+    fflush(stdout);
 }
 
 void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T,

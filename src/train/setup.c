@@ -236,6 +236,21 @@ static void setup_validation(train_run *r) {
                            .recall = eval_detect_recall(&r->val_shard)};
 }
 
+/* --data and --loss-mask: the shards, long enough for a step, aligned with each other. */
+static void setup_data(train_run *r) {
+    const train_options *o = &r->o;
+    char err[512];
+    setup_shard(&r->shard, "--data", o->front.data, r->cfg.V);
+    size_t ntok = r->shard.ntok;
+    if (ntok < (size_t)o->front.T + 1)
+        up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
+                   "or less, or a larger shard",
+                   o->front.T, o->front.T + 1, o->front.data, ntok, ntok - 1);
+    if (o->front.loss_mask && mask_open(&r->mask, o->front.loss_mask, ntok, err, sizeof err) != 0)
+        up_die_all("--loss-mask %s", err);
+    setup_warn_window(&r->cfg, o->front.T, &r->shard, o->front.data, o->front.doc_sep, r->rank);
+}
+
 /* Threads, then every check before any large allocation (every rank, same verdict), then the
  * communicator. */
 void run_setup(train_run *r) {
@@ -249,15 +264,7 @@ void run_setup(train_run *r) {
     int world = r->world, P = o->front.cp > 0 ? o->front.cp : world;
     r->P = P;
     setup_config(&r->cfg, o->front.config, o->front.T, P, world, o->front.doc_sep);
-    setup_shard(&r->shard, "--data", o->front.data, r->cfg.V);
-    size_t ntok = r->shard.ntok;
-    if (ntok < (size_t)o->front.T + 1)
-        up_die_all("--seq-len %ld needs %ld tokens per step but %s holds %zu: use --seq-len %zu "
-                   "or less, or a larger shard",
-                   o->front.T, o->front.T + 1, o->front.data, ntok, ntok - 1);
-    if (o->front.loss_mask && mask_open(&r->mask, o->front.loss_mask, ntok, err, sizeof err) != 0)
-        up_die_all("--loss-mask %s", err);
-    setup_warn_window(&r->cfg, o->front.T, &r->shard, o->front.data, o->front.doc_sep, r->rank);
+    if (o->front.data) setup_data(r); /* --dry-run plans without it */
     if (o->init && !up_file_readable(o->init))
         up_die_all("--init %s: cannot read the file (%s)", o->init, strerror(errno));
     if (o->val_data) setup_validation(r);

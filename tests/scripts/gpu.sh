@@ -97,6 +97,31 @@ if [ -d "$TMP/back.ck" ] && train4 back cpu --resume; then
     ok "a GPU checkpoint resumes on the CPU: $(tail -n1 "$TMP/back.cmp")"
   else bad "a GPU checkpoint resumed on the CPU"; cat "$TMP/back.cmp"; fi
 fi
+# The plan made without a GPU (--device-mem, a login node's plan) is the plan the GPU makes, each
+# device category to the byte, and a real step's accounted device peak equals it.
+PL="--config $SRC/configs/tiny.json --seq-len 1024 --threads 2 --quiet --device cuda"
+"$UPIPE" data recall --output "$TMP/recall_small.bin" --tokens 20000 --distance 64 >/dev/null
+# shellcheck disable=SC2086
+if "$UPIPE" train $PL --dry-run --device-mem 1GiB --mem-report "$TMP/planned.json" >/dev/null 2>&1 \
+  && "$UPIPE" train $PL --dry-run --mem-report "$TMP/gpuplan.json" >/dev/null 2>&1 \
+  && "$UPIPE" train $PL --data "$TMP/recall_small.bin" --steps 1 --mem-report "$TMP/gpurun.json" \
+    >"$TMP/gpurun.out" 2>&1; then
+  if python3 - "$TMP/planned.json" "$TMP/gpuplan.json" "$TMP/gpurun.json" <<'PY'; then
+import json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:4])
+print("  device plan %d (without a GPU) / %d (on it), measured %d" %
+      (a["device_peak_bytes"], b["device_peak_bytes"], c["device_peak_bytes"]))
+sys.exit(0 if a["device_categories"] == b["device_categories"]
+         and a["device_peak_bytes"] == b["device_peak_bytes"] == c["device_peak_bytes"] else 1)
+PY
+    ok "--device-mem's plan = the GPU's plan = the measured device peak"
+  else
+    bad "--device-mem's plan, the GPU's plan and the measured device peak differ"
+  fi
+else
+  bad "device plans: a run failed"; cat "$TMP/gpurun.out"
+fi
+
 # Training: 300 steps of tiny.json on the recall corpus, CPU and GPU from the same seed. The runs
 # sum in different orders, so their weights part after a few steps as any two fp32 runs do; what
 # must agree is the curve: the mean loss of every 25 steps within 2% of the CPU's (a missing

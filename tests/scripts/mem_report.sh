@@ -50,4 +50,61 @@ for path in avx512 avx2 portable; do
     bad "kernel path $path: run failed"; cat "$TMP/$path.out"
   fi
 done
+# A plan reads no data: without --data it is the plan with it (every category but the process's
+# own resident bytes, runtime, measured in each run).
+P1="--config $SRC/configs/tiny.json --seq-len 1024 --threads 2 --quiet --dry-run"
+cats() { python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["categories"]; c.pop("runtime"); print(c)' "$1"; }
+# shellcheck disable=SC2086
+if "$UPIPE" train $P1 --data "$TMP/d.bin" --mem-report "$TMP/plan.data" >/dev/null 2>&1 \
+  && "$UPIPE" train $P1 --mem-report "$TMP/plan.nodata" >"$TMP/plan.out" 2>&1 \
+  && [ "$(cats "$TMP/plan.data")" = "$(cats "$TMP/plan.nodata")" ]; then
+  ok "--dry-run without --data: the same plan"
+else
+  bad "--dry-run without --data"; cat "$TMP/plan.out"
+fi
+# A GPU planned on a machine without one (--device-mem): the model's state, checkpoints and
+# activations take on the device what they take on the CPU (the attention and workspace scratch
+# are each backend's own); the plan fits a device of exactly its bytes and the module's (64 MiB
+# of cuBLASLt workspace, 64 MiB of product panel) and not one byte less.
+# shellcheck disable=SC2086
+if "$UPIPE" train $P1 --mem-report "$TMP/cpu.plan" >/dev/null 2>&1 \
+  && "$UPIPE" train $P1 --device cuda --device-mem 1GiB --mem-report "$TMP/gpu.plan" >"$TMP/gpu.out" 2>&1; then
+  cmpcat=$(python3 - "$TMP/cpu.plan" "$TMP/gpu.plan" <<'PY'
+import json, sys
+c, g = (json.load(open(f)) for f in sys.argv[1:3])
+same = [k for k in ("params", "grads", "optimizer", "checkpoints", "activations")
+        if c["categories"][k] != g["device_categories"][k]]
+print(" ".join(same) or "same", g["device_peak_bytes"])
+PY
+)
+  read -r verdict dev <<<"$cmpcat"
+  [ "$verdict" = same ] && ok "planned GPU: state, checkpoints and activations as on the CPU" \
+    || bad "planned GPU: $verdict differ from the CPU's plan"
+  need=$((dev + (128 << 20)))
+  # shellcheck disable=SC2086
+  "$UPIPE" train $P1 --device cuda --device-mem "$need" >"$TMP/fit.out" 2>&1
+  # shellcheck disable=SC2086
+  "$UPIPE" train $P1 --device cuda --device-mem "$((need - 1))" >"$TMP/nofit.out" 2>&1
+  if grep -q "^GPU (no GPU: planned with --device-mem): the plan's .* fit in" "$TMP/fit.out" \
+    && grep -q "^GPU (no GPU: planned with --device-mem): does not fit: the run plans .* but the GPU has free" "$TMP/nofit.out"; then
+    ok "planned GPU: fits in $need bytes, not in one less"
+  else
+    bad "planned GPU: the fit line"; cat "$TMP/fit.out" "$TMP/nofit.out"
+  fi
+else
+  bad "planned GPU: the plan failed"; cat "$TMP/gpu.out"
+fi
+# --device-mem only plans: outside --dry-run --device cuda it is refused, in one line.
+# shellcheck disable=SC2086
+for extra in "--device cuda --device-mem 1GiB --data $TMP/d.bin --steps 1" "--dry-run --device-mem 1GiB"; do
+  P2=${P1/--dry-run/}
+  # shellcheck disable=SC2086
+  if "$UPIPE" train $P2 $extra >"$TMP/dm.out" 2>&1; then
+    bad "--device-mem accepted with: $extra"
+  elif [ "$(wc -l <"$TMP/dm.out")" -eq 1 ] && grep -q "^upipe: error: --device-mem plans a GPU without one" "$TMP/dm.out"; then
+    ok "--device-mem refused with: $extra"
+  else
+    bad "--device-mem with $extra: not one line"; cat "$TMP/dm.out"
+  fi
+done
 finish
