@@ -107,8 +107,8 @@ static const flag_help_line g_eval_page[] = {
                "checkpoint's config.json)"},
     {"init", NULL},
     {"ckpt", NULL},
-    {"data", "llm.c token shard to evaluate (required; make one with\n"
-             "`upipe data`)"},
+    {"data", "llm.c token shard to evaluate (required but with --dry-run;\n"
+             "make one with `upipe data`)"},
     {"seq-len", "tokens per window (default 1024; above the config's\n"
                 "max_position_embeddings: a warning)"},
     {"windows", NULL},
@@ -166,7 +166,7 @@ static int eval_parse_args(eval_options *o, int argc, char **argv) {
                    o->init ? "give --init or --ckpt, not both"
                            : "the weights are missing: give --init FILE (safetensors) or --ckpt "
                              "DIR (a checkpoint)");
-    front_require_data(&o->front);
+    if (!o->front.dry_run) front_require_data(&o->front); /* a plan reads no data */
     if (!o->front.config && !o->ckpt)
         up_die_all("--config FILE is required with --init (an HF config.json)");
     front_finish(&o->front);
@@ -234,7 +234,7 @@ static long choose_windows(const eval_job *j) {
 /* Every output is writable (rank 0), before anything is allocated. Collective. */
 static void check_outputs(eval_job *j) {
     const eval_options *o = &j->o;
-    if (o->recall_svg && !j->src.recall)
+    if (o->recall_svg && !j->src.recall && o->front.data)
         up_die_all("--recall-svg %s: %s is not a recall corpus (`upipe data recall`); add "
                    "--recall to score it anyway",
                    o->recall_svg, o->front.data);
@@ -257,13 +257,15 @@ static void eval_setup(eval_job *j) {
     j->P = o->front.cp > 0 ? o->front.cp : j->world;
     resolve_weights(j);
     setup_config(&j->cfg, j->config, o->front.T, j->P, j->world, o->front.doc_sep);
-    setup_shard(&j->shard, "--data", o->front.data, j->cfg.V);
-    j->windows = choose_windows(j);
-    setup_warn_window(&j->cfg, o->front.T, &j->shard, o->front.data, o->front.doc_sep, j->rank);
-    char err[512];
-    if (o->front.loss_mask &&
-        mask_open(&j->mask, o->front.loss_mask, j->shard.ntok, err, sizeof err) != 0)
-        up_die_all("--loss-mask %s", err);
+    if (o->front.data) { /* --dry-run plans without it */
+        setup_shard(&j->shard, "--data", o->front.data, j->cfg.V);
+        j->windows = choose_windows(j);
+        setup_warn_window(&j->cfg, o->front.T, &j->shard, o->front.data, o->front.doc_sep, j->rank);
+        char err[512];
+        if (o->front.loss_mask &&
+            mask_open(&j->mask, o->front.loss_mask, j->shard.ntok, err, sizeof err) != 0)
+            up_die_all("--loss-mask %s", err);
+    }
     setup_model_options(&j->cfg, j->P, &o->front.mopt);
     comm_init(&j->comm, MPI_COMM_WORLD, j->P);
     front_check_kernels(&j->comm);
@@ -273,7 +275,7 @@ static void eval_setup(eval_job *j) {
                            .shard = &j->shard,
                            .mask = o->front.loss_mask ? &j->mask : NULL,
                            .doc_sep = o->front.doc_sep,
-                           .recall = o->recall || eval_detect_recall(&j->shard)};
+                           .recall = o->recall || (o->front.data && eval_detect_recall(&j->shard))};
     check_outputs(j);
 }
 

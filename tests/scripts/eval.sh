@@ -117,6 +117,15 @@ mem_case mem_stack 2 --seq-len 2048 --fsdp --upipe-heads 2 --tile-mlp --tile-los
 mem_case mem_ulysses 2 --seq-len 1024
 grep -q "grads *0 B" <("$UPIPE" eval --threads 1 --config "$TMP/v4k.json" --data "$TMP/r.bin" --init /dev/null --seq-len 512 --dry-run) \
   && ok "the eval plan holds no gradients" || bad "eval plan: gradients"
+# A plan reads no data: without --data, and with --recall (which the recall corpus r.bin turns
+# on by itself), the plan with it, to the byte.
+$EVAL --config "$TMP/v4k.json" --data "$TMP/r.bin" --init /dev/null --seq-len 512 --dry-run \
+  --mem-report "$TMP/withdata.json" >/dev/null 2>&1
+$EVAL --config "$TMP/v4k.json" --init /dev/null --seq-len 512 --recall --dry-run \
+  --mem-report "$TMP/nodata.json" >/dev/null 2>&1
+a=$(peak "$TMP/withdata.json"); b=$(peak "$TMP/nodata.json")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "eval --dry-run without --data: the same plan ($a)" \
+  || bad "eval --dry-run without --data: '$b', with: '$a'"
 
 # ---- bad input: one line, status 1 ----
 refuse() { # name phrase ranks args...
