@@ -28,10 +28,6 @@ def longest_T(a, cfg, data, extra, tmp, limit):
     fits = lambda T: train(a.upipe, cfg, data, T, ranks=2, threads=1, extra=extra, tmp=tmp,
                            tag="plan", dry_run=True)["mem"]["peak_bytes"] <= limit
     return longest_fitting(fits, MAX_T)
-    while hi - lo > 1024:
-        mid = (lo + hi) // 2 // 1024 * 1024
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
 
 
 def svg(results, path, T, limit):
