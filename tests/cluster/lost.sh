@@ -38,7 +38,7 @@ if [ -n "$victims" ] && [ "$rc" != 0 ] && awk -v d="$dt" -v f="$FLOOR" 'BEGIN { 
   ok "upn1's ranks killed: the job ended in $dt s with status $rc"
 else bad "killed node: status $rc after $dt s (victims: ${victims:-none})"; tail -n 5 "$TMP/run.out"; fi
 # Who says what happened is a race: a survivor that sees its peers' connections reset first
-# names the step and the MPI call (one line, comm.c's mpi_failed); when hydra's proxy sees its
+# names the step and the MPI call (one line, comm/errors.c's comm_mpi_failed); when hydra's proxy sees its
 # ranks die first, mpiexec ends the survivors at once and names the node and the exit code.
 line=$(grep -m1 "step [0-9]*: MPI_[A-Za-z_/]* in comm_[a-z0-9_]* failed" "$TMP/run.out")
 node=$(grep -m1 "RUNNING AT upn1" "$TMP/run.out")

@@ -95,8 +95,8 @@ static char *byte_fallback_json(void) {
 }
 
 /* Decoding ids that do not make valid UTF-8, as HF's Rust library does (ByteFallback: a run of
- * byte tokens that is not valid UTF-8 becomes one U+FFFD per token; the JavaScript port would
- * write one per maximal ill-formed subpart), and TOK_BYTES. */
+ * byte tokens that is not valid UTF-8 becomes one U+FFFD per token, not one per maximal
+ * ill-formed subpart), and TOK_BYTES. */
 static void expect_decode(const tokenizer *t, const int32_t *ids, size_t n, int flags,
                           const char *want) {
     tok_text out = {0};
