@@ -33,6 +33,17 @@ static const char *g_shrink[MEM_COUNT] = {
     "--tile-mlp / --tile-loss",
     "fewer ranks per group",
     "fewer --threads (each BLAS thread holds its packing buffers)"};
+/* The same on one GPU (one rank: no FSDP, and no offload on the GPU yet). */
+static const char *g_shrink_gpu[MEM_COUNT] = {
+    "a smaller model: one GPU holds the whole model state",
+    "a smaller model: one GPU holds the whole model state",
+    "a smaller model: one GPU holds the whole model state",
+    "--offload is not on the GPU yet",
+    "try --checkpoint",
+    "try --upipe-heads U (smaller U)",
+    "try --tile-mlp / --tile-loss",
+    "one rank",
+    "-"};
 
 void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc,
                        mem_dtype dt) {
@@ -107,14 +118,14 @@ static int device_fits(const report_memory *p, const backend_ops *be, unsigned l
     largest_two(p->dev_cat, &a, &b);
     char s1[32], s2[32], s3[32], s4[32];
     snprintf(msg, len,
-             "the run plans %s of GPU memory but %s %s: largest are %s (%s) and %s (%s); use "
-             "--checkpoint, --tile-mlp, --tile-loss, --upipe-heads, or a shorter --seq-len than "
-             "%ld (see --dry-run)",
+             "the run plans %s of GPU memory but %s %s: largest are %s (%s: %s) and %s (%s: %s), "
+             "or use a shorter --seq-len than %ld",
              up_fmt_bytes(s1, sizeof s1, (double)*need),
              mem_limit && mem_limit < free_b ? "--mem-limit is" : "the GPU has free",
              up_fmt_bytes(s2, sizeof s2, (double)*limit), mem_category_name((mem_category)a),
-             up_fmt_bytes(s3, sizeof s3, (double)p->dev_cat[a]), mem_category_name((mem_category)b),
-             up_fmt_bytes(s4, sizeof s4, (double)p->dev_cat[b]), T);
+             up_fmt_bytes(s3, sizeof s3, (double)p->dev_cat[a]), g_shrink_gpu[a],
+             mem_category_name((mem_category)b), up_fmt_bytes(s4, sizeof s4, (double)p->dev_cat[b]),
+             g_shrink_gpu[b], T);
     return 0;
 }
 
