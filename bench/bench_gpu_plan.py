@@ -28,8 +28,18 @@ def size_bytes(s):
     return int(s)
 
 
+PLANS = {}  # (config, T, flags): the report, each plan made once
+
+
 def plan(a, config, T, extra, tmp):
     """The device plan's JSON report at T, or None when upipe refuses the layout (T too small)."""
+    key = (config, T, tuple(extra))
+    if key not in PLANS:
+        PLANS[key] = make_plan(a, config, T, extra, tmp)
+    return PLANS[key]
+
+
+def make_plan(a, config, T, extra, tmp):
     rep = os.path.join(tmp, "plan.json")
     cmd = [a.upipe, "train", "--config", config, "--seq-len", str(T), "--dtype", "bf16", "--quiet",
            "--threads", "1", "--dry-run", "--device", "cuda", "--device-mem", a.device_mem,

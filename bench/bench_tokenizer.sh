@@ -53,9 +53,11 @@ for v in llama3_1 llama2; do
   for th in $threads; do
     enc=$(sed -n "s/^ *$th threads* *: *\([0-9.]*\) MB\/s.*/\1/p" "$tmp/enc.txt")
     data=$(for _ in $(seq "${ROUNDS:-5}"); do
-      build/upipe data jsonl --tokenizer "$dir" --input "$tmp/docs.jsonl" --output "$tmp/s.bin" \
+      build/upipe data jsonl --tokenizer "$dir" --input "$tmp/docs.jsonl" --output "$tmp/s.$th.bin" \
         --threads "$th" | sed -n 's/.*, \([0-9.]*\) MB\/s on.*/\1/p'
     done | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+    # the shard does not depend on the thread count
+    cmp -s "$tmp/s.$th.bin" "$tmp/s.${threads%% *}.bin" || echo "  SHARDS DIFFER: $th threads"
     rust=$(RAYON_NUM_THREADS=$th node bench/bench_tokenizer.mjs "$nm" "$dir" "$tmp/docs.jsonl")
     python3 - "$th" "$enc" "$data" "$rust" <<'PY'
 import sys

@@ -4,6 +4,7 @@
 #include "cmd/data_tok.h"
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/fileio.h"
 #include "io/mask.h"
 #include "io/shard.h"
@@ -72,12 +73,6 @@ typedef struct {
 } tok_run;
 
 static tok_run *g_run; /* for data_fail: the outputs to remove */
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Removes the temporary outputs and stops with the message. */
 static void data_fail(const char *fmt, ...) UP_PRINTF(1, 2);

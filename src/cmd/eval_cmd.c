@@ -376,9 +376,7 @@ int eval_main(int argc, char **argv) {
     if (j->o.front.dry_run) {
         if (j->rank == 0) {
             report_print_plan(&plan, j->o.front.T, &j->cfg, j->P, j->T_loc, j->o.front.mopt.dtype);
-            if (j->o.front.mopt.be && j->o.front.mopt.be->space == MEM_SPACE_DEVICE)
-                report_print_device_fit(&plan, j->o.front.mem_limit, j->o.front.T,
-                                        j->o.front.mopt.be);
+            report_print_device_fit(&plan, j->o.front.mem_limit, j->o.front.T, j->o.front.mopt.be);
             printf("forward only: no gradients or optimizer state, one layer's activations at a "
                    "time\n");
         }

@@ -25,7 +25,8 @@
  * The module's files: comm.c (start-up, the node layout, the statistics), errors.c (a failed MPI
  * call's line, the stops that reach every rank), liveness.c (the polled waits and the probes),
  * alltoall.c (the CP group's exchanges), collectives.c (the world's); comm_int.h is their private
- * header. core, parallel and model include no mpi.h: they see comm's handles (comm_req). */
+ * header. core, parallel and model call no MPI function: they hold comm's handles (comm_ctx,
+ * comm_req, comm_exchange) and call comm. */
 #ifndef UP_COMM_H
 #define UP_COMM_H
 

@@ -246,8 +246,8 @@ static void prepare(trace_track *t, long long n, trace_strings *st) {
     st->blob_len = 0;
     for (long long i = 0; i < n; i++) {
         trace_event *e = &t->ev[i];
-        e->t0 = e->t0 > g_trace.origin ? e->t0 - g_trace.origin
-                                       : 0; /* a span begun before the origin */
+        /* a span begun before the origin starts at it */
+        e->t0 = e->t0 > g_trace.origin ? e->t0 - g_trace.origin : 0;
         e->t1 = e->t1 > g_trace.origin ? e->t1 - g_trace.origin : 0;
         e->cat.id = intern(st, e->cat.s);
         e->name.id = intern(st, e->name.s);
@@ -292,8 +292,8 @@ static void flush_all(void) {
         }
         atomic_store_explicit(&t->n, 0, memory_order_relaxed);
     }
-    atomic_store(&g_trace.flushing,
-                 0); /* n is 0 while the others' events pass through the buffer */
+    /* n is 0 while the others' events pass through the buffer */
+    atomic_store(&g_trace.flushing, 0);
     if (g_trace.rank != 0) return;
     /* the others', received into rank 0's main buffer (every track of every rank fits: all
      * ranks have the same buffers, the main one the largest) */

@@ -2,6 +2,7 @@
 #include "core/watchdog.h"
 
 #include "core/check.h"
+#include "core/clock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,12 +26,6 @@ static _Atomic double g_again; /* watchdog_wait_again's floor for the polled wai
 /* A polled wait past its limit: the mark of the wait (a wait entered later is not overdue), the
  * seconds it had waited and its limit when the thread saw it */
 static _Atomic double g_over_mark, g_over_idle, g_over_limit;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double max2(double a, double b) {
     return a > b ? a : b;

@@ -7,6 +7,7 @@
 #include "memory/offload.h"
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/mem.h"
 #include "core/trace.h"
 
@@ -99,12 +100,6 @@ const char *offload_mode(offload_store *s) {
     return atomic_load(&s->direct) ? "O_DIRECT" : "buffered";
 }
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- I/O thread ------------------------------------------------------------------------- */
 
 /* Moves one whole slot; returns 0, an errno, or OFFLOAD_EOF; *done = bytes moved. */
@@ -165,12 +160,12 @@ static void *io_main(void *arg) {
         char *p = s->base + (size_t)r.buf * s->slot_bytes;
         off_t off = (off_t)((size_t)r.slot * s->slot_bytes); /* < store size, checked at open */
         size_t done = 0;
-        double t0 = now_seconds();
+        double t0 = now_s();
         uint64_t tt = skip ? 0 : trace_begin();
         int e = skip ? 0 : transfer(s, r.op, p, off, &done);
         trace_end2(tt, "offload", r.op == OFFLOAD_OP_WRITE ? "offload_write" : "offload_read",
                    "layer", r.slot, "bytes", (int64_t)done);
-        double dt = now_seconds() - t0;
+        double dt = now_s() - t0;
         if (!skip && !e && s->trace) s->trace(s->trace_ctx, r.op, r.slot);
 
         pthread_mutex_lock(&s->mu);

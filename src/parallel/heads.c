@@ -25,12 +25,17 @@ size_t heads_pack_floats(const comm_ctx *c, int T_loc, int nh, int HS) {
     return up_mul3((size_t)T_loc, (size_t)heads_out(nh, c->P) * (size_t)c->P, (size_t)HS);
 }
 
+/* nh heads spread over the group's ranks: one rank's share, or several ranks per head */
+static void check_heads(const comm_ctx *c, int nh) {
+    UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh, c->P);
+}
+
 /* The part both directions share: the layout check, and with P == 1 (one layout) a plain copy,
  * counted as the call (calls: 1) or as time only (0: the wait counts the call). Returns 1 when
  * that finished the exchange. */
 static int exchange_trivial(comm_ctx *c, comm_kind kind, const void *send, void *recv, int T_loc,
                             int nh, int HS, mem_dtype dt, double t0, long calls) {
-    UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh, c->P);
+    check_heads(c, nh);
     if (c->P > 1) return 0;
     memcpy(recv, send, mem_dtype_bytes(dt, block_floats(T_loc, nh, HS)));
     comm_stat_add(c, kind, now_s() - t0, calls);
@@ -133,7 +138,7 @@ void heads_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int
 
 void heads_head_to_seq_start(comm_ctx *c, const void *send, int T_loc, int nh, int HS, mem_dtype dt,
                              void *pack, int tag, comm_exchange *x) {
-    UP_CHECK(nh % c->P == 0 || c->P % nh == 0, "%d heads cannot be spread over %d ranks", nh, c->P);
+    check_heads(c, nh);
     size_t n = block_floats(T_loc, heads_out(nh, c->P), HS);
     // block j of send goes to rank j as is
     comm_head_to_seq_start(c, send, pack, n, dt, tag, x);

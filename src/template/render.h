@@ -113,9 +113,9 @@ typedef enum {
     JR_CASE_WORDS, /* jinja2's title filter: each word upper-cased at its start, lowered after;
                     * a word starts after whitespace or one of - ( { [ < */
 } jr_case;
-/* str.upper / lower / capitalize / title; nm names the operation in a refusal */
 /* Python's str.islower (lower) or str.isupper of the string s */
 int jr_str_is_case(const jinja_value *s, int lower);
+/* str.upper / lower / capitalize / title; nm names the operation in a refusal */
 jinja_value *jr_str_case(jinja_renderer *r, const jnode *at, const jinja_value *s, jr_case how,
                          const char *nm);
 

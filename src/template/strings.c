@@ -183,14 +183,10 @@ int jr_str_is_case(const jinja_value *s, int lower) {
         utf8proc_category_t k = utf8proc_category(x);
         int is_low = k == UTF8PROC_CATEGORY_LL, is_up = k == UTF8PROC_CATEGORY_LU;
         if (k == UTF8PROC_CATEGORY_LT) return 0;
-        if (!is_low && !is_up) {
-            if (utf8proc_toupper(x) != x)
-                is_low = 1;
-            else if (utf8proc_tolower(x) != x)
-                is_up = 1;
-            else
-                is_up = c >= 0x1f130 && c <= 0x1f189;
-            is_low = is_low || !is_up;
+        if (!is_low && !is_up) { /* lower when it has an upper case, else as above */
+            is_up = utf8proc_toupper(x) == x &&
+                    (utf8proc_tolower(x) != x || (c >= 0x1f130 && c <= 0x1f189));
+            is_low = !is_up;
         }
         if (lower ? is_up : is_low) return 0;
         cased = 1;

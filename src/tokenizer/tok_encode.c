@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SP_MARK "\xe2\x96\x81"
 #define CACHE_SLOTS 65536     /* per-piece cache entries (power of 2), cleared when half full */
 #define CACHE_MAX_PIECE 256   /* longer pieces are not cached */
 #define CACHE_POOL (8u << 20) /* bytes of cached pieces and ids before a clear */

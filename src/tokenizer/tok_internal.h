@@ -7,6 +7,7 @@
 
 #include <pcre2.h>
 
+#define SP_MARK "\xe2\x96\x81" /* U+2581 "▁", SentencePiece's word start */
 #define TOK_MAX_IDS (1u << 24) /* ids beyond this are refused at load (no real vocabulary) */
 #define TOK_MAX_AFFIX 8        /* post-processor tokens before/after a sequence */
 

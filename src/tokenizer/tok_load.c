@@ -10,8 +10,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define SP_MARK "\xe2\x96\x81" /* U+2581 "▁", SentencePiece's word start */
-
 /* GPT-2's bytes_to_unicode, inverted: code point -> byte, or -1. */
 static int bl_byte_of(uint32_t cp) {
     if ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || (cp >= 174 && cp <= 255))
@@ -32,8 +30,8 @@ static long bl_unmap(const char *s, size_t n, char *out) {
         int32_t cp;
         int k = tok_utf8_next((const uint8_t *)s + i, n - i, &cp);
         int b = k < 0 ? -1 : bl_byte_of((uint32_t)cp);
-        i += (size_t)(k < 0 ? -k : k);
         if (b < 0) return -1;
+        i += (size_t)k;
         out[o++] = (char)b;
     }
     return (long)o;

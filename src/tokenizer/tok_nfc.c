@@ -18,7 +18,7 @@
 /* 1 when the library's tables do not know cp and utf8proc would normalize it. */
 static int nfc_unknown(int32_t cp) {
     size_t lo = 0, hi = tok_nfc_nunknown;
-    if (cp < (int32_t)tok_nfc_unknown[0][0]) return 0;
+    if (cp < (int32_t)tok_nfc_unknown[0][0] || (uint32_t)cp > tok_nfc_unknown[hi - 1][1]) return 0;
     while (lo < hi) { /* the first range whose end is >= cp */
         size_t mid = (lo + hi) / 2;
         if (tok_nfc_unknown[mid][1] < (uint32_t)cp)
@@ -29,6 +29,16 @@ static int nfc_unknown(int32_t cp) {
     return lo < tok_nfc_nunknown && tok_nfc_unknown[lo][0] <= (uint32_t)cp;
 }
 
+/* Room for more bytes in buf[*len, *cap). 0, or -1 when out of memory. */
+static int nfc_reserve(char **buf, size_t len, size_t *cap, size_t more) {
+    if (len + more <= *cap) return 0;
+    size_t nc = (len + more) * 2 + 64;
+    char *q = realloc(*buf, nc);
+    if (q == NULL) return -1;
+    *buf = q, *cap = nc;
+    return 0;
+}
+
 /* Appends utf8proc's NFC of s[0, n) (valid UTF-8) to buf[*len, *cap). 0, or -1 when out of
  * memory. */
 static int nfc_append(const char *s, size_t n, char **buf, size_t *len, size_t *cap) {
@@ -36,14 +46,9 @@ static int nfc_append(const char *s, size_t n, char **buf, size_t *len, size_t *
     utf8proc_ssize_t r = 0;
     if (n > 0) r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &m, NFC_FLAGS);
     if (r < 0) return -1; /* valid UTF-8: only out of memory fails */
-    if (*len + (size_t)r > *cap) {
-        size_t nc = (*len + (size_t)r) * 2 + 64;
-        char *q = realloc(*buf, nc);
-        if (q == NULL) {
-            free(m);
-            return -1;
-        }
-        *buf = q, *cap = nc;
+    if (nfc_reserve(buf, *len, cap, (size_t)r) != 0) {
+        free(m);
+        return -1;
     }
     if (r > 0) memcpy(*buf + *len, m, (size_t)r);
     *len += (size_t)r;
@@ -53,17 +58,17 @@ static int nfc_append(const char *s, size_t n, char **buf, size_t *len, size_t *
 
 int tok_nfc(const char *s, size_t n, char **out, size_t *out_n) {
     const uint8_t *u = (const uint8_t *)s;
-    size_t nunknown = 0;
+    size_t first = n; /* the first character the library's tables do not know */
     *out = NULL, *out_n = 0;
     for (size_t i = 0; i < n;) {
         int32_t cp;
         int k = tok_utf8_next(u + i, n - i, &cp);
         if (k < 0) return 0; /* not UTF-8: left as it is */
-        nunknown += nfc_unknown(cp);
+        if (first == n && nfc_unknown(cp)) first = i;
         i += (size_t)k;
     }
     size_t len = 0, cap = 0;
-    if (nunknown == 0) {
+    if (first == n) {
         utf8proc_uint8_t *m = NULL;
         utf8proc_ssize_t r = utf8proc_map(u, (utf8proc_ssize_t)n, &m, NFC_FLAGS);
         if (r < 0) return -1;
@@ -71,16 +76,13 @@ int tok_nfc(const char *s, size_t n, char **out, size_t *out_n) {
         return 1;
     }
     size_t from = 0;
-    for (size_t i = 0; i < n;) {
+    for (size_t i = first; i < n;) {
         int32_t cp;
         int k = tok_utf8_next(u + i, n - i, &cp);
         if (nfc_unknown(cp)) { /* the stretch before it, normalized; then it, as it is */
-            if (nfc_append(s + from, i - from, out, &len, &cap) != 0) goto oom;
-            if (len + (size_t)k > cap) {
-                char *q = realloc(*out, cap = (len + (size_t)k) * 2);
-                if (q == NULL) goto oom;
-                *out = q;
-            }
+            if (nfc_append(s + from, i - from, out, &len, &cap) != 0 ||
+                nfc_reserve(out, len, &cap, (size_t)k) != 0)
+                goto oom;
             memcpy(*out + len, s + i, (size_t)k);
             len += (size_t)k;
             from = i + (size_t)k;

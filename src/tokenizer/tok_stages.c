@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SP_MARK "\xe2\x96\x81" /* U+2581 "▁", SentencePiece's word start */
-
 /* The string of member key, or NULL. */
 const char *tok_jstr(const json_t *o, const char *key) {
     return json_string_value(json_object_get(o, key));

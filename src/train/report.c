@@ -103,24 +103,23 @@ static void largest_two(const unsigned long long *cat, int *a, int *b) {
         if (k != *a && cat[k] > cat[*b]) *b = k;
 }
 
-/* A device run: the plan's device memory and the backend's own (*need) against the device's free
- * memory, or --mem-limit when that is lower (*limit). 1 when they fit; 0 with msg the refusal. */
+/* A device run: the plan's device memory and the backend's own against the device's free memory,
+ * or --mem-limit when that is lower (*limit). 1 when they fit; 0 with msg the refusal. */
 static int device_fits(const report_memory *p, const backend_ops *be, unsigned long long mem_limit,
-                       long T, unsigned long long *need, unsigned long long *limit, char *msg,
-                       size_t len) {
+                       long T, unsigned long long *limit, char *msg, size_t len) {
     size_t free_b = 0, total = 0;
     be->mem_info(&free_b, &total);
-    *need = p->device + be->module_bytes();
+    unsigned long long need = p->device + be->module_bytes();
     *limit = free_b;
     if (mem_limit && mem_limit < *limit) *limit = mem_limit;
-    if (*need <= *limit) return 1;
+    if (need <= *limit) return 1;
     int a, b;
     largest_two(p->dev_cat, &a, &b);
     char s1[32], s2[32], s3[32], s4[32];
     snprintf(msg, len,
              "the run plans %s of GPU memory but %s %s: largest are %s (%s: %s) and %s (%s: %s), "
              "or use a shorter --seq-len than %ld",
-             up_fmt_bytes(s1, sizeof s1, (double)*need),
+             up_fmt_bytes(s1, sizeof s1, (double)need),
              mem_limit && mem_limit < free_b ? "--mem-limit is" : "the GPU has free",
              up_fmt_bytes(s2, sizeof s2, (double)*limit), mem_category_name((mem_category)a),
              up_fmt_bytes(s3, sizeof s3, (double)p->dev_cat[a]), g_shrink_gpu[a],
@@ -131,19 +130,20 @@ static int device_fits(const report_memory *p, const backend_ops *be, unsigned l
 
 static void check_device(const report_memory *p, const backend_ops *be,
                          unsigned long long mem_limit, long T) {
-    unsigned long long need, limit;
+    unsigned long long limit;
     char msg[768];
-    if (!device_fits(p, be, mem_limit, T, &need, &limit, msg, sizeof msg)) up_die_all("%s", msg);
+    if (!device_fits(p, be, mem_limit, T, &limit, msg, sizeof msg)) up_die_all("%s", msg);
 }
 
 void report_print_device_fit(const report_memory *p, unsigned long long mem_limit, long T,
                              const backend_ops *be) {
-    unsigned long long need, limit;
+    if (!be || be->space != MEM_SPACE_DEVICE) return;
+    unsigned long long limit;
     char msg[768], s1[32], s2[32], s3[32];
-    if (device_fits(p, be, mem_limit, T, &need, &limit, msg, sizeof msg))
+    if (device_fits(p, be, mem_limit, T, &limit, msg, sizeof msg))
         printf("GPU (%s): the plan's %s and the backend's %s fit in %s%s\n", be->describe(),
                up_fmt_bytes(s1, sizeof s1, (double)p->device),
-               up_fmt_bytes(s2, sizeof s2, (double)(need - p->device)),
+               up_fmt_bytes(s2, sizeof s2, (double)be->module_bytes()),
                up_fmt_bytes(s3, sizeof s3, (double)limit),
                mem_limit && mem_limit == limit ? " (--mem-limit)" : " free");
     else

@@ -30,9 +30,9 @@ void report_print_comm(const double bytes[COMM_KIND_COUNT], const comm_ctx *comm
  * memory, or mem_limit when lower. Call on every rank. */
 void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T,
                             const backend_ops *be);
-/* --dry-run on a device backend (rank 0): one line, whether the plan's device memory and the
- * backend's own fit the device's free memory (or mem_limit when lower), and if not, what to
- * change (the refusal a run would give). */
+/* --dry-run on a device backend (rank 0; nothing for the CPU's): one line, whether the plan's
+ * device memory and the backend's own fit the device's free memory (or mem_limit when lower),
+ * and if not, what to change (the refusal a run would give). */
 void report_print_device_fit(const report_memory *p, unsigned long long mem_limit, long T,
                              const backend_ops *be);
 /* Writes the JSON memory report to path (atomically, from rank 0), each figure the max over

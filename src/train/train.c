@@ -420,8 +420,7 @@ int train_main(int argc, char **argv) {
     if (r.o.front.dry_run) {
         if (r.rank == 0) {
             report_print_plan(&plan, r.o.front.T, &r.cfg, r.P, r.T_loc, r.o.front.mopt.dtype);
-            if (r.o.front.mopt.be && r.o.front.mopt.be->space == MEM_SPACE_DEVICE)
-                report_print_device_fit(&plan, r.o.front.mem_limit, r.o.front.T, r.o.front.mopt.be);
+            report_print_device_fit(&plan, r.o.front.mem_limit, r.o.front.T, r.o.front.mopt.be);
             double bytes[COMM_KIND_COUNT];
             model_comm_per_step(&r.cfg, r.T_loc, &r.comm, &r.o.front.mopt, r.o.accum, bytes);
             report_print_comm(bytes, &r.comm, r.o.accum);

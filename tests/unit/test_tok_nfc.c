@@ -21,16 +21,7 @@ static uint64_t fnv1a64(const char *s, size_t n) {
 }
 
 static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) return o[0] = (char)cp, 1;
-    if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3F)), 2;
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18), o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+    return (size_t)utf8proc_encode_char((utf8proc_int32_t)cp, (utf8proc_uint8_t *)o);
 }
 
 /* s normalizes to want (NULL: s is not UTF-8 and is left alone). */
