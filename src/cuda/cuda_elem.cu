@@ -103,7 +103,9 @@ template <int BF> struct SwigluBwdOp {
     }
 };
 
-/* optim.c's loop, element for element (its scalars computed on the host as it does). */
+/* optim.c's loop, element for element (its scalars computed on the host as it does), with no
+ * contraction into a fused multiply-add, as the C build has none: the CPU's bits, so an optimizer
+ * offloaded to the CPU gives the weights this one gives. */
 struct AdamOp {
     float *param, *m, *v;
     const float *grad;
@@ -115,14 +117,14 @@ struct AdamOp {
         ldv<0, W>(m, i, mm);
         ldv<0, W>(v, i, vv);
 #pragma unroll
-        for (int k = 0; k < W; k++) {
-            float gk = g[k] * gs;
-            float mi = b1 * mm[k] + one_b1 * gk;
-            float vi = b2 * vv[k] + one_b2 * (gk * gk);
+        for (int k = 0; k < W; k++) { /* optim.c's expression, each operation rounded alone */
+            float gk = __fmul_rn(g[k], gs);
+            float mi = __fadd_rn(__fmul_rn(b1, mm[k]), __fmul_rn(one_b1, gk));
+            float vi = __fadd_rn(__fmul_rn(b2, vv[k]), __fmul_rn(one_b2, __fmul_rn(gk, gk)));
             mm[k] = mi;
             vv[k] = vi;
-            float denom = sqrtf(vi) / bc2_sqrt + eps;
-            p[k] = p[k] * decay_mul - step_size * (mi / denom);
+            float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+            p[k] = __fsub_rn(__fmul_rn(p[k], decay_mul), __fmul_rn(step_size, __fdiv_rn(mi, denom)));
         }
         stv<0, W>(m, i, mm);
         stv<0, W>(v, i, vv);

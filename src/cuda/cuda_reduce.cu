@@ -245,8 +245,6 @@ __global__ void k_ce_rows(const float *logits, const int32_t *targets, int N, in
 
 /* ---- fp32 vectors ---------------------------------------------------------------------------- */
 
-constexpr unsigned SUM_BLOCKS = 1024; /* partials of sum_squares (at most) */
-
 /* *out = sum of p[0 .. n) in double: one block, a fixed order. */
 __global__ void k_sum(const double *p, size_t n, double *out) {
     __shared__ Red sh;
@@ -257,23 +255,42 @@ __global__ void k_sum(const double *p, size_t n, double *out) {
     if (threadIdx.x == 0) *out = s;
 }
 
-/* part[block] = the block's share of sum x^2 (grid-stride: fixed for a given n and grid). */
-template <int W> __global__ void k_sumsq(const float *x, size_t n, double *part) {
-    __shared__ Red sh;
-    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t nt = (size_t)gridDim.x * blockDim.x, nv = n / W;
+/* part[c] = chunk c's sum of squares in backend.h's BACKEND_SUMSQ order: a warp per chunk, lane
+ * j sums elements j, j + 32, ... in order, then the shuffles fold lane j + w into lane j for
+ * w = 16, ..., 1, the pairwise fold of the spec. */
+static_assert(BACKEND_SUMSQ_LANES == 32, "one lane of the sum of squares per thread of a warp");
+__global__ void k_sumsq_chunks(const float *x, size_t n, double *part) {
+    size_t c = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    unsigned lane = threadIdx.x & 31u;
+    size_t c0 = c * BACKEND_SUMSQ_CHUNK;
+    if (c0 >= n) return; /* the whole warp: c is the warp's */
+    size_t len = n - c0 < BACKEND_SUMSQ_CHUNK ? n - c0 : BACKEND_SUMSQ_CHUNK;
+    const float *xc = x + c0;
     double s = 0.0;
-    for (size_t j = tid; j < nv; j += nt) {
-        float v[W];
-        ldv<0, W>(x, j * W, v);
-#pragma unroll
-        for (int k = 0; k < W; k++)
-            s += (double)v[k] * v[k];
-    }
-    for (size_t i = nv * W + tid; i < n; i += nt)
-        s += (double)x[i] * x[i];
-    s = block_sum(s, &sh);
-    if (threadIdx.x == 0) part[blockIdx.x] = s;
+    for (size_t i = lane; i < len; i += 32)
+        s += (double)xc[i] * (double)xc[i];
+    for (unsigned w = 16; w >= 1; w >>= 1)
+        s += __shfl_down_sync(0xffffffffu, s, w);
+    if (lane == 0) part[c] = s;
+}
+
+/* out[g] = the sum of group g's chunks in order, from 0 (a thread per group). */
+__global__ void k_sumsq_groups(const double *part, size_t nchunks, double *out) {
+    size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x, c0 = g * BACKEND_SUMSQ_GROUP;
+    if (c0 >= nchunks) return;
+    size_t c1 = nchunks - c0 < BACKEND_SUMSQ_GROUP ? nchunks : c0 + BACKEND_SUMSQ_GROUP;
+    double s = 0.0;
+    for (size_t c = c0; c < c1; c++)
+        s += part[c];
+    out[g] = s;
+}
+
+/* *out = p[0] + p[1] + ... in order, from 0 (one thread). */
+__global__ void k_sum_in_order(const double *p, size_t n, double *out) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += p[i];
+    *out = s;
 }
 
 __global__ void k_set_u64(unsigned long long *p, unsigned long long v) {
@@ -377,20 +394,21 @@ void cu_cross_entropy_rows(const float *logits, const int32_t *targets, int N, i
     CU_CHECK(cudaStreamSynchronize(cu_stream));
 }
 
-/* Block partials over a grid fixed by n, then one block adds them in order. */
+/* backend.h's BACKEND_SUMSQ order: the chunks (a warp each), their groups (a thread each), then
+ * the groups in order (one thread): the CPU's bits. */
 double cu_sum_squares(const float *x, size_t n) {
     if (n == 0) return 0.0;
-    bool vec = al(x, 16);
-    size_t b = cu_blocks(vec ? n / 4 + n % 4 : n);
-    unsigned G = b < SUM_BLOCKS ? (unsigned)b : SUM_BLOCKS;
-    char *s = cu_elem_scratch(al256((size_t)G * sizeof(double)) + 256);
-    double *part = (double *)s, *sum = (double *)(s + al256((size_t)G * sizeof(double)));
-    if (vec)
-        k_sumsq<4><<<G, TPB, 0, cu_stream>>>(x, n, part);
-    else
-        k_sumsq<1><<<G, TPB, 0, cu_stream>>>(x, n, part);
+    size_t nch = (n + BACKEND_SUMSQ_CHUNK - 1) / BACKEND_SUMSQ_CHUNK;
+    size_t ng = (nch + BACKEND_SUMSQ_GROUP - 1) / BACKEND_SUMSQ_GROUP;
+    size_t pb = al256(nch * sizeof(double)), gb = al256(ng * sizeof(double));
+    char *s = cu_elem_scratch(pb + gb + 256);
+    double *part = (double *)s, *grp = (double *)(s + pb), *sum = (double *)(s + pb + gb);
+    unsigned warps = TPB / 32;
+    k_sumsq_chunks<<<(unsigned)((nch + warps - 1) / warps), TPB, 0, cu_stream>>>(x, n, part);
     CU_LAUNCHED("sum_squares");
-    k_sum<<<1, 1024, 0, cu_stream>>>(part, G, sum);
+    k_sumsq_groups<<<(unsigned)((ng + TPB - 1) / TPB), TPB, 0, cu_stream>>>(part, nch, grp);
+    CU_LAUNCHED("sum_squares groups");
+    k_sum_in_order<<<1, 1, 0, cu_stream>>>(grp, ng, sum);
     CU_LAUNCHED("sum_squares sum");
     return *(const double *)cu_elem_to_host(sum, sizeof(double));
 }

@@ -134,7 +134,9 @@ struct backend_ops {
 
     /* ---- fp32 vectors: the optimizer side -------------------------------------------------- */
     void (*zero_f32)(float *x, size_t n);
-    double (*sum_squares)(const float *x, size_t n); /* in double; a host result: waits */
+    /* In double, in BACKEND_SUMSQ's order on every backend (the same bits on each); a host
+     * result: waits. */
+    double (*sum_squares)(const float *x, size_t n);
     /* Index of the first element that is NaN or +-Inf, or n when all are finite (waits). */
     size_t (*first_nonfinite)(const float *x, size_t n);
     /* kernels.h's adamw_update on n elements of the space. */
@@ -142,6 +144,17 @@ struct backend_ops {
                          const backend_adamw *hp, int step, float grad_scale, int decay);
 };
 
+/* sum_squares's order, one on every backend and every thread count, so the clipping norm, and
+ * every weight after it, is the same wherever it is summed (an optimizer offloaded to the CPU
+ * gives the device optimizer's bits): x is cut into chunks of BACKEND_SUMSQ_CHUNK floats; in a
+ * chunk, lane j (< BACKEND_SUMSQ_LANES) sums the squares of elements j, j + LANES, j + 2 LANES,
+ * ... in order, in double, from 0; the lanes are then added pairwise, lane j += lane j + w for
+ * w = LANES / 2, ..., 2, 1, and the chunk's sum is lane 0. The chunks' sums are added in order,
+ * from 0, within groups of BACKEND_SUMSQ_GROUP chunks, and the groups' sums in order, from 0.
+ * The square of a float is exact in double, so a fused multiply-add gives the same bits. */
+#define BACKEND_SUMSQ_CHUNK 4096
+#define BACKEND_SUMSQ_LANES 32
+#define BACKEND_SUMSQ_GROUP 256
 /* The CPU backend: today's kernels (typed.c), on host memory. */
 extern const backend_ops backend_cpu;
 

@@ -275,7 +275,8 @@ typedef backend_adamw adamw_params;
  * param -= lr * (mhat / (sqrt(vhat) + eps) + wd * param). decay != 0 applies weight decay. */
 void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
                   const adamw_params *hp, int step, float grad_scale, int decay);
-/* Sum of squares in double (for the global gradient norm). */
+/* Sum of squares in double (for the global gradient norm), in backend.h's BACKEND_SUMSQ order:
+ * the same bits for any thread count and on every backend. */
 double sum_squares(const float *x, size_t n);
 /* Clip factor for global norm clipping: min(1, max_norm / (norm + 1e-6)); max_norm <= 0: 1. */
 float clip_factor(double norm, float max_norm);

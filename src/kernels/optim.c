@@ -4,12 +4,10 @@
 #include "dispatch.h"
 
 #include <math.h>
-#include <omp.h>
+#include <stdlib.h>
 
 #include "core/check.h"
 
-/* Upper bound on threads for the per-thread partial sums (a stack array). */
-enum { OPTIM_MAX_THREADS = 256 };
 /* Below this many elements one thread is faster than waking the team. */
 enum { OPTIM_PAR_MIN = 1 << 15 };
 
@@ -40,30 +38,47 @@ void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
     }
 }
 
+enum { SQ_CHUNK = BACKEND_SUMSQ_CHUNK, SQ_LANES = BACKEND_SUMSQ_LANES };
+
+/* One chunk (len <= SQ_CHUNK) in BACKEND_SUMSQ's order: the lanes, then their pairwise sum. */
+static inline double sumsq_chunk(const float *x, size_t len) {
+    double acc[SQ_LANES] = {0};
+    size_t i = 0;
+    for (; i + SQ_LANES <= len; i += SQ_LANES)
+        for (int j = 0; j < SQ_LANES; j++)
+            acc[j] += (double)x[i + j] * x[i + j];
+    for (size_t j = 0; i + j < len; j++)
+        acc[j] += (double)x[i + j] * x[i + j];
+    for (int w = SQ_LANES / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            acc[j] += acc[j + w];
+    return acc[0];
+}
+
+/* One group (len <= SQ_CHUNK * BACKEND_SUMSQ_GROUP): its chunks' sums in order. */
+static double sumsq_group(const float *x, size_t len) {
+    double s = 0.0;
+    for (size_t c = 0; c < len; c += SQ_CHUNK)
+        s += sumsq_chunk(x + c, len - c < SQ_CHUNK ? len - c : SQ_CHUNK);
+    return s;
+}
+
 KERNEL_CLONES
 double sum_squares(const float *x, size_t n) {
-    // Per-thread partials added in thread order: the same bits run after run for a fixed thread
-    // count (the clip factor, hence every parameter, depends on this sum).
-    double part[OPTIM_MAX_THREADS];
-    int nt_req = n >= OPTIM_PAR_MIN ? omp_get_max_threads() : 1;
-    if (nt_req > OPTIM_MAX_THREADS) nt_req = OPTIM_MAX_THREADS;
-    int nt_used = 1;
-#pragma omp parallel num_threads(nt_req)
-    {
-        int nt = omp_get_num_threads(), t = omp_get_thread_num();
-        if (t == 0) nt_used = nt;
-        size_t chunk = n / (size_t)nt, rem = n % (size_t)nt;
-        size_t i0 = (size_t)t * chunk + ((size_t)t < rem ? (size_t)t : rem);
-        size_t i1 = i0 + chunk + ((size_t)t < rem ? 1 : 0);
-        double s = 0.0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++)
-            s += (double)x[i] * x[i];
-        part[t] = s;
-    }
+    // The groups are the unit of work: threads take whole groups, and their sums are added in
+    // order here, so the thread count never shows in the bits (backend.h, BACKEND_SUMSQ).
+    const size_t G = (size_t)SQ_CHUNK * BACKEND_SUMSQ_GROUP;
+    size_t ng = (n + G - 1) / G;
+    if (ng <= 1) return n ? sumsq_group(x, n) : 0.0;
+    double *part = malloc(ng * sizeof *part); /* 8 bytes per million floats */
+    UP_CHECK(part, "out of memory");
+#pragma omp parallel for schedule(static) if (n >= OPTIM_PAR_MIN)
+    for (size_t g = 0; g < ng; g++)
+        part[g] = sumsq_group(x + g * G, n - g * G < G ? n - g * G : G);
     double total = 0.0;
-    for (int t = 0; t < nt_used; t++)
-        total += part[t];
+    for (size_t g = 0; g < ng; g++)
+        total += part[g];
+    free(part);
     return total;
 }
 

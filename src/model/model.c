@@ -240,7 +240,8 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
                      .sharded = opt->fsdp,
                      .grads = !opt->forward_only,
                      .wtype = opt->dtype,
-                     .tk = &m->tk};
+                     .tk = &m->tk,
+                     .offload = opt->offload_opt && !opt->forward_only};
     m->ps = store_init(comm, &sp);
 
     /* the activation table, walked once */

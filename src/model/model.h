@@ -35,6 +35,10 @@ typedef struct {
                                 where a context-parallel group spans nodes ... */
     int upipe_overlap_node;  /* ... unless this is set: also within a node (DESIGN.md §3) */
     int fsdp;                /* shard params, grads and optimizer state over all ranks */
+    int offload_opt;         /* --offload-optimizer: masters, gradients and AdamW moments in
+                                host memory (pinned on a device), AdamW on the CPU; the device
+                                keeps the weights and gradients of the units at hand
+                                (model/store.h); unsharded only */
     int docs;                /* packed documents: attention within a document, positions from
                                 its start (model_set_documents after each window) */
     int forward_only;        /* evaluation: no gradients, optimizer state or tensors saved for a

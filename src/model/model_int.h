@@ -27,7 +27,7 @@ model_window_bufs model_window_buffers(model *m);
  * (weights.c). */
 int model_owned_part(const model *m, int t, size_t *i0, size_t *i1);
 float *model_tensor_part(model *m, store_slab_kind k, int t, size_t i0);
-/* The same in the backend's space (the optimizer side runs there; store_dev_slab). */
+/* The same where the optimizer side runs (store_opt_backend's space; store_dev_slab). */
 float *model_tensor_dev_part(model *m, store_slab_kind k, int t, size_t i0);
 
 #endif

@@ -20,7 +20,7 @@ double model_grad_norm(model *m) {
 }
 
 int model_first_nonfinite_grad(model *m) {
-    const backend_ops *be = model_backend(m);
+    const backend_ops *be = store_opt_backend(model_store(m));
     int nt = model_ntensors(m), first = nt;
     for (int t = 0; t < nt && first == nt; t++) {
         size_t i0, i1;
@@ -35,7 +35,7 @@ int model_first_nonfinite_grad(model *m) {
 void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip) {
     uint64_t tt = trace_begin();
     const param_table *pt = model_table(m);
-    const backend_ops *be = model_backend(m);
+    const backend_ops *be = store_opt_backend(model_store(m));
     for (int t = 0; t < pt->ntensors; t++) {
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;

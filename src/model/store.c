@@ -4,6 +4,7 @@
 #include "model/store.h"
 
 #include "core/check.h"
+#include "core/trace.h"
 #include "kernels/bf16.h"
 #include "kernels/kernels.h"
 #include "parallel/fsdp.h"
@@ -20,11 +21,22 @@ struct param_store {
     size_t *shard_n;     /* (nunits) floats kept of each unit (padded shard; the unit at R == 1) */
     size_t *shard_off;   /* (nunits) offsets of the kept parts in the slabs */
     size_t nshard;       /* floats of a slab */
-    float *slab[4];      /* params, grads, m, v (store_slab_kind), in the backend's space */
+    float *slab[4];      /* params, grads, m, v (store_slab_kind), in the backend's space, or
+                            offloaded in host memory (pinned on a device) */
     float *host[4];      /* a device backend's host copies of the slabs (else the slabs) */
     int host_current[4]; /* the host copy was handed out last: the device's is stale */
     const backend_ops *be;
     mem_space space;
+    /* offloaded optimizer (store_spec.offload): the slabs are on the host and the optimizer side
+     * runs there (opt_be); the backend's space holds the slots, one unit's gradients and the
+     * tied unit's */
+    int offload;
+    const backend_ops *opt_be;   /* where the slabs are and the optimizer runs */
+    float *dgrad, *dtied;        /* the unit in backward's gradients, the tied unit's */
+    int dgrad_unit, tied_loaded; /* the unit dgrad holds (-1: none); dtied holds the tied's */
+    unsigned char *unit_zero;    /* (nunits) the unit's gradients in the slab are zeros (none
+                                    written back since store_zero_grads): nothing to load */
+    void *stage;                 /* bf16 weights: one unit rounded on the host, then sent */
     /* the weights the matmuls read when they are not the slab itself: slots alternate 0/1 by
      * unit, the tied unit keeps slot 2 (elements of wtype) */
     void *slot[3];
@@ -63,7 +75,41 @@ static float *dev(param_store *s, store_slab_kind k) {
     return s->slab[k];
 }
 
+/* Host memory to the backend's space and back (a copy on the CPU backend). */
+static void put(const param_store *s, void *dst, const void *host_src, size_t bytes) {
+    if (s->be->to_dev)
+        s->be->to_dev(dst, host_src, bytes);
+    else
+        memcpy(dst, host_src, bytes);
+}
+static void get(const param_store *s, void *host_dst, const void *src, size_t bytes) {
+    if (s->be->to_host)
+        s->be->to_host(host_dst, src, bytes);
+    else
+        memcpy(host_dst, src, bytes);
+}
+
 /* ---- init ----------------------------------------------------------------------------------- */
+
+/* The offloaded store's buffers in the backend's space: the slots of two units and the tied
+ * unit's (the weights as the matmuls read them, category params), the gradients of the unit in
+ * backward and of the tied unit (grads), and, for bf16 weights, one unit's host stage. */
+static void init_offloaded(param_store *s, size_t maxs, int grads, mem_space hs) {
+    size_t wb = mem_dtype_bytes(s->wtype, maxs);
+    s->slot[0] = mem_alloc_in(s->space, MEM_PARAMS, wb);
+    s->slot[1] = mem_alloc_in(s->space, MEM_PARAMS, wb);
+    if (s->tied_unit >= 0) {
+        size_t e = s->shard_n[s->tied_unit];
+        s->slot[2] = mem_alloc_in(s->space, MEM_PARAMS, mem_dtype_bytes(s->wtype, e));
+        if (grads) s->dtied = mem_alloc_in(s->space, MEM_GRADS, sizeof(float) * e);
+    }
+    if (grads) s->dgrad = mem_alloc_in(s->space, MEM_GRADS, sizeof(float) * maxs);
+    if (!view_is_master(s->wtype)) s->stage = mem_alloc_in(hs, MEM_PARAMS, wb);
+    s->dgrad_unit = -1;
+    s->unit_zero = malloc((size_t)s->nunits);
+    UP_CHECK(s->unit_zero, "out of memory");
+    memset(s->unit_zero, 1, (size_t)s->nunits);
+}
 
 param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     param_store *s = calloc(1, sizeof *s);
@@ -95,16 +141,26 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
         s->req[k] = COMM_REQ_NULL;
     }
     int grads = sp->grads, sharded = R > 1;
+    UP_CHECK(!(sp->offload && sharded), "store: an offloaded optimizer is not built for FSDP");
+    s->offload = sp->offload;
+    s->opt_be = s->offload ? &backend_cpu : s->be;
+    /* offloaded: the slabs are the host's, pinned where a device copies to and from them */
+    mem_space hs = s->space == MEM_SPACE_HOST ? MEM_SPACE_HOST : MEM_SPACE_PINNED;
     static const mem_category cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_OPTIMIZER};
     size_t bytes = up_mul(s->nshard, sizeof(float));
     for (int k = 0; k < (grads ? 4 : 1); k++) {
-        s->slab[k] = mem_alloc_in(s->space, cats[k], bytes);
+        s->slab[k] = mem_alloc_in(s->offload ? hs : s->space, cats[k], bytes);
         /* a device backend's host copy for files (counted in host memory) */
-        s->host[k] = s->space == MEM_SPACE_HOST ? s->slab[k] : mem_alloc(cats[k], bytes);
+        s->host[k] =
+            s->offload || s->space == MEM_SPACE_HOST ? s->slab[k] : mem_alloc(cats[k], bytes);
     }
     if (grads) {
         s->mpi_temp = sharded ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
         mem_count(MEM_COMM, (long long)s->mpi_temp);
+    }
+    if (s->offload) {
+        init_offloaded(s, maxs, grads, hs);
+        return s;
     }
     if (!sharded && view_is_master(s->wtype)) return s; /* the matmuls read the slab itself */
     /* unsharded bf16: the units are rounded into the slots as they are used, as the sharded ones
@@ -129,16 +185,18 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
 
 void store_free(param_store *s) {
     if (!s) return;
-    void *bufs[] = {s->slab[0], s->slab[1], s->slab[2],      s->slab[3], s->slot[0], s->slot[1],
-                    s->slot[2], s->gradbuf, s->tied_gradbuf, s->rs_tmp,  s->rs_recv};
+    for (int k = 0; k < 4; k++)
+        if (s->host[k] != s->slab[k]) mem_free(s->host[k]);
+    void *bufs[] = {s->slab[0], s->slab[1], s->slab[2], s->slab[3], s->slot[0],
+                    s->slot[1], s->slot[2], s->gradbuf, s->rs_tmp,  s->tied_gradbuf,
+                    s->rs_recv, s->dgrad,   s->dtied,   s->stage};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
-    for (int k = 0; k < 4 && s->space != MEM_SPACE_HOST; k++)
-        mem_free(s->host[k]);
     mem_count(MEM_COMM, -(long long)s->mpi_temp);
     free(s->unit_off);
     free(s->shard_n);
     free(s->shard_off);
+    free(s->unit_zero);
     free(s);
 }
 
@@ -150,8 +208,11 @@ int store_sharded(const param_store *s) {
 size_t store_floats(const param_store *s) {
     return s->nshard;
 }
+const backend_ops *store_opt_backend(const param_store *s) {
+    return s->opt_be;
+}
 float *store_slab(param_store *s, store_slab_kind k) {
-    if (s->space == MEM_SPACE_HOST || !s->slab[k]) return s->slab[k];
+    if (s->host[k] == s->slab[k]) return s->slab[k]; /* the host's own (or none) */
     if (!s->host_current[k]) s->be->to_host(s->host[k], s->slab[k], sizeof(float) * s->nshard);
     s->host_current[k] = 1;
     return s->host[k];
@@ -179,7 +240,9 @@ float *store_at(const param_store *s, float *slab, int u, size_t g) {
 void store_begin(param_store *s, store_pass pass) {
     s->dir = pass == STORE_FORWARD ? 1 : -1;
     s->walking = 0;
+    s->dgrad_unit = -1;
     if (pass == STORE_BACKWARD) return;
+    s->tied_loaded = 0; /* the tied unit's gradients start from the slab's again */
     for (int k = 0; k < 3; k++) {
         UP_CHECK(!s->slot_pending[k], "a gather of unit %d is still in flight", s->slot_unit[k]);
         s->slot_unit[k] = -1;
@@ -192,6 +255,36 @@ static int slot_of(const param_store *s, int u) {
     return u == s->tied_unit ? 2 : u % 2;
 }
 
+/* Offloaded: unit u's weights from the host's masters into slot (rounded on the host to the
+ * weights' type by dtype.h's rule, the device's bits, then sent). */
+static void send_unit(param_store *s, void *slot, int u) {
+    uint64_t tt = trace_begin();
+    const float *src = s->slab[STORE_PARAMS] + s->shard_off[u];
+    size_t n = s->shard_n[u];
+    if (view_is_master(s->wtype)) {
+        put(s, slot, src, sizeof(float) * n);
+    } else {
+        backend_cpu.convert(s->wtype, s->stage, MEM_DTYPE_F32, src, n);
+        put(s, slot, s->stage, mem_dtype_bytes(s->wtype, n));
+    }
+    trace_end2(tt, "offload", "weights_in", "unit", u, "bytes",
+               (int64_t)mem_dtype_bytes(s->wtype, n));
+}
+
+/* Offloaded: buf (unit u's gradients in the backend's space) := the slab's, where the backward
+ * accumulates over the micro-batches as into the slab itself. */
+static float *load_grads(param_store *s, float *buf, int u) {
+    size_t n = s->shard_n[u];
+    if (s->unit_zero[u]) {
+        s->be->zero_f32(buf, n);
+        return buf;
+    }
+    uint64_t tt = trace_begin();
+    put(s, buf, s->slab[STORE_GRADS] + s->shard_off[u], sizeof(float) * n);
+    trace_end2(tt, "offload", "grads_in", "unit", u, "bytes", (int64_t)(sizeof(float) * n));
+    return buf;
+}
+
 /* Starts filling unit u's slot (no-op without slots, u out of range, or the slot holding u
  * already): unsharded, the unit's view now; sharded, this rank's shard into its own
  * place, then the in-place gather. */
@@ -201,9 +294,13 @@ static void prefetch(param_store *s, int u) {
     if (s->slot_unit[k] == u) return;
     UP_CHECK(!s->slot_pending[k], "gather slot %d busy with unit %d", k, s->slot_unit[k]);
     size_t n = s->shard_n[u];
+    s->slot_unit[k] = u;
+    if (s->offload) {
+        send_unit(s, s->slot[k], u);
+        return;
+    }
     void *own = (char *)s->slot[k] + mem_dtype_bytes(s->wtype, (size_t)s->rank * n);
     view_fill(s, own, dev(s, STORE_PARAMS) + s->shard_off[u], n);
-    s->slot_unit[k] = u;
     if (s->R == 1) return;
     fsdp_gather_start(s->comm, s->slot[k], n, s->wtype, &s->req[k]);
     s->slot_pending[k] = 1;
@@ -226,6 +323,19 @@ void *store_acquire(param_store *s, int u) {
 }
 
 float *store_grads(param_store *s, int u) {
+    if (s->offload && u == s->tied_unit) {
+        if (!s->tied_loaded) load_grads(s, s->dtied, u);
+        s->tied_loaded = 1;
+        return s->dtied;
+    }
+    if (s->offload) {
+        UP_CHECK(s->dgrad_unit < 0 || s->dgrad_unit == u,
+                 "store: unit %d's gradients asked for before unit %d's were released", u,
+                 s->dgrad_unit);
+        if (s->dgrad_unit != u) load_grads(s, s->dgrad, u);
+        s->dgrad_unit = u;
+        return s->dgrad;
+    }
     if (s->R == 1) return dev(s, STORE_GRADS) + s->shard_off[u];
     if (u == s->tied_unit) return s->tied_gradbuf; /* holds the LM head's part already */
     memset(s->gradbuf, 0, sizeof(float) * s->shard_n[u] * (size_t)s->R);
@@ -233,6 +343,22 @@ float *store_grads(param_store *s, int u) {
 }
 
 void store_release(param_store *s, int u) {
+    if (s->offload) { /* the unit's gradients back into the slab */
+        int tied = u == s->tied_unit;
+        UP_CHECK(tied ? s->tied_loaded : s->dgrad_unit == u,
+                 "store: unit %d released without its gradients", u);
+        uint64_t tt = trace_begin();
+        get(s, s->slab[STORE_GRADS] + s->shard_off[u], tied ? s->dtied : s->dgrad,
+            sizeof(float) * s->shard_n[u]);
+        trace_end2(tt, "offload", "grads_out", "unit", u, "bytes",
+                   (int64_t)(sizeof(float) * s->shard_n[u]));
+        if (tied)
+            s->tied_loaded = 0;
+        else
+            s->dgrad_unit = -1;
+        s->unit_zero[u] = 0;
+        return;
+    }
     if (s->R == 1) return;
     const float *g = u == s->tied_unit ? s->tied_gradbuf : s->gradbuf;
     fsdp_reduce_add(s->comm, g, s->rs_tmp, s->rs_recv, s->slab[STORE_GRADS] + s->shard_off[u],
@@ -253,7 +379,8 @@ const float *store_gather_slab(param_store *s, const float *slab, int u) {
 
 void store_zero_grads(param_store *s) {
     s->host_current[STORE_GRADS] = 0; /* all of it overwritten */
-    s->be->zero_f32(s->slab[STORE_GRADS], s->nshard);
+    s->opt_be->zero_f32(s->slab[STORE_GRADS], s->nshard);
+    if (s->unit_zero) memset(s->unit_zero, 1, (size_t)s->nunits);
 }
 
 void store_reduce_grads(param_store *s) {
@@ -261,7 +388,7 @@ void store_reduce_grads(param_store *s) {
 }
 
 double store_grad_sumsq(param_store *s) {
-    double sq = s->be->sum_squares(dev(s, STORE_GRADS), s->nshard);
+    double sq = s->opt_be->sum_squares(dev(s, STORE_GRADS), s->nshard);
     if (s->R > 1) comm_sum_double(s->comm, &sq); /* shards: the norm of the whole gradient */
     return sq;
 }

@@ -35,6 +35,14 @@ typedef struct {
     int grads;           /* 0 (evaluation): the parameter slab and slots only; no grads, moments */
     mem_dtype wtype;     /* element type of the weights the matmuls read; the slabs stay fp32 */
     const typed_ctx *tk; /* the backend the slabs and slots live on (its memory space) */
+    int offload;         /* --offload-optimizer (unsharded only): the four slabs live in host
+                            memory (pinned on a device) and the optimizer side runs on the CPU;
+                            the backend's space holds the weights of two units and the tied
+                            unit (sent from the masters as acquired) and the gradients of the
+                            unit in backward and of the tied unit (loaded from the slab by
+                            store_grads, written back by store_release). The same bits as the
+                            store on the device: the optimizer's ops give the device's bits
+                            (backend.h) */
 } store_spec;
 
 typedef enum { STORE_PARAMS, STORE_GRADS, STORE_M, STORE_V } store_slab_kind;
@@ -55,8 +63,12 @@ size_t store_floats(const param_store *s);
  * kept coherent lazily: this call brings the host copy up to date and marks it the current one,
  * and the next device use (acquire, grads, the optimizer side, store_dev_slab) copies it back. */
 float *store_slab(param_store *s, store_slab_kind k);
-/* The slab of kind k in the backend's space (the host slab itself on the CPU backend), current
- * for the device (brought back from the host copy first if that was written). */
+/* The backend the slabs live on and the optimizer side runs on: the store's, or the CPU's when
+ * the optimizer is offloaded. */
+const backend_ops *store_opt_backend(const param_store *s);
+/* The slab of kind k where the optimizer side reads it (store_opt_backend's space: the host slab
+ * itself on the CPU backend or offloaded), current there (brought back from the host copy
+ * first if that was written). */
 float *store_dev_slab(param_store *s, store_slab_kind k);
 /* Global (full-layout) range [g0, g1) of unit u that this rank keeps (all of it unsharded). */
 void store_owned(const param_store *s, int u, size_t *g0, size_t *g1);

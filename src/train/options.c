@@ -154,6 +154,15 @@ static const flag_spec g_train_flags[] = {
      .lo = 1,
      .hi = INT_MAX,
      .help = "windows per validation (default: the shard's, at most " VAL_WINDOWS_CAP ")"},
+    /* memory */
+    {.name = "offload-optimizer",
+     .kind = FLAG_SET,
+     .off = AT(front.mopt.offload_opt),
+     .help = "keep the fp32 master weights, gradients and AdamW moments in\n"
+             "host memory (pinned) and run AdamW on the CPU cores; the GPU\n"
+             "holds the weights of the layers at hand and one layer's\n"
+             "gradients (same weights to the bit; on --device cpu it runs\n"
+             "the same path, where all of it is host memory anyway)"},
     /* outputs */
     {.name = "save",
      .arg = "FILE",
@@ -303,6 +312,7 @@ static const flag_help_line g_train_page[] = {
     {NULL, "\nmemory (each leaves the loss and gradients unchanged)"},
     {"checkpoint", NULL},
     {"offload", NULL},
+    {"offload-optimizer", NULL},
     {"tile-mlp", NULL},
     {"tile-loss", NULL},
     {"upipe-heads", NULL},
@@ -358,6 +368,9 @@ static void train_check_options(train_options *o) {
                    o->val_every ? "--val-every" : "--val-windows");
     if (o->max_skips && o->on_nonfinite != NONFINITE_SKIP)
         up_die_all("--max-skips needs --on-nonfinite skip (with stop, the first bad step stops)");
+    if (o->front.mopt.offload_opt && o->front.mopt.fsdp)
+        up_die_all("--offload-optimizer does not go with --fsdp yet (the sharded state stays "
+                   "where the step runs): drop one of them");
     if (!o->max_skips) o->max_skips = 5;
     if (o->warmup < 0) o->warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
 }

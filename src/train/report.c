@@ -17,8 +17,11 @@ report_memory report_capture(void) {
     p.peak = mem_peak_total();
     p.offloaded = mem_offloaded_peak();
     p.device = mem_peak_in(MEM_SPACE_DEVICE);
-    for (int c = 0; c < MEM_COUNT; c++)
+    p.pinned = mem_peak_in(MEM_SPACE_PINNED);
+    for (int c = 0; c < MEM_COUNT; c++) {
         p.dev_cat[c] = mem_peak_cat_in(MEM_SPACE_DEVICE, (mem_category)c);
+        p.pin_cat[c] = mem_peak_cat_in(MEM_SPACE_PINNED, (mem_category)c);
+    }
     return p;
 }
 
@@ -33,11 +36,11 @@ static const char *g_shrink[MEM_COUNT] = {
     "--tile-mlp / --tile-loss",
     "fewer ranks per group",
     "fewer --threads (each BLAS thread holds its packing buffers)"};
-/* The same on one GPU (one rank: no FSDP, and no offload on the GPU yet). */
+/* The same on one GPU (one rank: no FSDP, and no checkpoint offload on the GPU yet). */
 static const char *g_shrink_gpu[MEM_COUNT] = {
-    "a smaller model: one GPU holds the whole model state",
-    "a smaller model: one GPU holds the whole model state",
-    "a smaller model: one GPU holds the whole model state",
+    "--offload-optimizer keeps the fp32 model state in host memory",
+    "--offload-optimizer keeps the fp32 model state in host memory",
+    "--offload-optimizer keeps the fp32 model state in host memory",
     "--offload is not on the GPU yet",
     "try --checkpoint",
     "try --upipe-heads U (smaller U)",
@@ -52,20 +55,23 @@ void report_print_plan(const report_memory *p, long T, const model_config *c, in
     printf("memory plan per rank: T=%ld (T_loc=%d, cp=%d), C=%d L=%d NH=%d NKV=%d F=%d V=%d, "
            "dtype %s\n",
            T, T_loc, P, c->C, c->L, c->NH, c->NKV, c->F, c->V, mem_dtype_name(dt));
-    /* a device run: a column for the part of each category in GPU memory (the rest is host) */
+    /* a device run: a column for the part of each category in GPU memory, and one for the part
+     * in pinned host memory when there is any (the rest is ordinary host memory) */
     char d[32];
-    printf("  %-12s %12s %12s%s\n", "category", "bytes", "per token",
-           p->device ? "     on GPU" : "");
+    printf("  %-12s %12s %12s%s%s\n", "category", "bytes", "per token",
+           p->device ? "       on GPU" : "", p->pinned ? "       pinned" : "");
     for (int k = 0; k < MEM_COUNT; k++) {
         printf("  %-12s %12s %12s", mem_category_name((mem_category)k),
                up_fmt_bytes(b, sizeof b, (double)p->cat[k]),
                up_fmt_bytes(t, sizeof t, (double)p->cat[k] * per));
         if (p->device) printf(" %12s", up_fmt_bytes(d, sizeof d, (double)p->dev_cat[k]));
+        if (p->pinned) printf(" %12s", up_fmt_bytes(d, sizeof d, (double)p->pin_cat[k]));
         printf("\n");
     }
     printf("  %-12s %12s %12s", "peak", up_fmt_bytes(b, sizeof b, (double)p->peak),
            up_fmt_bytes(t, sizeof t, (double)p->peak * per));
     if (p->device) printf(" %12s", up_fmt_bytes(d, sizeof d, (double)p->device));
+    if (p->pinned) printf(" %12s", up_fmt_bytes(d, sizeof d, (double)p->pinned));
     printf("\n");
     printf("  %-12s %12s %12s\n", "offloaded", up_fmt_bytes(b, sizeof b, (double)p->offloaded),
            up_fmt_bytes(t, sizeof t, (double)p->offloaded * per));
@@ -196,6 +202,12 @@ void report_write_memory(const char *path, comm_ctx *comm, const report_memory *
                                 json_integer((json_int_t)p->dev_cat[c]));
         json_object_set_new(root, "device_peak_bytes", json_integer((json_int_t)p->device));
         json_object_set_new(root, "device_categories", dc);
+        json_t *pc = json_object();
+        for (int c = 0; c < MEM_COUNT; c++)
+            json_object_set_new(pc, mem_category_name((mem_category)c),
+                                json_integer((json_int_t)p->pin_cat[c]));
+        json_object_set_new(root, "pinned_peak_bytes", json_integer((json_int_t)p->pinned));
+        json_object_set_new(root, "pinned_categories", pc);
     }
     json_object_set_new(root, "predicted", json_boolean(predicted));
     char *text = json_dumps(root, JSON_INDENT(2));

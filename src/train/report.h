@@ -13,6 +13,7 @@ typedef struct {
     unsigned long long cat[MEM_COUNT], peak, offloaded;
     unsigned long long rss;                        /* peak RSS; 0 for a plan */
     unsigned long long device, dev_cat[MEM_COUNT]; /* the device's peak, and per category */
+    unsigned long long pinned, pin_cat[MEM_COUNT]; /* pinned host memory's, the same */
 } report_memory;
 
 /* The counters' peaks now (per category, total, offloaded); rss left 0. */

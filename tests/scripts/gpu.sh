@@ -3,7 +3,8 @@
 # the float64 PyTorch reference at the CPU's tolerances (golden.sh, docs.sh, bf16.sh), with GQA,
 # a tied embedding, packed documents, a loss mask, UPipe's head stages, checkpointing and both
 # tiles; two runs give the same bytes; a checkpoint written on the GPU resumes on the CPU and the
-# reverse. Without a GPU (or without the module) it says why in one line and is skipped (77).
+# reverse; --offload-optimizer gives the on-GPU optimizer's weights; the plans equal the measured
+# peaks. Without a GPU (or without the module) it says why in one line and is skipped (77).
 source "$(dirname "$0")/lib.sh"
 ST_COMPARE=$BUILD/tests/st_compare
 GQA=$FIX/golden_gqa
@@ -97,30 +98,55 @@ if [ -d "$TMP/back.ck" ] && train4 back cpu --resume; then
     ok "a GPU checkpoint resumes on the CPU: $(tail -n1 "$TMP/back.cmp")"
   else bad "a GPU checkpoint resumed on the CPU"; cat "$TMP/back.cmp"; fi
 fi
+# --offload-optimizer: masters, gradients and moments in pinned host memory, AdamW on the CPU
+# cores. Its ops give the device's bits (the same sum of squares, AdamW without contraction:
+# backend.h), so three steps end with the on-GPU optimizer's weights, byte for byte: fp32, and
+# bf16 with a tied embedding and two micro-batches.
+offload3() { # name args...
+  local name=$1
+  shift
+  timeout 300 "$UPIPE" train --quiet --device cuda --steps 3 --lr 1e-3 --save "$TMP/$name.st" \
+    "$@" >"$TMP/$name.out" 2>&1 || { bad "$name: run failed"; cat "$TMP/$name.out"; return 1; }
+}
+offload3 opt_dev $G && offload3 opt_off $G --offload-optimizer &&
+  same opt_dev opt_off "--offload-optimizer: the on-GPU optimizer's weights, byte for byte (fp32)"
+offload3 opt_dev_t $T3 --dtype bf16 --grad-accum 2 &&
+  offload3 opt_off_t $T3 --dtype bf16 --grad-accum 2 --offload-optimizer &&
+  same opt_dev_t opt_off_t "--offload-optimizer: the same, bf16, tied, two micro-batches"
+
 # The plan made without a GPU (--device-mem, a login node's plan) is the plan the GPU makes, each
-# device category to the byte, and a real step's accounted device peak equals it.
+# device and pinned category to the byte, and a real step's accounted device and pinned peaks
+# equal it; with the optimizer on the device and offloaded.
 PL="--config $SRC/configs/tiny.json --seq-len 1024 --threads 2 --quiet --device cuda"
 "$UPIPE" data recall --output "$TMP/recall_small.bin" --tokens 20000 --distance 64 >/dev/null
-# shellcheck disable=SC2086
-if "$UPIPE" train $PL --dry-run --device-mem 1GiB --mem-report "$TMP/planned.json" >/dev/null 2>&1 \
-  && "$UPIPE" train $PL --dry-run --mem-report "$TMP/gpuplan.json" >/dev/null 2>&1 \
-  && "$UPIPE" train $PL --data "$TMP/recall_small.bin" --steps 1 --mem-report "$TMP/gpurun.json" \
-    >"$TMP/gpurun.out" 2>&1; then
-  if python3 - "$TMP/planned.json" "$TMP/gpuplan.json" "$TMP/gpurun.json" <<'PY'; then
+plans() { # tag args...
+  local tag=$1
+  shift
+  # shellcheck disable=SC2086
+  if "$UPIPE" train $PL "$@" --dry-run --device-mem 1GiB --mem-report "$TMP/planned$tag.json" >/dev/null 2>&1 \
+    && "$UPIPE" train $PL "$@" --dry-run --mem-report "$TMP/gpuplan$tag.json" >/dev/null 2>&1 \
+    && "$UPIPE" train $PL "$@" --data "$TMP/recall_small.bin" --steps 1 --mem-report "$TMP/gpurun$tag.json" \
+      >"$TMP/gpurun$tag.out" 2>&1; then
+    if python3 - "$TMP/planned$tag.json" "$TMP/gpuplan$tag.json" "$TMP/gpurun$tag.json" <<'PY'; then
 import json, sys
 a, b, c = (json.load(open(p)) for p in sys.argv[1:4])
-print("  device plan %d (without a GPU) / %d (on it), measured %d" %
-      (a["device_peak_bytes"], b["device_peak_bytes"], c["device_peak_bytes"]))
-sys.exit(0 if a["device_categories"] == b["device_categories"]
-         and a["device_peak_bytes"] == b["device_peak_bytes"] == c["device_peak_bytes"] else 1)
+for sp in ("device", "pinned"):
+    print("  %s plan %d (without a GPU) / %d (on it), measured %d" %
+          (sp, a[sp + "_peak_bytes"], b[sp + "_peak_bytes"], c[sp + "_peak_bytes"]))
+sys.exit(0 if all(a[sp + "_categories"] == b[sp + "_categories"]
+                  and a[sp + "_peak_bytes"] == b[sp + "_peak_bytes"] == c[sp + "_peak_bytes"]
+                  for sp in ("device", "pinned")) else 1)
 PY
-    ok "--device-mem's plan = the GPU's plan = the measured device peak"
+      ok "--device-mem's plan = the GPU's plan = the measured peaks$tag"
+    else
+      bad "--device-mem's plan, the GPU's plan and the measured peaks differ$tag"
+    fi
   else
-    bad "--device-mem's plan, the GPU's plan and the measured device peak differ"
+    bad "device plans$tag: a run failed"; cat "$TMP/gpurun$tag.out"
   fi
-else
-  bad "device plans: a run failed"; cat "$TMP/gpurun.out"
-fi
+}
+plans ""
+plans " (--offload-optimizer, bf16)" --offload-optimizer --dtype bf16
 
 # Training: 300 steps of tiny.json on the recall corpus, CPU and GPU from the same seed. The runs
 # sum in different orders, so their weights part after a few steps as any two fp32 runs do; what

@@ -14,6 +14,8 @@ upipe_script_test(upipe mpi)
 upipe_script_test(overlap mpi)
 upipe_script_test(memory mpi)
 upipe_script_test(fsdp mpi)
+# --offload-optimizer: the same weights to the bit, checkpoints across it, its GPU plan
+upipe_script_test(offload_opt mpi)
 upipe_script_test(scale slow)
 upipe_script_test(ckpt mpi)
 upipe_script_test(docs mpi)

@@ -7,6 +7,7 @@
  * line per check, then a summary line; exit status 1 on any failure. */
 #include <float.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -501,19 +502,52 @@ static void test_adamw(void) {
     }
 }
 
+/* backend.h's BACKEND_SUMSQ order, element by element: lane j of a chunk holds the elements
+ * whose index in the chunk is j mod LANES; the lanes fold pairwise; chunks add up in groups, the
+ * groups in order. */
+static double sumsq_spec(const float *x, size_t n) {
+    const size_t CH = BACKEND_SUMSQ_CHUNK, NL = BACKEND_SUMSQ_LANES, GR = BACKEND_SUMSQ_GROUP;
+    double total = 0.0, group = 0.0;
+    for (size_t c0 = 0, c = 0; c0 < n; c0 += CH, c++) {
+        double lane[BACKEND_SUMSQ_LANES] = {0};
+        for (size_t i = c0; i < n && i < c0 + CH; i++)
+            lane[(i - c0) % NL] += (double)x[i] * (double)x[i];
+        for (size_t w = NL / 2; w > 0; w /= 2)
+            for (size_t j = 0; j < w; j++)
+                lane[j] = lane[j] + lane[j + w];
+        group += lane[0];
+        if ((c + 1) % GR == 0 || c0 + CH >= n) { /* the group's last chunk */
+            total += group;
+            group = 0.0;
+        }
+    }
+    return total;
+}
+
 static void test_norm_and_schedule(void) {
-    // sum_squares: squares of floats are exact in double; each double sum of n terms is within
-    // n u of the exact sum, so the two differ by <= n eps relative
-    static const size_t sizes[] = {0, 37, 100003};
+    // sum_squares: the order backend.h fixes, bit for bit, for any thread count (one group, many
+    // groups, a last chunk and a last group cut short); and, as a check of the spec itself,
+    // squares of floats are exact in double and a double sum of n terms is within n u of the
+    // exact sum, so it and a serial sum differ by <= n eps relative
+    const size_t G = (size_t)BACKEND_SUMSQ_CHUNK * BACKEND_SUMSQ_GROUP;
+    const size_t sizes[] = {0, 37, 100003, 2 * G, 2 * G + 4097};
     char name[128];
-    for (int s = 0; s < 3; s++) {
+    int nt0 = omp_get_max_threads();
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         size_t n = sizes[s];
         float *x = rand_f(n, -3, 3);
         double ref = 0.0;
         for (size_t i = 0; i < n; i++)
             ref += (double)x[i] * x[i];
+        double spec = sumsq_spec(x, n);
         snprintf(name, sizeof name, "sum_squares n=%zu vs serial double", n);
         check_scalar(name, sum_squares(x, n), ref, (double)n * DBL_EPSILON * ref);
+        for (int nt = 1; nt <= 3; nt++) {
+            omp_set_num_threads(nt);
+            snprintf(name, sizeof name, "sum_squares n=%zu, %d threads, vs the fixed order", n, nt);
+            check_scalar(name, sum_squares(x, n), spec, 0.0);
+        }
+        omp_set_num_threads(nt0);
         free(x);
     }
     // clip_factor: float result of a double expression, 0.5 ulp; tol 1e-6 relative

@@ -4,7 +4,9 @@
  * (nccl-tests style); the error counts are agreed over the ranks. Checked, for fp32 and bf16
  * weights, with and without a tied unit: acquire along the forward and the backward walk and off
  * it (the tied unit again), gradients accumulated over two passes and reduced into the shards,
- * the padding of a shard left zero, the gradient norm, and a save's gathered units. */
+ * the padding of a shard left zero, the gradient norm, and a save's gathered units; unsharded,
+ * also with the optimizer offloaded (the slabs on the host, one unit's gradients and the slots in
+ * the backend's space: the same checks hold). */
 #include <mpi.h>
 
 #include "harness.h" /* after <mpi.h>: harness_init_mpi, harness_finish_mpi */
@@ -33,11 +35,18 @@ static int view_equals(mem_dtype wt, const void *view, size_t i, float master) {
     return ((const uint16_t *)view)[i] == bf16_round(master);
 }
 
-static long check_case(comm_ctx *c, int sharded, int tied, mem_dtype wt) {
+static long check_case(comm_ctx *c, int sharded, int tied, mem_dtype wt, int offload) {
     const size_t unit_off[] = {0, 7, 31, 49, 52}; /* units of 7, 24, 18 and 3 floats */
     const int nunits = 4;
     int R = sharded ? c->R : 1, rank = c->rank;
-    store_spec sp = {unit_off, nunits, tied ? 0 : -1, 1, sharded, 1, wt, NULL};
+    store_spec sp = {.unit_off = unit_off,
+                     .nunits = nunits,
+                     .tied_unit = tied ? 0 : -1,
+                     .bwd_first = 1,
+                     .sharded = sharded,
+                     .grads = 1,
+                     .wtype = wt,
+                     .offload = offload};
     param_store *s = store_init(c, &sp);
     long errors = 0;
     errors += store_sharded(s) != (R > 1);
@@ -107,14 +116,15 @@ int main(int argc, char **argv) {
     comm_ctx c;
     comm_init(&c, MPI_COMM_WORLD, 1);
     for (int sharded = 0; sharded <= (R > 1); sharded++)
-        for (int tied = 0; tied <= 1; tied++)
-            for (int dt = 0; dt < MEM_DTYPE_COUNT; dt++) {
-                long e = check_case(&c, sharded, tied, (mem_dtype)dt), total = 0;
-                MPI_Allreduce(&e, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
-                CHECK(total == 0, "R=%d %s%s weights %s (%ld wrong)", R,
-                      sharded ? "sharded" : "plain", tied ? " tied" : "",
-                      mem_dtype_name((mem_dtype)dt), total);
-            }
+        for (int off = 0; off <= !sharded; off++)
+            for (int tied = 0; tied <= 1; tied++)
+                for (int dt = 0; dt < MEM_DTYPE_COUNT; dt++) {
+                    long e = check_case(&c, sharded, tied, (mem_dtype)dt, off), total = 0;
+                    MPI_Allreduce(&e, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+                    CHECK(total == 0, "R=%d %s%s%s weights %s (%ld wrong)", R,
+                          sharded ? "sharded" : "plain", off ? " offloaded" : "",
+                          tied ? " tied" : "", mem_dtype_name((mem_dtype)dt), total);
+                }
     comm_free(&c);
     int rc = harness_finish_mpi("test_store", MPI_COMM_WORLD);
     MPI_Finalize();

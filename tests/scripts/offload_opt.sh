@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# --offload-optimizer: the masters, gradients and AdamW moments in host memory and AdamW on the
+# CPU, the backend's space holding the units at hand (model/store.h). Here, on the CPU backend,
+# it runs the same store path (the units' weights sent into their slots, each unit's gradients
+# loaded into one buffer and written back after its backward, the optimizer on the host slabs),
+# so the weights after three AdamW steps and the first step's gradients must equal the plain
+# run's to the bit: with fp32 and bf16 weights, a tied embedding with two micro-batches and
+# checkpointing, context parallelism with UPipe stages, data parallelism over two replicas, and
+# a checkpoint written with the flag and resumed without it (and the reverse). The clipping norm
+# is active in every case (the default --grad-clip 1 against these gradients' norms). The plan
+# of a GPU run moves the fp32 state to the pinned column, and a measured run's accounted peak
+# equals its plan.
+source "$(dirname "$0")/lib.sh"
+GQA=$FIX/golden_gqa
+TIED=$FIX/golden_tied
+G="--config $GQA/config.json --data $GQA/tokens.bin --init $GQA/weights.safetensors --seq-len 80"
+T3="--config $TIED/config.json --data $TIED/tokens.bin --init $TIED/weights.safetensors --seq-len 33"
+A="--steps 3 --lr 1e-3"
+
+run() { # name ranks args...
+  local name=$1 n=$2
+  shift 2
+  mpirun_n "$n" "$UPIPE" train --quiet --threads 1 "$@" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1 \
+    || { bad "$name: run failed"; cat "$TMP/$name.out"; return 1; }
+}
+same() { # what file-a file-b
+  if cmp -s "$2" "$3"; then ok "$1: identical"; else bad "$1: the files differ"; fi
+}
+# A case: the plain run and the offloaded one, weights after 3 steps and gradients of the first.
+pair() { # name ranks args...
+  local name=$1 n=$2
+  shift 2
+  run "$name" "$n" "$@" $A --save "$TMP/$name.w.st" \
+    && run "${name}_off" "$n" "$@" $A --offload-optimizer --save "$TMP/${name}_off.w.st" \
+    && same "$name: weights after 3 steps" "$TMP/$name.w.st" "$TMP/${name}_off.w.st"
+  run "$name.g" "$n" "$@" --steps 1 --lr 0 --save-grads "$TMP/$name.g.st" \
+    && run "${name}_off.g" "$n" "$@" --steps 1 --lr 0 --offload-optimizer \
+      --save-grads "$TMP/${name}_off.g.st" \
+    && same "$name: gradients" "$TMP/$name.g.st" "$TMP/${name}_off.g.st"
+}
+
+pair f32 1 $G
+pair bf16 1 $G --dtype bf16
+pair tied_accum_ckpt 1 $T3 --dtype bf16 --grad-accum 2 --checkpoint
+pair cp2_upipe 2 $G --cp 2 --upipe-heads 2
+pair dp2_tied 2 $T3 --cp 1 --grad-accum 2
+
+# The clipping norm was in play (a run whose norm never passed --grad-clip would not test it).
+norm=$(json_field "$(head -n1 "$TMP/bf16.jsonl")" grad_norm)
+if is_num "$norm" && awk -v n="$norm" 'BEGIN { exit !(n > 1) }'; then ok "bf16: grad_norm $norm > --grad-clip 1"
+else bad "bf16: grad_norm '$norm' does not pass --grad-clip 1: the clip is not tested"; fi
+
+# A checkpoint written with the flag resumes without it, and the reverse: the straight run's
+# weights (the checkpoint holds the same masters and moments either way).
+for first in with without; do
+  f1=; f2=--offload-optimizer
+  [ "$first" = with ] && { f1=--offload-optimizer; f2=; }
+  rm -rf "$TMP/ck_$first"
+  run "ck_${first}_a" 1 $G --dtype bf16 $A $f1 --ckpt-dir "$TMP/ck_$first" --stop-at 2 \
+    && run "ck_${first}_b" 1 $G --dtype bf16 $A $f2 --ckpt-dir "$TMP/ck_$first" --resume \
+      --save "$TMP/ck_$first.w.st" \
+    && same "checkpoint written $first the flag, resumed $([ "$first" = with ] && echo without || echo with) it" \
+      "$TMP/bf16.w.st" "$TMP/ck_$first.w.st"
+done
+
+# Refused with --fsdp (the sharded state stays where the step runs): one line, status 1.
+if "$UPIPE" train $G --steps 1 --offload-optimizer --fsdp >"$TMP/fsdp.out" 2>&1; then
+  bad "--offload-optimizer --fsdp was accepted"
+elif grep -q "does not go with --fsdp" "$TMP/fsdp.out" && [ "$(wc -l <"$TMP/fsdp.out")" -eq 1 ]; then
+  ok "--offload-optimizer --fsdp refused: $(cat "$TMP/fsdp.out")"
+else bad "--offload-optimizer --fsdp: unexpected output"; cat "$TMP/fsdp.out"; fi
+
+# The plan of a GPU run (planned without one): the moments leave the device for pinned memory, the
+# fp32 gradients and masters too (pinned: the masters, the gradients and one unit's bf16 stage;
+# the device: two units' and the tied unit's bf16 weights, one unit's and the tied unit's
+# gradients).
+P="--config $TIED/config.json --seq-len 4096 --dtype bf16 --dry-run --device cuda --device-mem 139GiB"
+"$UPIPE" train $P --mem-report "$TMP/plain.plan" >/dev/null 2>&1 \
+  && "$UPIPE" train $P --offload-optimizer --mem-report "$TMP/off.plan" >"$TMP/off.plan.out" 2>&1 \
+  || { bad "plans failed"; cat "$TMP/off.plan.out"; }
+if python3 - "$TMP/plain.plan" "$TMP/off.plan" "$TIED/config.json" >"$TMP/plan.why" 2>&1 <<'EOF'; then ok "GPU plan: $(cat "$TMP/plan.why")"; else bad "GPU plan"; cat "$TMP/plan.why"; fi
+import json, sys
+a, b, cfg = (json.load(open(p)) for p in sys.argv[1:4])
+C, F, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+H = cfg["num_attention_heads"]
+KV = cfg.get("num_key_value_heads", H)
+hs = C // H
+layer = 2 * C + C * C + 2 * C * KV * hs + C * C + 3 * C * F  # norms, q, k, v, o, mlp
+units = [V * C] + [layer] * L + [C]  # tied: the head unit is the final norm alone
+n = sum(units)
+big = max(units[1:])  # the slots' unit (the tied unit has its own)
+dev, pin = b["device_categories"], b["pinned_categories"]
+want = {
+    ("device", "optimizer"): 0,
+    ("pinned", "optimizer"): 2 * 4 * n,
+    ("pinned", "grads"): 4 * n,
+    ("pinned", "params"): 4 * n + 2 * big,
+    ("device", "params"): 2 * (2 * big) + 2 * V * C,
+    ("device", "grads"): 4 * big + 4 * V * C,
+}
+got = {k: (dev if k[0] == "device" else pin)[k[1]] for k in want}
+bad = [f"{k}: {got[k]} want {want[k]}" for k in want if got[k] != want[k]]
+if a["device_categories"]["optimizer"] != 2 * 4 * n:
+    bad.append(f"plain plan's device optimizer {a['device_categories']['optimizer']} != {2 * 4 * n}")
+if not b["device_peak_bytes"] < a["device_peak_bytes"]:
+    bad.append("the device peak did not fall")
+if bad:
+    print("; ".join(bad))
+    sys.exit(1)
+print(f"device {a['device_peak_bytes']} -> {b['device_peak_bytes']} bytes, pinned {b['pinned_peak_bytes']}, "
+      "each category to the byte")
+EOF
+
+# A measured run's accounted peak equals its plan (the CPU: every buffer in host memory).
+Q="$G --steps 1 --dtype bf16 --offload-optimizer"
+"$UPIPE" train $Q --threads 1 --quiet --mem-report "$TMP/off.mem" >"$TMP/off.mem.out" 2>&1 \
+  && "$UPIPE" train $Q --threads 1 --quiet --dry-run --mem-report "$TMP/off.mem.plan" >/dev/null 2>&1 \
+  || { bad "measured run failed"; cat "$TMP/off.mem.out"; }
+m=$(buffer_peak "$TMP/off.mem"); p=$(buffer_peak "$TMP/off.mem.plan")
+if [ -n "$m" ] && [ "$m" = "$p" ]; then ok "measured peak $m = plan"; else bad "measured peak '$m' vs plan '$p'"; fi
+finish
