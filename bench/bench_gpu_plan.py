@@ -1,12 +1,15 @@
 """The GPU staircase from the plan, on a machine without a GPU: for each model shape, the longest T
 (a multiple of 1024) whose device plan fits a GPU of --device-mem free memory, one technique added
-per row: plain bf16; + checkpointing; + tiled MLP and loss; + UPipe head stages. Each figure is
+per row: plain bf16; + checkpointing; + tiled MLP and loss; + UPipe head stages; + the optimizer
+offloaded (--offload-optimizer: the fp32 state in pinned host memory, which must then fit
+--host-mem as well). Each figure is
 `upipe train --dry-run --device cuda --device-mem SIZE` (the CUDA backend as the plan sees it:
 its tensors' bytes and the module's fixed 128 MiB), so the table depends only on the shapes and
 the memory, not on this host; it is a plan, not a measurement (tests/scripts/gpu.sh holds the plan
-to a real step's device peak on a GPU). The offload rows (checkpoints and optimizer state in
-pinned host memory) are not planned: the GPU does not run them yet.
-usage: bench/bench_gpu_plan.py [--upipe build/upipe] [--device-mem 139GiB] [--upipe-heads 4]
+to a real step's device peak on a GPU). The checkpoint offload row is not planned: the GPU does
+not run it yet.
+usage: bench/bench_gpu_plan.py [--upipe build/upipe] [--device-mem 139GiB] [--host-mem 128GiB]
+                               [--upipe-heads 4]
                                [CONFIG ...]   (default: configs/llama3.2-1b.json configs/llama3-8b.json)"""
 import argparse, json, os, subprocess, tempfile
 from common import ROOT, gib, longest_fitting
@@ -16,8 +19,14 @@ CEILING = 1 << 23  # 8M tokens: the search's ceiling
 
 def rows(U):
     ck, tiles = ["--checkpoint"], ["--tile-mlp", "--tile-loss"]
+    up = ck + tiles + ["--upipe-heads", str(U)]
     return [("plain", []), ("+checkpoint", ck), ("+tiled MLP/loss", ck + tiles),
-            (f"+UPipe (U={U})", ck + tiles + ["--upipe-heads", str(U)])]
+            (f"+UPipe (U={U})", up), ("+optimizer offload", up + ["--offload-optimizer"])]
+
+
+def host_bytes(r):
+    """A plan's host memory: ordinary and pinned (what --host-mem-limit holds)."""
+    return r.get("host_peak_bytes", 0) + r.get("pinned_peak_bytes", 0)
 
 
 def size_bytes(s):
@@ -53,38 +62,44 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--upipe", default=os.path.join(ROOT, "build", "upipe"))
     p.add_argument("--device-mem", default="139GiB")
+    p.add_argument("--host-mem", default="128GiB")
     p.add_argument("--upipe-heads", type=int, default=4)
     p.add_argument("configs", nargs="*", default=[os.path.join(ROOT, "configs", f)
                                                   for f in ("llama3.2-1b.json", "llama3-8b.json")])
     a = p.parse_args()
-    free = size_bytes(a.device_mem)
+    free, host = size_bytes(a.device_mem), size_bytes(a.host_mem)
     module = 128 << 20  # the CUDA module's fixed bytes (kernels/backend.h)
     tmp = tempfile.mkdtemp(prefix="upipe-gpuplan.")
     print(f"GPU staircase from the plan: bf16, one rank, a GPU with {a.device_mem} free "
-          f"(--device-mem); the longest T whose device plan and the module's 128 MiB fit")
+          f"(--device-mem) and {a.host_mem} of host memory; the longest T whose device plan and the "
+          f"module's 128 MiB fit the GPU and whose host plan fits the host")
     for config in a.configs:
         cfg = json.load(open(config))
         print(f"\n{os.path.basename(config)}: C {cfg['hidden_size']}, L {cfg['num_hidden_layers']}, "
               f"heads {cfg['num_attention_heads']}/{cfg['num_key_value_heads']}, "
               f"F {cfg['intermediate_size']}, V {cfg['vocab_size']}")
-        print(f"| {'row':<18} | {'longest T':>10} | {'device plan at T':>16} | largest categories at T |")
-        print(f"|{'-' * 20}|{'-' * 12}|{'-' * 18}|{'-' * 25}|")
+        print(f"| {'row':<18} | {'longest T':>10} | {'device plan at T':>16} | {'host plan at T':>14} "
+              f"| largest device categories at T |")
+        print(f"|{'-' * 20}|{'-' * 12}|{'-' * 18}|{'-' * 16}|{'-' * 32}|")
         for name, extra in rows(a.upipe_heads):
             def fits(T):
                 r = plan(a, config, T, extra, tmp)
-                return r is not None and r["device_peak_bytes"] + module <= free
+                return (r is not None and r["device_peak_bytes"] + module <= free
+                        and host_bytes(r) <= host)
             if not fits(1024):
                 r = plan(a, config, 1024, extra, tmp)
                 state = sum(r["device_categories"][c] for c in ("params", "grads", "optimizer")) if r else 0
-                print(f"| {name:<18} | {'none':>10} | {'':>16} | model state alone {gib(state):.1f} GiB |")
+                why = (f"model state alone {gib(state):.1f} GiB" if r and r["device_peak_bytes"] + module > free
+                       else f"host plan {gib(host_bytes(r)):.1f} GiB" if r else "refused")
+                print(f"| {name:<18} | {'none':>10} | {'':>16} | {'':>14} | {why} |")
                 continue
             T = longest_fitting(fits, CEILING)
             r = plan(a, config, T, extra, tmp)
             cats = sorted(r["device_categories"].items(), key=lambda kv: -kv[1])[:3]
             top = ", ".join(f"{k} {gib(v):.1f}" for k, v in cats)
-            print(f"| {name:<18} | {T:>10,} | {gib(r['device_peak_bytes']):>12.2f} GiB | {top} |")
-    print("\n(+offload of the checkpoints and +optimizer offload: not planned, the GPU does not run "
-          "them yet)")
+            print(f"| {name:<18} | {T:>10,} | {gib(r['device_peak_bytes']):>12.2f} GiB "
+                  f"| {gib(host_bytes(r)):>10.2f} GiB | {top} |")
+    print("\n(+offload of the checkpoints: not planned, the GPU does not run it yet)")
 
 
 if __name__ == "__main__":

@@ -145,6 +145,7 @@ static const flag_help_line g_eval_page[] = {
     {"checkpoint offload", NULL},
     {"dry-run", NULL},
     {"mem-limit", NULL},
+    {"host-mem-limit", NULL},
     {"threads", NULL},
     {"help", NULL},
 };
@@ -376,13 +377,13 @@ int eval_main(int argc, char **argv) {
     if (j->o.front.dry_run) {
         if (j->rank == 0) {
             report_print_plan(&plan, j->o.front.T, &j->cfg, j->P, j->T_loc, j->o.front.mopt.dtype);
-            report_print_device_fit(&plan, j->o.front.mem_limit, j->o.front.T, j->o.front.mopt.be);
+            report_print_fit(&plan, &j->o.front);
             printf("forward only: no gradients or optimizer state, one layer's activations at a "
                    "time\n");
         }
         if (j->o.front.mem_report) report_write_memory(j->o.front.mem_report, &j->comm, &plan, 1);
     } else {
-        report_check_mem_limit(&plan, j->o.front.mem_limit, j->o.front.T, j->o.front.mopt.be);
+        report_check_mem_limit(&plan, &j->o.front);
         eval_run_job(j);
     }
     comm_free(&j->comm);

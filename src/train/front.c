@@ -146,6 +146,14 @@ static const flag_spec g_front_flags[] = {
      .off = AT(mem_limit),
      .help = "refuse, before allocating, a run whose plan exceeds SIZE bytes\n"
              "per rank (suffixes KiB MiB GiB, KB MB GB: e.g. 6GiB)"},
+    {.name = "host-mem-limit",
+     .arg = "SIZE",
+     .kind = FLAG_SIZE,
+     .off = AT(host_mem_limit),
+     .help = "refuse, before allocating, a run whose host memory (ordinary\n"
+             "and pinned: on a GPU run, what --offload-optimizer moves out\n"
+             "of the GPU) exceeds SIZE bytes per rank; --dry-run prints the\n"
+             "host's line against it (or against this machine's memory)"},
     {.name = "device",
      .arg = "cpu|cuda",
      .kind = FLAG_STRING,
@@ -153,7 +161,8 @@ static const flag_spec g_front_flags[] = {
      .help = "where the step runs (default cpu). cuda: one NVIDIA GPU per\n"
              "rank (the CUDA backend, libupipe_cuda.so beside upipe); the\n"
              "model's tensors in GPU memory, --dry-run and --mem-limit plan\n"
-             "the GPU's memory (one rank; no --offload or --fsdp yet)"},
+             "the GPU's memory (one rank; no --offload or --fsdp yet;\n"
+             "--offload-optimizer moves the fp32 state to host memory)"},
     {.name = "device-mem",
      .arg = "SIZE",
      .kind = FLAG_SIZE,

@@ -26,6 +26,8 @@ typedef struct {
     unsigned long long mem_limit;  /* --mem-limit: bytes, 0: none (a device run: the device's) */
     const char *device;            /* --device: cpu (default) or cuda */
     unsigned long long device_mem; /* --device-mem: a planned GPU's free bytes; 0: the GPU's */
+    unsigned long long host_mem_limit; /* --host-mem-limit: host bytes (ordinary and pinned)
+                                          per rank, 0: none */
     model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,
                            --[no-]upipe-overlap, --fsdp, --dtype; docs from --doc-sep */
 } front_options;

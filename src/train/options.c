@@ -320,6 +320,7 @@ static const flag_help_line g_train_page[] = {
     {"upipe-overlap-on-node", NULL},
     {"dry-run", NULL},
     {"mem-limit", NULL},
+    {"host-mem-limit", NULL},
     {NULL, "\nparallelism (launch with mpiexec -n R)"},
     {"cp", NULL},
     {"fsdp", NULL},

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 report_memory report_capture(void) {
     report_memory p;
@@ -18,6 +19,7 @@ report_memory report_capture(void) {
     p.offloaded = mem_offloaded_peak();
     p.device = mem_peak_in(MEM_SPACE_DEVICE);
     p.pinned = mem_peak_in(MEM_SPACE_PINNED);
+    p.host = mem_peak_in(MEM_SPACE_HOST);
     for (int c = 0; c < MEM_COUNT; c++) {
         p.dev_cat[c] = mem_peak_cat_in(MEM_SPACE_DEVICE, (mem_category)c);
         p.pin_cat[c] = mem_peak_cat_in(MEM_SPACE_PINNED, (mem_category)c);
@@ -134,18 +136,73 @@ static int device_fits(const report_memory *p, const backend_ops *be, unsigned l
     return 0;
 }
 
-static void check_device(const report_memory *p, const backend_ops *be,
-                         unsigned long long mem_limit, long T) {
-    unsigned long long limit;
-    char msg[768];
-    if (!device_fits(p, be, mem_limit, T, &limit, msg, sizeof msg)) up_die_all("%s", msg);
+/* What shrinks a category's host memory on a GPU run. */
+static const char *g_shrink_host[MEM_COUNT] = {
+    "without --offload-optimizer the fp32 state stays on the GPU",
+    "without --offload-optimizer the fp32 state stays on the GPU",
+    "without --offload-optimizer the fp32 state stays on the GPU",
+    "-",
+    "-",
+    "-",
+    "-",
+    "-",
+    "fewer --threads"};
+
+/* A device run's host memory (ordinary and pinned; their peaks added: an upper bound of the two
+ * at once) against --host-mem-limit (*limit; 0: none, then it fits). 1 when it fits; 0 with msg
+ * the refusal. */
+static int host_fits(const report_memory *p, unsigned long long host_limit, long T,
+                     unsigned long long *need, char *msg, size_t len) {
+    *need = p->host + p->pinned;
+    if (!host_limit || *need <= host_limit) return 1;
+    unsigned long long cat[MEM_COUNT];
+    for (int k = 0; k < MEM_COUNT; k++)
+        cat[k] = p->cat[k] - p->dev_cat[k];
+    int a, b;
+    largest_two(cat, &a, &b);
+    char s1[32], s2[32], s3[32], s4[32], s5[32];
+    snprintf(msg, len,
+             "the run plans %s of host memory (%s of it pinned) but --host-mem-limit is %s: "
+             "largest are %s (%s: %s) and %s (%s: %s), or use a shorter --seq-len than %ld",
+             up_fmt_bytes(s1, sizeof s1, (double)*need),
+             up_fmt_bytes(s2, sizeof s2, (double)p->pinned),
+             up_fmt_bytes(s3, sizeof s3, (double)host_limit), mem_category_name((mem_category)a),
+             up_fmt_bytes(s4, sizeof s4, (double)cat[a]), g_shrink_host[a],
+             mem_category_name((mem_category)b), up_fmt_bytes(s5, sizeof s5, (double)cat[b]),
+             g_shrink_host[b], T);
+    return 0;
 }
 
-void report_print_device_fit(const report_memory *p, unsigned long long mem_limit, long T,
-                             const backend_ops *be) {
-    if (!be || be->space != MEM_SPACE_DEVICE) return;
-    unsigned long long limit;
+/* This machine's physical memory (the host line's yardstick without --host-mem-limit). */
+static unsigned long long host_total(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (unsigned long long)pages * (unsigned long long)size : 0;
+}
+
+static void print_host_fit(const report_memory *p, unsigned long long host_limit, long T) {
+    unsigned long long need;
     char msg[768], s1[32], s2[32], s3[32];
+    if (!host_fits(p, host_limit, T, &need, msg, sizeof msg)) {
+        printf("host: does not fit: %s\n", msg);
+        return;
+    }
+    unsigned long long total = host_total();
+    printf("host: the plan's %s (%s of it pinned) ", up_fmt_bytes(s1, sizeof s1, (double)need),
+           up_fmt_bytes(s2, sizeof s2, (double)p->pinned));
+    if (host_limit)
+        printf("fit in %s (--host-mem-limit)\n", up_fmt_bytes(s3, sizeof s3, (double)host_limit));
+    else
+        printf("%s this machine's %s (no --host-mem-limit)\n", need <= total ? "fit in" : "exceed",
+               up_fmt_bytes(s3, sizeof s3, (double)total));
+}
+
+void report_print_fit(const report_memory *p, const front_options *o) {
+    const backend_ops *be = o->mopt.be;
+    if (!be || be->space != MEM_SPACE_DEVICE) return;
+    unsigned long long limit, mem_limit = o->mem_limit;
+    long T = o->T;
+    char msg[768], s1[32], s2[32], s3[32];
+    print_host_fit(p, o->host_mem_limit, T);
     if (device_fits(p, be, mem_limit, T, &limit, msg, sizeof msg))
         printf("GPU (%s): the plan's %s and the backend's %s fit in %s%s\n", be->describe(),
                up_fmt_bytes(s1, sizeof s1, (double)p->device),
@@ -157,20 +214,30 @@ void report_print_device_fit(const report_memory *p, unsigned long long mem_limi
     fflush(stdout);
 }
 
-void report_check_mem_limit(const report_memory *p, unsigned long long mem_limit, long T,
-                            const backend_ops *be) {
+void report_check_mem_limit(const report_memory *p, const front_options *o) {
+    const backend_ops *be = o->mopt.be;
+    unsigned long long limit, mem_limit = o->mem_limit;
+    long T = o->T;
+    char msg[768];
     if (be && be->space == MEM_SPACE_DEVICE) {
-        check_device(p, be, mem_limit, T);
+        if (!device_fits(p, be, mem_limit, T, &limit, msg, sizeof msg)) up_die_all("%s", msg);
+        if (!host_fits(p, o->host_mem_limit, T, &limit, msg, sizeof msg)) up_die_all("%s", msg);
         return;
+    }
+    /* the CPU: all of it is host memory, under the lower of the two limits */
+    const char *flag = "--mem-limit";
+    if (o->host_mem_limit && (!mem_limit || o->host_mem_limit < mem_limit)) {
+        mem_limit = o->host_mem_limit;
+        flag = "--host-mem-limit";
     }
     if (mem_limit == 0 || p->peak <= mem_limit) return;
     /* the two largest categories and what shrinks them */
     int a, b;
     largest_two(p->cat, &a, &b);
     char s1[32], s2[32], s3[32], s4[32];
-    up_die_all("the run needs %s per rank but --mem-limit is %s: largest are %s (%s: try %s) and "
+    up_die_all("the run needs %s per rank but %s is %s: largest are %s (%s: try %s) and "
                "%s (%s: try %s), or use a shorter --seq-len than %ld",
-               up_fmt_bytes(s1, sizeof s1, (double)p->peak),
+               up_fmt_bytes(s1, sizeof s1, (double)p->peak), flag,
                up_fmt_bytes(s2, sizeof s2, (double)mem_limit), mem_category_name((mem_category)a),
                up_fmt_bytes(s3, sizeof s3, (double)p->cat[a]), g_shrink[a],
                mem_category_name((mem_category)b), up_fmt_bytes(s4, sizeof s4, (double)p->cat[b]),
@@ -207,6 +274,7 @@ void report_write_memory(const char *path, comm_ctx *comm, const report_memory *
             json_object_set_new(pc, mem_category_name((mem_category)c),
                                 json_integer((json_int_t)p->pin_cat[c]));
         json_object_set_new(root, "pinned_peak_bytes", json_integer((json_int_t)p->pinned));
+        json_object_set_new(root, "host_peak_bytes", json_integer((json_int_t)p->host));
         json_object_set_new(root, "pinned_categories", pc);
     }
     json_object_set_new(root, "predicted", json_boolean(predicted));

@@ -420,14 +420,14 @@ int train_main(int argc, char **argv) {
     if (r.o.front.dry_run) {
         if (r.rank == 0) {
             report_print_plan(&plan, r.o.front.T, &r.cfg, r.P, r.T_loc, r.o.front.mopt.dtype);
-            report_print_device_fit(&plan, r.o.front.mem_limit, r.o.front.T, r.o.front.mopt.be);
+            report_print_fit(&plan, &r.o.front);
             double bytes[COMM_KIND_COUNT];
             model_comm_per_step(&r.cfg, r.T_loc, &r.comm, &r.o.front.mopt, r.o.accum, bytes);
             report_print_comm(bytes, &r.comm, r.o.accum);
         }
         if (r.o.front.mem_report) report_write_memory(r.o.front.mem_report, &r.comm, &plan, 1);
     } else {
-        report_check_mem_limit(&plan, r.o.front.mem_limit, r.o.front.T, r.o.front.mopt.be);
+        report_check_mem_limit(&plan, &r.o.front);
         run_resume_point(&r);
         if (!run_stop_passed(&r)) run_train(&r);
     }

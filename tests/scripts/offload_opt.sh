@@ -8,8 +8,8 @@
 # checkpointing, context parallelism with UPipe stages, data parallelism over two replicas, and
 # a checkpoint written with the flag and resumed without it (and the reverse). The clipping norm
 # is active in every case (the default --grad-clip 1 against these gradients' norms). The plan
-# of a GPU run moves the fp32 state to the pinned column, and a measured run's accounted peak
-# equals its plan.
+# of a GPU run moves the fp32 state to the pinned column, --host-mem-limit holds the host's
+# part, and a measured run's accounted peak equals its plan.
 source "$(dirname "$0")/lib.sh"
 GQA=$FIX/golden_gqa
 TIED=$FIX/golden_tied
@@ -110,6 +110,24 @@ if bad:
 print(f"device {a['device_peak_bytes']} -> {b['device_peak_bytes']} bytes, pinned {b['pinned_peak_bytes']}, "
       "each category to the byte")
 EOF
+
+# --host-mem-limit: a GPU plan prints the host's line against it (and says when it does not fit);
+# on the CPU, where everything is host memory, a run over it is refused before allocating, in one
+# line naming the flag.
+"$UPIPE" train $P --offload-optimizer --host-mem-limit 1GiB >"$TMP/hl.out" 2>&1
+if grep -q "^host: the plan's .* pinned) fit in 1.00 GiB (--host-mem-limit)" "$TMP/hl.out"; then
+  ok "host line: $(grep '^host:' "$TMP/hl.out")"
+else bad "host line under --host-mem-limit 1GiB"; cat "$TMP/hl.out"; fi
+"$UPIPE" train $P --offload-optimizer --host-mem-limit 100KiB >"$TMP/hs.out" 2>&1
+if grep -q "^host: does not fit: the run plans .* of host memory (.* pinned) but --host-mem-limit is 100.00 KiB" "$TMP/hs.out"; then
+  ok "host line, short: $(grep '^host:' "$TMP/hs.out" | cut -c1-120)..."
+else bad "host line under --host-mem-limit 100KiB"; cat "$TMP/hs.out"; fi
+if "$UPIPE" train $G --steps 1 --host-mem-limit 1MiB --save "$TMP/never.st" >"$TMP/hr.out" 2>&1; then
+  bad "a CPU run over --host-mem-limit ran"
+elif grep -q "but --host-mem-limit is 1.00 MiB" "$TMP/hr.out" && [ "$(wc -l <"$TMP/hr.out")" -eq 1 ] \
+  && [ ! -e "$TMP/never.st" ]; then
+  ok "refused: $(cut -c1-100 "$TMP/hr.out")..."
+else bad "a CPU run over --host-mem-limit"; cat "$TMP/hr.out"; fi
 
 # A measured run's accounted peak equals its plan (the CPU: every buffer in host memory).
 Q="$G --steps 1 --dtype bf16 --offload-optimizer"
