@@ -1,13 +1,14 @@
 """The GPU staircase from the plan, on a machine without a GPU: for each model shape, the longest T
 (a multiple of 1024) whose device plan fits a GPU of --device-mem free memory, one technique added
-per row: plain bf16; + checkpointing; + tiled MLP and loss; + UPipe head stages; + the optimizer
-offloaded (--offload-optimizer: the fp32 state in pinned host memory, which must then fit
---host-mem as well). Each figure is
+per row, as issue 37 orders them: plain bf16; + checkpointing; + their offload (--offload: the
+layer inputs in pinned host memory, two kept on the GPU); + tiled MLP and loss; + UPipe head
+stages; + the optimizer offloaded (--offload-optimizer: the fp32 state in pinned host memory);
+and the last again with the checkpoints on the GPU (where the host is too small for both). Every
+row's host plan (ordinary and pinned) must fit --host-mem as well. Each figure is
 `upipe train --dry-run --device cuda --device-mem SIZE` (the CUDA backend as the plan sees it:
 its tensors' bytes and the module's fixed 128 MiB), so the table depends only on the shapes and
 the memory, not on this host; it is a plan, not a measurement (tests/scripts/gpu.sh holds the plan
-to a real step's device peak on a GPU). The checkpoint offload row is not planned: the GPU does
-not run it yet.
+to a real step's device peak on a GPU).
 usage: bench/bench_gpu_plan.py [--upipe build/upipe] [--device-mem 139GiB] [--host-mem 128GiB]
                                [--upipe-heads 4]
                                [CONFIG ...]   (default: configs/llama3.2-1b.json configs/llama3-8b.json)"""
@@ -17,11 +18,12 @@ from common import ROOT, gib, longest_fitting
 CEILING = 1 << 23  # 8M tokens: the search's ceiling
 
 
-def rows(U):
-    ck, tiles = ["--checkpoint"], ["--tile-mlp", "--tile-loss"]
-    up = ck + tiles + ["--upipe-heads", str(U)]
-    return [("plain", []), ("+checkpoint", ck), ("+tiled MLP/loss", ck + tiles),
-            (f"+UPipe (U={U})", up), ("+optimizer offload", up + ["--offload-optimizer"])]
+def rows(U, offload_dir):
+    ck, tiles, off = ["--checkpoint"], ["--tile-mlp", "--tile-loss"], ["--offload", offload_dir]
+    up = ck + off + tiles + ["--upipe-heads", str(U)]
+    return [("plain", []), ("+checkpoint", ck), ("+offload", ck + off), ("+tiled MLP/loss", ck + off + tiles),
+            (f"+UPipe (U={U})", up), ("+optimizer offload", up + ["--offload-optimizer"]),
+            ("  checkpoints on GPU", ck + tiles + ["--upipe-heads", str(U), "--offload-optimizer"])]
 
 
 def host_bytes(r):
@@ -81,7 +83,7 @@ def main():
         print(f"| {'row':<18} | {'longest T':>10} | {'device plan at T':>16} | {'host plan at T':>14} "
               f"| largest device categories at T |")
         print(f"|{'-' * 20}|{'-' * 12}|{'-' * 18}|{'-' * 16}|{'-' * 32}|")
-        for name, extra in rows(a.upipe_heads):
+        for name, extra in rows(a.upipe_heads, tmp):
             def fits(T):
                 r = plan(a, config, T, extra, tmp)
                 return (r is not None and r["device_peak_bytes"] + module <= free
@@ -99,7 +101,6 @@ def main():
             top = ", ".join(f"{k} {gib(v):.1f}" for k, v in cats)
             print(f"| {name:<18} | {T:>10,} | {gib(r['device_peak_bytes']):>12.2f} GiB "
                   f"| {gib(host_bytes(r)):>10.2f} GiB | {top} |")
-    print("\n(+offload of the checkpoints: not planned, the GPU does not run it yet)")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,8 @@ run() {
   step test_backend_tc "${BACKEND_SECONDS:-150}" env UPIPE_CUDA_ATTENTION=tc "$u/build/tests/test_backend"
   TAIL=40 step gpu "${GPU_SECONDS:-300}" bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
   TAIL=40 step gpu_tc "${GPU_SECONDS:-300}" env UPIPE_CUDA_ATTENTION=tc bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
+  # the offloads against the checkpoints kept on the GPU (tensor-core attention: the step's speed)
+  step bench_gpu_offload "${OFFLOAD_SECONDS:-150}" env UPIPE_CUDA_ATTENTION=tc bash bench/bench_gpu_offload.sh "$u/build/upipe"
   TAIL=60 step bench_gpu_ops "${OPS_SECONDS:-120}" sh -c "'$u/build/bench_gpu_ops' 8192 && '$u/build/bench_gpu_ops' 8192 4096 14336 32 8 128 128256"
   TAIL=30 step bench_gpu_ops_tc "${OPS_SECONDS:-120}" env UPIPE_CUDA_ATTENTION=tc sh -c "'$u/build/bench_gpu_ops' 8192 && '$u/build/bench_gpu_ops' 8192 4096 14336 32 8 128 128256"
   [ -f bench/bench_gpu.sh ] && step bench_gpu "${BENCH_SECONDS:-240}" bash bench/bench_gpu.sh "$u/build/upipe"

@@ -89,6 +89,10 @@ static const flag_spec g_eval_flags[] = {
      .help = "accepted so a training command line can be reused; nothing to\n"
              "do without a backward"},
     {.name = "offload", .arg = "DIR", .kind = FLAG_IGNORED, .help = NULL /* on --checkpoint's */},
+    {.name = "offload-host-limit",
+     .arg = "SIZE",
+     .kind = FLAG_IGNORED,
+     .help = NULL /* on --checkpoint's */},
 };
 
 /* The help page: eval's flags and the shared ones, several worded for evaluation. */
@@ -142,7 +146,7 @@ static const flag_help_line g_eval_page[] = {
     {"tile-loss", "final norm, LM head, loss and top prediction over tiles of N\n"
                   "tokens: the (T, vocab) logits never exist (default N:\n"
                   "hidden_size)"},
-    {"checkpoint offload", NULL},
+    {"checkpoint offload offload-host-limit", NULL},
     {"dry-run", NULL},
     {"mem-limit", NULL},
     {"host-mem-limit", NULL},

@@ -141,6 +141,49 @@ static void cu_to_host(void *host_dst, const void *src, size_t bytes) {
     CU_CHECK(cudaStreamSynchronize(cu_stream));
 }
 
+/* ---- the copy queue: its own stream, an event per tag -------------------------------------- */
+
+static cudaStream_t cu_copy_stream;
+static cudaEvent_t cu_issued;   /* the compute stream's position when a copy is issued */
+static cudaEvent_t *cu_tag_ev;  /* (cu_ntags) each tag's latest copy's completion */
+static int cu_ntags;
+
+static cudaEvent_t tag_event(int tag) {
+    if (tag < 0) cu_fail("copy queue", "a negative tag", __FILE__, __LINE__);
+    if (tag >= cu_ntags) {
+        int n = tag + 1 > 2 * cu_ntags ? tag + 1 : 2 * cu_ntags;
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(cu_tag_ev, sizeof *ev * (size_t)n);
+        if (!ev) cu_fail("copy queue", "out of host memory", __FILE__, __LINE__);
+        for (int i = cu_ntags; i < n; i++)
+            CU_CHECK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
+        cu_tag_ev = ev;
+        cu_ntags = n;
+    }
+    return cu_tag_ev[tag];
+}
+
+/* The copy stream waits for what the compute stream holds now, copies, and tags the end. */
+static void queue_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, int tag) {
+    cudaEvent_t done = tag_event(tag);
+    if (!cu_copy_stream)
+        CU_CHECK(cudaStreamCreateWithFlags(&cu_copy_stream, cudaStreamNonBlocking));
+    if (!cu_issued) CU_CHECK(cudaEventCreateWithFlags(&cu_issued, cudaEventDisableTiming));
+    CU_CHECK(cudaEventRecord(cu_issued, cu_stream));
+    CU_CHECK(cudaStreamWaitEvent(cu_copy_stream, cu_issued, 0));
+    if (bytes) CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cu_copy_stream));
+    CU_CHECK(cudaEventRecord(done, cu_copy_stream));
+}
+
+static void cu_copy_out(void *host_dst, const void *src, size_t bytes, int tag) {
+    queue_copy(host_dst, src, bytes, cudaMemcpyDeviceToHost, tag);
+}
+static void cu_copy_in(void *dst, const void *host_src, size_t bytes, int tag) {
+    queue_copy(dst, host_src, bytes, cudaMemcpyHostToDevice, tag);
+}
+static void cu_copy_wait(int tag) {
+    CU_CHECK(cudaStreamWaitEvent(cu_stream, tag_event(tag), 0));
+}
+
 static void cu_sync(void) {
     CU_CHECK(cudaDeviceSynchronize());
 }
@@ -230,6 +273,7 @@ static void table_fill(backend_ops *o) {
     o->alloc = cu_alloc, o->free = cu_free;
     o->alloc_pinned = cu_alloc_pinned, o->free_pinned = cu_free_pinned;
     o->to_dev = cu_to_dev, o->to_host = cu_to_host, o->sync = cu_sync;
+    o->copy_out = cu_copy_out, o->copy_in = cu_copy_in, o->copy_wait = cu_copy_wait;
     o->mem_info = cu_mem_info, o->describe = cu_describe, o->module_bytes = cu_module_bytes;
     o->set_where = cu_set_where;
     o->workspace_floats = cu_workspace_floats;

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BACKEND_ABI 1
+#define BACKEND_ABI 2
 
 typedef struct backend_ops backend_ops;
 
@@ -58,7 +58,16 @@ struct backend_ops {
     /* Copies between host memory (ordinary or pinned) and the space; to_host waits for them. */
     void (*to_dev)(void *dst, const void *host_src, size_t bytes);
     void (*to_host)(void *host_dst, const void *src, size_t bytes);
-    void (*sync)(void);                              /* waits for every op issued */
+    void (*sync)(void); /* waits for every op issued */
+    /* The copy queue: copies between host memory (pinned, for them to overlap) and the space
+     * that run beside the ops, on a stream of their own. A copy starts after every op issued
+     * before it (it may read or overwrite what they use) and tags its completion; copy_wait
+     * makes the ops issued after it wait for that completion (the host does not wait). A tag
+     * (>= 0, small) names the latest copy issued with it. The CPU backend copies at once and
+     * copy_wait does nothing. */
+    void (*copy_out)(void *host_dst, const void *src, size_t bytes, int tag);
+    void (*copy_in)(void *dst, const void *host_src, size_t bytes, int tag);
+    void (*copy_wait)(int tag);
     void (*mem_info)(size_t *free_b, size_t *total); /* the device's free and total bytes */
     /* One line for --version and the run header: the device, its SMs and memory, the runtime,
      * driver and library versions. */

@@ -476,10 +476,26 @@ static void cpu_adamw_update(float *param, const float *grad, float *m, float *v
     adamw_update(param, grad, m, v, n, hp, step, grad_scale, decay);
 }
 
+/* The copy queue on host memory: copies at once, nothing to wait for. */
+static void cpu_copy_out(void *host_dst, const void *src, size_t bytes, int tag) {
+    (void)tag;
+    memcpy(host_dst, src, bytes);
+}
+static void cpu_copy_in(void *dst, const void *host_src, size_t bytes, int tag) {
+    (void)tag;
+    memcpy(dst, host_src, bytes);
+}
+static void cpu_copy_wait(int tag) {
+    (void)tag;
+}
+
 const backend_ops backend_cpu = {
     .abi = BACKEND_ABI,
     .name = "cpu",
     .space = MEM_SPACE_HOST,
+    .copy_out = cpu_copy_out,
+    .copy_in = cpu_copy_in,
+    .copy_wait = cpu_copy_wait,
     .workspace_floats = typed_workspace_floats,
     .zero = cpu_zero,
     .copy = cpu_copy,

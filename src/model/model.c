@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 #include "kernels/typed.h"
 #include "memory/offload.h"
+#include "model/ckpt_tier.h"
 #include "parallel/cp_attention.h"
 
 #include <stdlib.h>
@@ -41,6 +42,7 @@ struct model {
     param_store *ps;    /* params, grads, AdamW moments: this rank's shards (all without FSDP) */
     cp_attention *attn; /* stage buffers of the attention (plain Ulysses or UPipe) */
     struct offload_store *offload; /* checkpoint offload, NULL when resident */
+    ckpt_tier *tier;               /* or to host memory (a device; --offload-host-limit) */
     layer_acts *acts;              /* (L) */
 
     /* shared scratch: void * in the run's type, float * fp32 (DESIGN.md §5.1) */
@@ -298,7 +300,12 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
     as.doc_start = m->d_doc_start; /* NULL without documents: the plain causal kernel */
     m->attn = cp_attention_init(&as);
 
-    if (m->opt.offload_dir) {
+    if (m->opt.offload_dir && (m->space != MEM_SPACE_HOST || m->opt.offload_host_limit)) {
+        size_t slot = mem_dtype_bytes(opt->dtype, up_mul((size_t)T, (size_t)c->C)); /* x_l */
+        m->tier = ckpt_tier_init(backend_of(&m->tk), c->L, slot, m->opt.offload_host_limit);
+        for (int l = 0; l < c->L; l++)
+            m->acts[l].x_in = ckpt_tier_x(m->tier, l);
+    } else if (m->opt.offload_dir) {
         /* one resident buffer: the residual stream, written out while it is read (offload.h) */
         size_t slot = mem_dtype_bytes(opt->dtype, up_mul((size_t)T, (size_t)c->C)); /* x_l */
         if (mem_planning()) {
@@ -326,6 +333,7 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
 void model_free(model *m) {
     if (!m) return;
     if (m->offload) offload_close(m->offload);
+    ckpt_tier_free(m->tier);
     cp_attention_free(m->attn);
     store_free(m->ps);
     for (int i = 0; i < m->nowned; i++)
@@ -657,6 +665,7 @@ double model_forward(model *m, float grad_scale) {
     typed_embedding_forward(&m->tk, x, m->d_inputs, wte, T, C); // (T, C)
     for (int l = 0; l < L; l++) {
         void *x_out = m->offload ? x : l + 1 == L ? m->x_final : m->acts[l + 1].x_in;
+        if (m->tier) ckpt_tier_forward(m->tier, l);
         uint64_t tt = trace_begin();
         layer_forward(m, l, x, x_out, mode, m->offload);
         trace_end1(tt, "layer", "forward", "layer", l);
@@ -671,6 +680,7 @@ void model_backward(model *m) {
     const model_config *c = &m->cfg;
     store_begin(m->ps, STORE_BACKWARD);
     for (int l = c->L - 1; l >= 0; l--) {
+        if (m->tier) ckpt_tier_backward(m->tier, l);
         void *x_in = m->offload ? offload_wait(m->offload, l) : m->acts[l].x_in;
         uint64_t tt = trace_begin();
         if (m->opt.checkpoint) {

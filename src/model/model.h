@@ -26,31 +26,33 @@
 typedef struct {
     int checkpoint;          /* keep only each layer's input; recompute the layer in backward */
     const char *offload_dir; /* move layer inputs to a store file in this directory (implies
-                                checkpoint); NULL: resident */
-    int tile_mlp;            /* tokens per MLP tile (norm included), 0: untiled */
-    int tile_loss;           /* tokens per loss tile (final norm, LM head, CE), 0: T_loc */
-    int U;                   /* query heads per UPipe stage (staged path), 0: plain Ulysses */
-    int upipe_overlap;       /* the pipe: the next stage's exchange in flight during this
-                                stage's attention (staged path, P > 1); same results; only
-                                where a context-parallel group spans nodes ... */
-    int upipe_overlap_node;  /* ... unless this is set: also within a node (DESIGN.md §3) */
-    int fsdp;                /* shard params, grads and optimizer state over all ranks */
-    int offload_opt;         /* --offload-optimizer: masters, gradients and AdamW moments in
-                                host memory (pinned on a device), AdamW on the CPU; the device
-                                keeps the weights and gradients of the units at hand
-                                (model/store.h); unsharded only */
-    int docs;                /* packed documents: attention within a document, positions from
-                                its start (model_set_documents after each window) */
-    int forward_only;        /* evaluation: no gradients, optimizer state or tensors saved for a
-                                backward (checkpoint and offload do not apply); model_evaluate
-                                only */
-    mem_dtype dtype;         /* --dtype: element type of the stored tensors (activations,
-                                checkpoints, attention, the weights the matmuls read); master
-                                weights, gradients and AdamW moments stay fp32 (DESIGN.md §5.1).
-                                the kernels run in fp32 on both (kernels/typed.h) */
-    const backend_ops *be;   /* --device: the backend the tensors live and compute on (NULL:
-                                the CPU's); a device backend holds host copies of the window
-                                and the RoPE tables, sent before each pass (DESIGN.md §11) */
+                                checkpoint); NULL: resident. On a device backend, or with
+                                offload_host_limit, to host memory instead (model/ckpt_tier.h) */
+    unsigned long long offload_host_limit; /* --offload-host-limit: host bytes for them */
+    int tile_mlp;                          /* tokens per MLP tile (norm included), 0: untiled */
+    int tile_loss;          /* tokens per loss tile (final norm, LM head, CE), 0: T_loc */
+    int U;                  /* query heads per UPipe stage (staged path), 0: plain Ulysses */
+    int upipe_overlap;      /* the pipe: the next stage's exchange in flight during this
+                               stage's attention (staged path, P > 1); same results; only
+                               where a context-parallel group spans nodes ... */
+    int upipe_overlap_node; /* ... unless this is set: also within a node (DESIGN.md §3) */
+    int fsdp;               /* shard params, grads and optimizer state over all ranks */
+    int offload_opt;        /* --offload-optimizer: masters, gradients and AdamW moments in
+                               host memory (pinned on a device), AdamW on the CPU; the device
+                               keeps the weights and gradients of the units at hand
+                               (model/store.h); unsharded only */
+    int docs;               /* packed documents: attention within a document, positions from
+                               its start (model_set_documents after each window) */
+    int forward_only;       /* evaluation: no gradients, optimizer state or tensors saved for a
+                               backward (checkpoint and offload do not apply); model_evaluate
+                               only */
+    mem_dtype dtype;        /* --dtype: element type of the stored tensors (activations,
+                               checkpoints, attention, the weights the matmuls read); master
+                               weights, gradients and AdamW moments stay fp32 (DESIGN.md §5.1).
+                               the kernels run in fp32 on both (kernels/typed.h) */
+    const backend_ops *be;  /* --device: the backend the tensors live and compute on (NULL:
+                               the CPU's); a device backend holds host copies of the window
+                               and the RoPE tables, sent before each pass (DESIGN.md §11) */
 } model_options;
 
 /* --upipe-overlap unless --no-upipe-overlap (DESIGN.md §3 says why this default). */

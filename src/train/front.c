@@ -96,7 +96,17 @@ static const flag_spec g_front_flags[] = {
      .kind = FLAG_STRING,
      .off = AT(mopt.offload_dir),
      .help = "move the layer inputs to a file in DIR (unlinked at once), back\n"
-             "one layer ahead of backward; implies --checkpoint"},
+             "one layer ahead of backward; implies --checkpoint. On a GPU\n"
+             "they go to pinned host memory instead, copied out and back in\n"
+             "while the layers compute (the GPU keeps two)"},
+    {.name = "offload-host-limit",
+     .arg = "SIZE",
+     .kind = FLAG_SIZE,
+     .off = AT(mopt.offload_host_limit),
+     .help = "with --offload: host memory for the layer inputs (pinned on a\n"
+             "GPU); a run whose inputs need more is refused (the file past\n"
+             "the limit is not built yet). On the CPU it sends them to host\n"
+             "memory through the GPU's path instead of to the file"},
     {.name = "tile-mlp",
      .arg = "[N]",
      .kind = FLAG_COUNT_OPT,
@@ -161,8 +171,8 @@ static const flag_spec g_front_flags[] = {
      .help = "where the step runs (default cpu). cuda: one NVIDIA GPU per\n"
              "rank (the CUDA backend, libupipe_cuda.so beside upipe); the\n"
              "model's tensors in GPU memory, --dry-run and --mem-limit plan\n"
-             "the GPU's memory (one rank; no --offload or --fsdp yet;\n"
-             "--offload-optimizer moves the fp32 state to host memory)"},
+             "the GPU's memory (one rank; no --fsdp yet; --offload and\n"
+             "--offload-optimizer move checkpoints and fp32 state to host)"},
     {.name = "device-mem",
      .arg = "SIZE",
      .kind = FLAG_SIZE,
@@ -221,9 +231,6 @@ void front_load_device(front_options *o, comm_ctx *c) {
             snprintf(err, sizeof err,
                      "--device %s runs one rank for now (this job has %d): run without mpiexec",
                      o->device, c->R);
-        else if (o->mopt.offload_dir)
-            snprintf(err, sizeof err, "--offload is not on --device %s yet: use --checkpoint",
-                     o->device);
         if (err[0]) be = NULL;
     }
     if (comm_any(c, be == NULL)) up_die_agreed(be ? NULL : err);

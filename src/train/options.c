@@ -312,6 +312,7 @@ static const flag_help_line g_train_page[] = {
     {NULL, "\nmemory (each leaves the loss and gradients unchanged)"},
     {"checkpoint", NULL},
     {"offload", NULL},
+    {"offload-host-limit", NULL},
     {"offload-optimizer", NULL},
     {"tile-mlp", NULL},
     {"tile-loss", NULL},

@@ -3,8 +3,8 @@
 # the float64 PyTorch reference at the CPU's tolerances (golden.sh, docs.sh, bf16.sh), with GQA,
 # a tied embedding, packed documents, a loss mask, UPipe's head stages, checkpointing and both
 # tiles; two runs give the same bytes; a checkpoint written on the GPU resumes on the CPU and the
-# reverse; --offload-optimizer gives the on-GPU optimizer's weights; the plans equal the measured
-# peaks. Without a GPU (or without the module) it says why in one line and is skipped (77).
+# reverse; --offload-optimizer gives the on-GPU optimizer's weights and --offload (to pinned
+# memory) --checkpoint's; the plans equal the measured peaks. Without a GPU (or without the module) it says why in one line and is skipped (77).
 source "$(dirname "$0")/lib.sh"
 ST_COMPARE=$BUILD/tests/st_compare
 GQA=$FIX/golden_gqa
@@ -147,6 +147,17 @@ PY
 }
 plans ""
 plans " (--offload-optimizer, bf16)" --offload-optimizer --dtype bf16
+plans " (--offload, bf16)" --offload "$TMP" --dtype bf16
+
+# --offload on the GPU: the layer inputs in pinned memory, copied on the copy stream while the
+# layers run (model/ckpt_tier.h); the same weights as --checkpoint, byte for byte, with five
+# layers (three in pinned memory), fp32 and bf16.
+sed 's/"num_hidden_layers": [0-9]*/"num_hidden_layers": 5/' "$SRC/configs/tiny.json" >"$TMP/t5.json"
+T5="--config $TMP/t5.json --data $TMP/recall_small.bin --seq-len 512"
+offload3 ck5 $T5 --checkpoint && offload3 off5 $T5 --offload "$TMP" &&
+  same ck5 off5 "--offload to pinned memory: --checkpoint's weights, byte for byte (fp32)"
+offload3 ck5b $T5 --checkpoint --dtype bf16 && offload3 off5b $T5 --offload "$TMP" --dtype bf16 &&
+  same ck5b off5b "--offload to pinned memory: the same, bf16"
 
 # Training: 300 steps of tiny.json on the recall corpus, CPU and GPU from the same seed. The runs
 # sum in different orders, so their weights part after a few steps as any two fp32 runs do; what

@@ -16,6 +16,8 @@ upipe_script_test(memory mpi)
 upipe_script_test(fsdp mpi)
 # --offload-optimizer: the same weights to the bit, checkpoints across it, its GPU plan
 upipe_script_test(offload_opt mpi)
+# --offload to host memory (a GPU's path; --offload-host-limit on the CPU): the same bits
+upipe_script_test(offload_host mpi)
 upipe_script_test(scale slow)
 upipe_script_test(ckpt mpi)
 upipe_script_test(docs mpi)

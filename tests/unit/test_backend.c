@@ -1048,6 +1048,30 @@ static void adamw_case(size_t n, int step, int decay) {
     release();
 }
 
+/* The copy queue: a copy issued after an op sees its result, copy_wait orders a later op after
+ * the copy (a zeroing issued at once would otherwise race it), and a copy back in arrives before
+ * the op that waits for it reads it. */
+static void copy_queue_case(size_t n) {
+    set_case("f32", "n=%zu", n);
+    const typed_ctx t = {.dt = F32, .be = cu};
+    float *x = rand_f(n, 1), *d_src = dev_of(x, n * 4), *d_x = dalloc(n * 4), *d_y = dalloc(n * 4);
+    float *pin = cu->alloc_pinned(n * 4);
+    where("copy_out");
+    cu->copy(&t, d_x, d_src, n);      /* an op writes d_x ... */
+    cu->copy_out(pin, d_x, n * 4, 3); /* ... the copy reads it after */
+    cu->copy_wait(3);
+    cu->zero(&t, d_x, n); /* after the copy */
+    cu->sync();
+    cmp_exact("copy_out after an op, before the next", F32, pin, x, n);
+    where("copy_in");
+    cu->copy_in(d_y, pin, n * 4, 4);
+    cu->copy_wait(4);
+    cu->copy(&t, d_x, d_y, n); /* reads what came in */
+    cmp_exact("copy_in before the op that waits", F32, host_of(d_x, n * 4), x, n);
+    cu->free_pinned(pin);
+    release();
+}
+
 static void test_vectors(void) {
     static const size_t ns[] = {1, 1000, 1000003};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
@@ -1060,6 +1084,7 @@ static void test_vectors(void) {
     nonfinite_case(n, 0, NAN, n, 0, "NaN at 0");
     for (int k = 0; k < 4; k++)
         adamw_case(n, k & 1 ? 10 : 1, k >> 1);
+    copy_queue_case(1 << 24); /* 64 MiB: long enough for a race to show */
 }
 
 /* ---- main ---------------------------------------------------------------------------------------
