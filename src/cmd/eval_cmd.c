@@ -93,6 +93,7 @@ static const flag_spec g_eval_flags[] = {
      .arg = "SIZE",
      .kind = FLAG_IGNORED,
      .help = NULL /* on --checkpoint's */},
+    {.name = "offload-keep", .arg = "K", .kind = FLAG_IGNORED, .help = NULL /* the same */},
 };
 
 /* The help page: eval's flags and the shared ones, several worded for evaluation. */
@@ -146,7 +147,7 @@ static const flag_help_line g_eval_page[] = {
     {"tile-loss", "final norm, LM head, loss and top prediction over tiles of N\n"
                   "tokens: the (T, vocab) logits never exist (default N:\n"
                   "hidden_size)"},
-    {"checkpoint offload offload-host-limit", NULL},
+    {"checkpoint offload offload-host-limit offload-keep", NULL},
     {"dry-run", NULL},
     {"mem-limit", NULL},
     {"host-mem-limit", NULL},

@@ -183,6 +183,9 @@ static void cu_copy_in(void *dst, const void *host_src, size_t bytes, int tag) {
 static void cu_copy_wait(int tag) {
     CU_CHECK(cudaStreamWaitEvent(cu_stream, tag_event(tag), 0));
 }
+static void cu_copy_sync(int tag) {
+    CU_CHECK(cudaEventSynchronize(tag_event(tag)));
+}
 
 static void cu_sync(void) {
     CU_CHECK(cudaDeviceSynchronize());
@@ -274,6 +277,7 @@ static void table_fill(backend_ops *o) {
     o->alloc_pinned = cu_alloc_pinned, o->free_pinned = cu_free_pinned;
     o->to_dev = cu_to_dev, o->to_host = cu_to_host, o->sync = cu_sync;
     o->copy_out = cu_copy_out, o->copy_in = cu_copy_in, o->copy_wait = cu_copy_wait;
+    o->copy_sync = cu_copy_sync;
     o->mem_info = cu_mem_info, o->describe = cu_describe, o->module_bytes = cu_module_bytes;
     o->set_where = cu_set_where;
     o->workspace_floats = cu_workspace_floats;

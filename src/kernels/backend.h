@@ -63,11 +63,13 @@ struct backend_ops {
      * that run beside the ops, on a stream of their own. A copy starts after every op issued
      * before it (it may read or overwrite what they use) and tags its completion; copy_wait
      * makes the ops issued after it wait for that completion (the host does not wait). A tag
-     * (>= 0, small) names the latest copy issued with it. The CPU backend copies at once and
-     * copy_wait does nothing. */
+     * (>= 0, small) names the latest copy issued with it; copy_sync makes the host wait for it
+     * (before it hands the host side on). The CPU backend copies at once, and its copy_wait and
+     * copy_sync do nothing. */
     void (*copy_out)(void *host_dst, const void *src, size_t bytes, int tag);
     void (*copy_in)(void *dst, const void *host_src, size_t bytes, int tag);
     void (*copy_wait)(int tag);
+    void (*copy_sync)(int tag);
     void (*mem_info)(size_t *free_b, size_t *total); /* the device's free and total bytes */
     /* One line for --version and the run header: the device, its SMs and memory, the runtime,
      * driver and library versions. */

@@ -488,6 +488,9 @@ static void cpu_copy_in(void *dst, const void *host_src, size_t bytes, int tag) 
 static void cpu_copy_wait(int tag) {
     (void)tag;
 }
+static void cpu_copy_sync(int tag) {
+    (void)tag;
+}
 
 const backend_ops backend_cpu = {
     .abi = BACKEND_ABI,
@@ -496,6 +499,7 @@ const backend_ops backend_cpu = {
     .copy_out = cpu_copy_out,
     .copy_in = cpu_copy_in,
     .copy_wait = cpu_copy_wait,
+    .copy_sync = cpu_copy_sync,
     .workspace_floats = typed_workspace_floats,
     .zero = cpu_zero,
     .copy = cpu_copy,

@@ -1,15 +1,22 @@
-/* ckpt_tier.h — the layer inputs kept in host memory under --offload on a device (DESIGN.md
- * §11 "Checkpoints in host memory"): pinned host slots, a pair of buffers in the backend's
- * space, and the copy queue of the backend between them (backend.h).
+/* ckpt_tier.h — where the layer inputs live under --offload on a device (DESIGN.md §11
+ * "Checkpoints off the GPU"): kept on the device, in pinned host memory, or in the offload file,
+ * moved by the backend's copy queue (backend.h) and the offload store (memory/offload.h).
  *
- * Layer l's input x_l lives in pair[l % 2] while it is computed and used: layer l - 1 (or the
- * embedding) writes it there, layer l reads it and writes x_{l+1} into the other buffer. In the
- * forward, x_l is copied out to host slot l while layer l runs, and layer l + 1 waits for that
- * copy before it overwrites the buffer. In the backward, x_{l-1} is copied back in while layer
- * l's backward runs, and layer l - 1 waits for it. The last two layers' inputs are still in the
- * pair when the backward starts: they have no slot. So the device holds two layer inputs and the
- * host L - 2; every copy overlaps a layer's compute on a GPU; on the CPU backend the copies are
- * memcpy and the path is the same (the tests run it there). */
+ * Homes. The last `keep` layers' inputs (at least 2) stay on the device; the others are moved:
+ * the first of them to pinned host slots, as many as --offload-host-limit holds (all without a
+ * limit), the rest to the offload file in the --offload folder.
+ *
+ * Buffers on the device. A moved layer's input, and each of the last two layers', lives in the
+ * pair: layer l's in pair[l % 2]; a kept layer before those has a buffer of its own. Layer l - 1
+ * (or the embedding) writes x_l there, layer l reads it and writes x_{l+1}.
+ *
+ * Forward: before layer l, x_l starts on its way out (to its slot, or to a store buffer that is
+ * handed to the file's I/O thread once the copy is done, at the next layer), and a write into a
+ * pair buffer first waits for the copy out of the layer that held it. Backward: before layer l,
+ * x_l (copied in while layer l + 1 ran) is waited for, x_{l-1} starts on its way in, and the file
+ * reads x_{l-2} ahead. The last two layers' inputs are still in the pair when the backward
+ * starts. Every copy overlaps a layer's compute on a GPU; on the CPU backend the copies are
+ * memcpy and the path is the same (the tests run it there, with --offload-host-limit). */
 #ifndef UP_MODEL_CKPT_TIER_H
 #define UP_MODEL_CKPT_TIER_H
 
@@ -19,20 +26,25 @@
 
 typedef struct ckpt_tier ckpt_tier;
 
-/* Host slots a model of L layers needs (L - 2, none below 3 layers). */
-int ckpt_tier_slots(int L);
-/* The pair (category checkpoints, the backend's space) and the host slots (pinned on a device),
- * slot_bytes each. Under mem plan mode they are counted, not allocated. Slots over host_limit
- * bytes (0: none) stop every rank with what to change (the file past the limit is not built). */
-ckpt_tier *ckpt_tier_init(const backend_ops *be, int L, size_t slot_bytes,
-                          unsigned long long host_limit);
+typedef struct {
+    int L;                         /* layers */
+    size_t slot_bytes;             /* one layer input */
+    int keep;                      /* layers kept on the device (the last; 2 when 0) */
+    unsigned long long host_limit; /* bytes of pinned slots (0: as many as moved layers) */
+    const char *dir;               /* the offload file's folder (moved layers past the limit) */
+} ckpt_tier_spec;
+
+/* The device buffers (category checkpoints), the pinned slots and the offload store; under mem
+ * plan mode they are counted (the file's bytes as offloaded), not made. NULL with one line in err
+ * when the offload store cannot open (its folder: what is wrong and what to do). */
+ckpt_tier *ckpt_tier_init(const backend_ops *be, const ckpt_tier_spec *sp, char *err,
+                          size_t errlen);
 void ckpt_tier_free(ckpt_tier *t);
-/* The buffer that holds layer l's input (pair[l % 2]; NULL under plan mode). */
+/* The device buffer that holds layer l's input (NULL under plan mode). */
 void *ckpt_tier_x(const ckpt_tier *t, int l);
-/* Before layer l's forward: waits (the device does) for x_{l-1}'s copy out, then starts x_l's. */
+/* Before layer l's forward (l = 0 .. L - 1; then once with l = L, after the last layer). */
 void ckpt_tier_forward(ckpt_tier *t, int l);
-/* Before layer l's backward (and its recompute): waits for x_l's copy in, then starts
- * x_{l-1}'s. */
+/* Before layer l's backward and its recompute (l = L - 1 .. 0). */
 void ckpt_tier_backward(ckpt_tier *t, int l);
 
 #endif

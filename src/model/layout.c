@@ -69,6 +69,10 @@ static double exchange_bytes(int T_loc, int nh, int HS, int P, size_t elt) {
     return (double)(P - 1) * T_loc * (nh >= P ? nh / P : 1) * HS * (double)elt;
 }
 
+int model_pipe_wanted(const model_options *opt, const comm_ctx *comm) {
+    return opt->upipe_overlap_node || (opt->upipe_overlap && comm->cp_nodes > 1);
+}
+
 void model_comm_per_step(const model_config *c, int T_loc, const comm_ctx *comm,
                          const model_options *o, int micro, double bytes[COMM_KIND_COUNT]) {
     for (int k = 0; k < COMM_KIND_COUNT; k++)

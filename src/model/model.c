@@ -207,8 +207,27 @@ static void send_window(model *m) {
     m->tables_sent = 1;
 }
 
-int model_pipe_wanted(const model_options *opt, const comm_ctx *comm) {
-    return opt->upipe_overlap_node || (opt->upipe_overlap && comm->cp_nodes > 1);
+/* --offload: through ckpt_tier.h (a device, or --offload-host-limit), else all to the file with
+ * one resident buffer, the residual stream, written out while it is read (offload.h). A store
+ * that cannot open on some ranks (their disks) stops all of them together, before a collective. */
+static void open_checkpoint_store(model *m, comm_ctx *comm) {
+    const model_config *c = &m->cfg;
+    size_t slot = mem_dtype_bytes(m->opt.dtype, up_mul((size_t)m->T, (size_t)c->C)); /* x_l */
+    char err[512] = "";
+    if (m->space != MEM_SPACE_HOST || m->opt.offload_host_limit) {
+        ckpt_tier_spec ts = {c->L, slot, m->opt.offload_keep, m->opt.offload_host_limit,
+                             m->opt.offload_dir};
+        m->tier = ckpt_tier_init(backend_of(&m->tk), &ts, err, sizeof err);
+        if (comm_any(comm, m->tier == NULL)) up_die_agreed(m->tier ? NULL : err);
+        for (int l = 0; l < c->L; l++)
+            m->acts[l].x_in = ckpt_tier_x(m->tier, l);
+    } else if (mem_planning()) {
+        mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot, 1));
+        mem_add_offloaded((long long)offload_store_bytes(slot, c->L));
+    } else {
+        m->offload = offload_open(m->opt.offload_dir, slot, c->L, 1, err, sizeof err);
+        if (comm_any(comm, m->offload == NULL)) up_die_agreed(m->offload ? NULL : err);
+    }
 }
 
 model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_options *opt) {
@@ -232,8 +251,7 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
     m->tile_loss = opt->tile_loss > 0 && opt->tile_loss < T ? opt->tile_loss : T;
     const model_config *c = &m->cfg;
 
-    /* model state: this rank's shards (all of it without --fsdp); the backward reads no
-     * parameters of the embedding (unit 0), only writes its gradients */
+    /* model state (this rank's shards); the backward only writes the embedding's gradients */
     param_table_build(&m->params, c);
     store_spec sp = {.unit_off = m->params.unit_off,
                      .nunits = m->params.nunits,
@@ -300,25 +318,7 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
     as.doc_start = m->d_doc_start; /* NULL without documents: the plain causal kernel */
     m->attn = cp_attention_init(&as);
 
-    if (m->opt.offload_dir && (m->space != MEM_SPACE_HOST || m->opt.offload_host_limit)) {
-        size_t slot = mem_dtype_bytes(opt->dtype, up_mul((size_t)T, (size_t)c->C)); /* x_l */
-        m->tier = ckpt_tier_init(backend_of(&m->tk), c->L, slot, m->opt.offload_host_limit);
-        for (int l = 0; l < c->L; l++)
-            m->acts[l].x_in = ckpt_tier_x(m->tier, l);
-    } else if (m->opt.offload_dir) {
-        /* one resident buffer: the residual stream, written out while it is read (offload.h) */
-        size_t slot = mem_dtype_bytes(opt->dtype, up_mul((size_t)T, (size_t)c->C)); /* x_l */
-        if (mem_planning()) {
-            mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot, 1));
-            mem_add_offloaded((long long)offload_store_bytes(slot, c->L));
-        } else {
-            /* a store that cannot open may fail on some ranks only (their disks): every rank
-             * learns of it before any collective, and all stop together with the message */
-            char err[512] = "";
-            m->offload = offload_open(m->opt.offload_dir, slot, c->L, 1, err, sizeof err);
-            if (comm_any(comm, m->offload == NULL)) up_die_agreed(m->offload ? NULL : err);
-        }
-    }
+    if (m->opt.offload_dir) open_checkpoint_store(m, comm);
     if (mem_planning()) return m;
 
     rope_inv_freq(m->inv_freq, c->HS, c->rope_theta);
@@ -671,6 +671,7 @@ double model_forward(model *m, float grad_scale) {
         trace_end1(tt, "layer", "forward", "layer", l);
         x = x_out;
     }
+    if (m->tier) ckpt_tier_forward(m->tier, L); /* the last file copy on its way */
     double loss = loss_forward_backward(m, x, grad_scale);
     if (m->offload) offload_release(m->offload, x);
     return loss;

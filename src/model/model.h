@@ -29,7 +29,8 @@ typedef struct {
                                 checkpoint); NULL: resident. On a device backend, or with
                                 offload_host_limit, to host memory instead (model/ckpt_tier.h) */
     unsigned long long offload_host_limit; /* --offload-host-limit: host bytes for them */
-    int tile_mlp;                          /* tokens per MLP tile (norm included), 0: untiled */
+    int offload_keep;       /* --offload-keep: layer inputs kept on the device (0: 2) */
+    int tile_mlp;           /* tokens per MLP tile (norm included), 0: untiled */
     int tile_loss;          /* tokens per loss tile (final norm, LM head, CE), 0: T_loc */
     int U;                  /* query heads per UPipe stage (staged path), 0: plain Ulysses */
     int upipe_overlap;      /* the pipe: the next stage's exchange in flight during this

@@ -104,9 +104,16 @@ static const flag_spec g_front_flags[] = {
      .kind = FLAG_SIZE,
      .off = AT(mopt.offload_host_limit),
      .help = "with --offload: host memory for the layer inputs (pinned on a\n"
-             "GPU); a run whose inputs need more is refused (the file past\n"
-             "the limit is not built yet). On the CPU it sends them to host\n"
-             "memory through the GPU's path instead of to the file"},
+             "GPU; the ones past it go to the file in DIR). On the CPU it\n"
+             "sends them through the GPU's path (host memory, then the file)"},
+    {.name = "offload-keep",
+     .arg = "K",
+     .kind = FLAG_INT,
+     .off = AT(mopt.offload_keep),
+     .lo = 2,
+     .hi = 1 << 20,
+     .help = "with --offload on that path: the last K layers' inputs stay on\n"
+             "the GPU (default 2: the pair the others pass through)"},
     {.name = "tile-mlp",
      .arg = "[N]",
      .kind = FLAG_COUNT_OPT,

@@ -313,6 +313,7 @@ static const flag_help_line g_train_page[] = {
     {"checkpoint", NULL},
     {"offload", NULL},
     {"offload-host-limit", NULL},
+    {"offload-keep", NULL},
     {"offload-optimizer", NULL},
     {"tile-mlp", NULL},
     {"tile-loss", NULL},

@@ -158,6 +158,12 @@ offload3 ck5 $T5 --checkpoint && offload3 off5 $T5 --offload "$TMP" &&
   same ck5 off5 "--offload to pinned memory: --checkpoint's weights, byte for byte (fp32)"
 offload3 ck5b $T5 --checkpoint --dtype bf16 && offload3 off5b $T5 --offload "$TMP" --dtype bf16 &&
   same ck5b off5b "--offload to pinned memory: the same, bf16"
+# one slot pinned (512 x 128 bf16 = 128 KiB), two in the offload file; then all three in the
+# file with a third layer kept on the GPU
+offload3 off5f $T5 --offload "$TMP" --dtype bf16 --offload-host-limit 130KiB &&
+  same ck5b off5f "--offload past --offload-host-limit to the file: the same, bf16"
+offload3 off5k $T5 --offload "$TMP" --dtype bf16 --offload-host-limit 1KiB --offload-keep 3 &&
+  same ck5b off5k "--offload all to the file, --offload-keep 3: the same, bf16"
 
 # Training: 300 steps of tiny.json on the recall corpus, CPU and GPU from the same seed. The runs
 # sum in different orders, so their weights part after a few steps as any two fp32 runs do; what
