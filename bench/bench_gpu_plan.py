@@ -2,15 +2,17 @@
 (a multiple of 1024) whose device plan fits a GPU of --device-mem free memory, one technique added
 per row, as issue 37 orders them: plain bf16; + checkpointing; + their offload (--offload: the
 layer inputs in pinned host memory, two kept on the GPU); + tiled MLP and loss; + UPipe head
-stages; + the optimizer offloaded (--offload-optimizer: the fp32 state in pinned host memory);
-and the last again with the checkpoints on the GPU (where the host is too small for both). Every
-row's host plan (ordinary and pinned) must fit --host-mem as well. Each figure is
+stages; + the optimizer offloaded (--offload-optimizer: the fp32 state in pinned host memory).
+Every row's host plan (ordinary and pinned) must fit --host-mem as well, and with --offload the
+layer inputs go where there is room: kept on the GPU (--offload-keep), pinned (--offload-host-
+limit), the rest in the offload file (at most --disk); the row's plan is then made again with
+those flags and must fit as it is. Each figure is
 `upipe train --dry-run --device cuda --device-mem SIZE` (the CUDA backend as the plan sees it:
 its tensors' bytes and the module's fixed 128 MiB), so the table depends only on the shapes and
 the memory, not on this host; it is a plan, not a measurement (tests/scripts/gpu.sh holds the plan
 to a real step's device peak on a GPU).
 usage: bench/bench_gpu_plan.py [--upipe build/upipe] [--device-mem 139GiB] [--host-mem 128GiB]
-                               [--upipe-heads 4]
+                               [--disk 48GiB] [--upipe-heads 4]
                                [CONFIG ...]   (default: configs/llama3.2-1b.json configs/llama3-8b.json)"""
 import argparse, json, os, subprocess, tempfile
 from common import ROOT, gib, longest_fitting
@@ -22,8 +24,31 @@ def rows(U, offload_dir):
     ck, tiles, off = ["--checkpoint"], ["--tile-mlp", "--tile-loss"], ["--offload", offload_dir]
     up = ck + off + tiles + ["--upipe-heads", str(U)]
     return [("plain", []), ("+checkpoint", ck), ("+offload", ck + off), ("+tiled MLP/loss", ck + off + tiles),
-            (f"+UPipe (U={U})", up), ("+optimizer offload", up + ["--offload-optimizer"]),
-            ("  checkpoints on GPU", ck + tiles + ["--upipe-heads", str(U), "--offload-optimizer"])]
+            (f"+UPipe (U={U})", up), ("+optimizer offload", up + ["--offload-optimizer"])]
+
+
+def homes(r, cfg, T, free, host, disk, module):
+    """Where an --offload plan made with the inputs all moved to pinned memory (--offload-keep 2,
+    no limit) can put them: as many kept on the GPU as its room takes, as many pinned as the
+    host's, the rest in the file. (keep, pinned, file) or None when they cannot all go somewhere."""
+    L, slot = cfg["num_hidden_layers"], T * cfg["hidden_size"] * 2
+    moved = max(L - 2, 0)
+    host_base = host_bytes(r) - moved * slot  # the host plan without the pinned inputs
+    dev_room = free - module - r["device_peak_bytes"]
+    if dev_room < 0 or host_base > host:
+        return None
+    keep = min(L, 2 + dev_room // slot)
+    pinned = min(L - keep, (host - host_base) // slot)
+    if pinned < L - keep:  # some to the file: room for its three host buffers (offload.c)
+        pinned = max(0, (host - host_base - 3 * slot - 4096) // slot)
+    nfile = L - keep - pinned
+    return (keep, pinned, nfile) if nfile * slot <= disk else None
+
+
+def home_flags(h, gib_slot):
+    """The flags of homes h (a limit of one byte: no pinned slot)."""
+    keep, pinned, _ = h
+    return ["--offload-keep", str(keep), "--offload-host-limit", f"{max(1, pinned * gib_slot)}"]
 
 
 def host_bytes(r):
@@ -65,16 +90,19 @@ def main():
     p.add_argument("--upipe", default=os.path.join(ROOT, "build", "upipe"))
     p.add_argument("--device-mem", default="139GiB")
     p.add_argument("--host-mem", default="128GiB")
+    p.add_argument("--disk", default="48GiB", help="room for the offload file")
     p.add_argument("--upipe-heads", type=int, default=4)
     p.add_argument("configs", nargs="*", default=[os.path.join(ROOT, "configs", f)
                                                   for f in ("llama3.2-1b.json", "llama3-8b.json")])
     a = p.parse_args()
-    free, host = size_bytes(a.device_mem), size_bytes(a.host_mem)
+    free, host, disk = size_bytes(a.device_mem), size_bytes(a.host_mem), size_bytes(a.disk)
     module = 128 << 20  # the CUDA module's fixed bytes (kernels/backend.h)
     tmp = tempfile.mkdtemp(prefix="upipe-gpuplan.")
     print(f"GPU staircase from the plan: bf16, one rank, a GPU with {a.device_mem} free "
           f"(--device-mem) and {a.host_mem} of host memory; the longest T whose device plan and the "
-          f"module's 128 MiB fit the GPU and whose host plan fits the host")
+          f"module's 128 MiB fit the GPU and whose host plan fits the host; with --offload the layer "
+          f"inputs kept on the GPU as its room allows, pinned as the host's does, the rest in a file "
+          f"of at most {a.disk} (--offload-keep, --offload-host-limit)")
     for config in a.configs:
         cfg = json.load(open(config))
         print(f"\n{os.path.basename(config)}: C {cfg['hidden_size']}, L {cfg['num_hidden_layers']}, "
@@ -84,8 +112,12 @@ def main():
               f"| largest device categories at T |")
         print(f"|{'-' * 20}|{'-' * 12}|{'-' * 18}|{'-' * 16}|{'-' * 32}|")
         for name, extra in rows(a.upipe_heads, tmp):
+            offload = "--offload" in extra
+
             def fits(T):
                 r = plan(a, config, T, extra, tmp)
+                if r is not None and offload:
+                    return homes(r, cfg, T, free, host, disk, module) is not None
                 return (r is not None and r["device_peak_bytes"] + module <= free
                         and host_bytes(r) <= host)
             if not fits(1024):
@@ -97,8 +129,17 @@ def main():
                 continue
             T = longest_fitting(fits, CEILING)
             r = plan(a, config, T, extra, tmp)
+            where = ""
+            if offload:  # the plan of the homes found, which must fit as it is
+                h = homes(r, cfg, T, free, host, disk, module)
+                slot = T * cfg["hidden_size"] * 2
+                r = plan(a, config, T, extra + home_flags(h, slot), tmp)
+                ok = (r["device_peak_bytes"] + module <= free and host_bytes(r) <= host
+                      and r["offloaded_peak_bytes"] <= disk)
+                where = (f"; inputs: {h[0]} on GPU, {h[1]} pinned, {h[2]} in the file "
+                         f"({gib(r['offloaded_peak_bytes']):.1f} GiB)" + ("" if ok else " DOES NOT FIT"))
             cats = sorted(r["device_categories"].items(), key=lambda kv: -kv[1])[:3]
-            top = ", ".join(f"{k} {gib(v):.1f}" for k, v in cats)
+            top = ", ".join(f"{k} {gib(v):.1f}" for k, v in cats) + where
             print(f"| {name:<18} | {T:>10,} | {gib(r['device_peak_bytes']):>12.2f} GiB "
                   f"| {gib(host_bytes(r)):>10.2f} GiB | {top} |")
 

@@ -13,6 +13,10 @@
 #                                     1B and 8B shapes) and bench/bench_gpu.sh (speed against
 #                                     PyTorch where it is installed), each bounded in time, and
 #                                     writes their outputs under OUT (default $OUT, else /tmp).
+#   tools/gpu-check.sh long [DIR] [OUT]  there: issue 37's long lengths, one real step each
+#                                     (bench/bench_gpu_long.sh: 2-layer 8B shape at 524,288
+#                                     tokens, 2-layer 1B shape at 1,048,576), plan and measured
+#                                     peaks side by side; minutes of device time, so apart.
 # The CUDA libraries are the machine's (/usr/local/cuda/lib64 and the Python wheels' folders).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,9 +52,10 @@ step() { # name seconds command...
   tail -n "${TAIL:-25}" "$OUT/$name.log"
 }
 
-run() {
+# Unpacks the bundle and sets the paths (OUT, u: the bundle's root).
+unpack() {
   OUT=${3:-${OUT:-/tmp}}
-  local u=/tmp/upipe-gpu
+  u=/tmp/upipe-gpu
   rm -rf "$u" && mkdir -p "$u" && tar -C "$u" -xJf "$DIR/bundle.tar.xz" || exit 1
   local wheels
   wheels=$(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(":".join(os.path.join(p, d, "lib") for d in sorted(os.listdir(p))))' 2>/dev/null)
@@ -58,6 +63,15 @@ run() {
   export LD_LIBRARY_PATH="$u/lib:/usr/local/cuda/lib64${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export UPIPE_CUDA_MODULE=$u/build/libupipe_cuda.so
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+}
+
+long() {
+  unpack "$@"
+  TAIL=20 step bench_gpu_long "${LONG_SECONDS:-590}" env UPIPE_CUDA_ATTENTION=tc bash bench/bench_gpu_long.sh "$u/build/upipe"
+}
+
+run() {
+  unpack "$@"
   "$u/build/upipe" --version | tee "$OUT/version.log"
   step test_backend "${BACKEND_SECONDS:-150}" "$u/build/tests/test_backend"
   # the tensor-core attention route (bf16): its ops, then the whole step (the fp32 cases keep
@@ -77,5 +91,6 @@ run() {
 case "$cmd" in
   bundle) bundle ;;
   run) run "$@" ;;
-  *) sed -n '2,16p' "$0"; exit 1 ;;
+  long) long "$@" ;;
+  *) sed -n '2,20p' "$0"; exit 1 ;;
 esac
