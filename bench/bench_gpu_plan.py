@@ -39,8 +39,11 @@ def homes(r, cfg, T, free, host, disk, module):
         return None
     keep = min(L, 2 + dev_room // slot)
     pinned = min(L - keep, (host - host_base) // slot)
-    if pinned < L - keep:  # some to the file: room for its three host buffers (offload.c)
-        pinned = max(0, (host - host_base - 3 * slot - 4096) // slot)
+    store = 2 * min(slot, 64 << 20) + 4096  # the file's two pieces in host memory (ckpt_tier.c)
+    if pinned < L - keep:  # some to the file: room for its buffers
+        pinned = max(0, (host - host_base - store) // slot)
+        if host_base + pinned * slot + store > host:
+            return None
     nfile = L - keep - pinned
     return (keep, pinned, nfile) if nfile * slot <= disk else None
 

@@ -162,23 +162,31 @@ static cudaEvent_t tag_event(int tag) {
     return cu_tag_ev[tag];
 }
 
-/* The copy stream waits for what the compute stream holds now, copies, and tags the end. */
-static void queue_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, int tag) {
-    cudaEvent_t done = tag_event(tag);
+/* The copy stream waits for what the compute stream holds now (after < 0) or held at mark
+ * `after`, copies, and tags the end. */
+static void queue_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, int tag,
+                       int after) {
+    cudaEvent_t done = tag_event(tag), start = after >= 0 ? tag_event(after) : NULL;
     if (!cu_copy_stream)
         CU_CHECK(cudaStreamCreateWithFlags(&cu_copy_stream, cudaStreamNonBlocking));
-    if (!cu_issued) CU_CHECK(cudaEventCreateWithFlags(&cu_issued, cudaEventDisableTiming));
-    CU_CHECK(cudaEventRecord(cu_issued, cu_stream));
-    CU_CHECK(cudaStreamWaitEvent(cu_copy_stream, cu_issued, 0));
+    if (!start) {
+        if (!cu_issued) CU_CHECK(cudaEventCreateWithFlags(&cu_issued, cudaEventDisableTiming));
+        CU_CHECK(cudaEventRecord(cu_issued, cu_stream));
+        start = cu_issued;
+    }
+    CU_CHECK(cudaStreamWaitEvent(cu_copy_stream, start, 0));
     if (bytes) CU_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cu_copy_stream));
     CU_CHECK(cudaEventRecord(done, cu_copy_stream));
 }
 
-static void cu_copy_out(void *host_dst, const void *src, size_t bytes, int tag) {
-    queue_copy(host_dst, src, bytes, cudaMemcpyDeviceToHost, tag);
+static void cu_copy_out(void *host_dst, const void *src, size_t bytes, int tag, int after) {
+    queue_copy(host_dst, src, bytes, cudaMemcpyDeviceToHost, tag, after);
 }
-static void cu_copy_in(void *dst, const void *host_src, size_t bytes, int tag) {
-    queue_copy(dst, host_src, bytes, cudaMemcpyHostToDevice, tag);
+static void cu_copy_in(void *dst, const void *host_src, size_t bytes, int tag, int after) {
+    queue_copy(dst, host_src, bytes, cudaMemcpyHostToDevice, tag, after);
+}
+static void cu_copy_mark(int tag) {
+    CU_CHECK(cudaEventRecord(tag_event(tag), cu_stream));
 }
 static void cu_copy_wait(int tag) {
     CU_CHECK(cudaStreamWaitEvent(cu_stream, tag_event(tag), 0));
@@ -277,6 +285,7 @@ static void table_fill(backend_ops *o) {
     o->alloc_pinned = cu_alloc_pinned, o->free_pinned = cu_free_pinned;
     o->to_dev = cu_to_dev, o->to_host = cu_to_host, o->sync = cu_sync;
     o->copy_out = cu_copy_out, o->copy_in = cu_copy_in, o->copy_wait = cu_copy_wait;
+    o->copy_mark = cu_copy_mark;
     o->copy_sync = cu_copy_sync;
     o->mem_info = cu_mem_info, o->describe = cu_describe, o->module_bytes = cu_module_bytes;
     o->set_where = cu_set_where;

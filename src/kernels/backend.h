@@ -61,13 +61,15 @@ struct backend_ops {
     void (*sync)(void); /* waits for every op issued */
     /* The copy queue: copies between host memory (pinned, for them to overlap) and the space
      * that run beside the ops, on a stream of their own. A copy starts after every op issued
-     * before it (it may read or overwrite what they use) and tags its completion; copy_wait
-     * makes the ops issued after it wait for that completion (the host does not wait). A tag
-     * (>= 0, small) names the latest copy issued with it; copy_sync makes the host wait for it
-     * (before it hands the host side on). The CPU backend copies at once, and its copy_wait and
-     * copy_sync do nothing. */
-    void (*copy_out)(void *host_dst, const void *src, size_t bytes, int tag);
-    void (*copy_in)(void *dst, const void *host_src, size_t bytes, int tag);
+     * before it (after < 0; it may read or overwrite what they use), or after the ops issued
+     * before copy_mark(after) only, and tags its completion; copy_wait makes the ops issued
+     * after it wait for that completion (the host does not wait). A tag (>= 0, small) names the
+     * latest copy or mark made with it; copy_sync makes the host wait for it (before it hands
+     * the host side on). The CPU backend copies at once; its copy_mark, copy_wait and copy_sync
+     * do nothing. */
+    void (*copy_out)(void *host_dst, const void *src, size_t bytes, int tag, int after);
+    void (*copy_in)(void *dst, const void *host_src, size_t bytes, int tag, int after);
+    void (*copy_mark)(int tag);
     void (*copy_wait)(int tag);
     void (*copy_sync)(int tag);
     void (*mem_info)(size_t *free_b, size_t *total); /* the device's free and total bytes */

@@ -477,18 +477,15 @@ static void cpu_adamw_update(float *param, const float *grad, float *m, float *v
 }
 
 /* The copy queue on host memory: copies at once, nothing to wait for. */
-static void cpu_copy_out(void *host_dst, const void *src, size_t bytes, int tag) {
-    (void)tag;
+static void cpu_copy_out(void *host_dst, const void *src, size_t bytes, int tag, int after) {
+    (void)tag, (void)after;
     memcpy(host_dst, src, bytes);
 }
-static void cpu_copy_in(void *dst, const void *host_src, size_t bytes, int tag) {
-    (void)tag;
+static void cpu_copy_in(void *dst, const void *host_src, size_t bytes, int tag, int after) {
+    (void)tag, (void)after;
     memcpy(dst, host_src, bytes);
 }
-static void cpu_copy_wait(int tag) {
-    (void)tag;
-}
-static void cpu_copy_sync(int tag) {
+static void cpu_copy_tag(int tag) { /* mark and wait: nothing to order */
     (void)tag;
 }
 
@@ -498,8 +495,9 @@ const backend_ops backend_cpu = {
     .space = MEM_SPACE_HOST,
     .copy_out = cpu_copy_out,
     .copy_in = cpu_copy_in,
-    .copy_wait = cpu_copy_wait,
-    .copy_sync = cpu_copy_sync,
+    .copy_mark = cpu_copy_tag,
+    .copy_wait = cpu_copy_tag,
+    .copy_sync = cpu_copy_tag,
     .workspace_floats = typed_workspace_floats,
     .zero = cpu_zero,
     .copy = cpu_copy,

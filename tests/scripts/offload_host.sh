@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # --offload through model/ckpt_tier.h: each moved layer's input copied out while the layer runs
-# (to a host slot, or past --offload-host-limit through a store buffer to the offload file) and
+# (to a host slot, or past --offload-host-limit in pieces through two store buffers to the
+# offload file) and
 # back in one layer ahead of the backward; the last --offload-keep stay in the backend's space.
 # A GPU run takes this path under --offload (pinned slots, its copy stream); on the CPU
 # --offload-host-limit sends the inputs through it too (memcpy), which is how it is tested here.
@@ -46,6 +47,8 @@ pair bf16_file 1 --dtype bf16
 pair cp2_file_accum 2 --cp 2 --grad-accum 2
 H="--offload $TMP --offload-host-limit 1KiB --offload-keep 3"
 pair bf16_all_file_keep3 1 --dtype bf16
+# the file in pieces: 12 KiB (three a layer input, the last shorter), through two store buffers
+UPIPE_OFFLOAD_PIECE=12288 pair bf16_all_file_pieces 1 --dtype bf16
 H="--offload $TMP --offload-host-limit 1GiB"
 
 # A folder that cannot hold the file: one line, status 1, no output.
@@ -100,7 +103,7 @@ if python3 - "$TMP" "$TMP/t5.json" >"$TMP/plan.why" 2>&1 <<'EOF'; then ok "GPU p
 import json, os, sys
 cfg = json.load(open(sys.argv[2]))
 slot = 4096 * cfg["hidden_size"] * 2  # T x C bf16
-store = -(-slot // 4096) * 4096 * 3 + 4096 - 64  # offload.c's 3 buffers, rounded, aligned
+store = min(slot, 64 << 20) * 2 + 4096 - 64  # two pieces of the store, aligned (offload.c)
 L = cfg["num_hidden_layers"]
 want = {"ck": (L * slot, 0, 0, 0), "all": (2 * slot, (L - 2) * slot, 0, 0),
         "lim": (2 * slot, slot, store, 2 * slot), "keep": (3 * slot, slot, store, slot)}

@@ -1057,17 +1057,24 @@ static void copy_queue_case(size_t n) {
     float *x = rand_f(n, 1), *d_src = dev_of(x, n * 4), *d_x = dalloc(n * 4), *d_y = dalloc(n * 4);
     float *pin = cu->alloc_pinned(n * 4);
     where("copy_out");
-    cu->copy(&t, d_x, d_src, n);      /* an op writes d_x ... */
-    cu->copy_out(pin, d_x, n * 4, 3); /* ... the copy reads it after */
+    cu->copy(&t, d_x, d_src, n);          /* an op writes d_x ... */
+    cu->copy_out(pin, d_x, n * 4, 3, -1); /* ... the copy reads it after */
     cu->copy_wait(3);
     cu->zero(&t, d_x, n); /* after the copy */
     cu->sync();
     cmp_exact("copy_out after an op, before the next", F32, pin, x, n);
     where("copy_in");
-    cu->copy_in(d_y, pin, n * 4, 4);
+    cu->copy_in(d_y, pin, n * 4, 4, -1);
     cu->copy_wait(4);
     cu->copy(&t, d_x, d_y, n); /* reads what came in */
     cmp_exact("copy_in before the op that waits", F32, host_of(d_x, n * 4), x, n);
+    where("copy_mark");
+    memset(pin, 0, n * 4);
+    cu->copy_mark(5);                    /* d_x holds x here ... */
+    cu->zero(&t, d_y, n);                /* ... an op after the mark, on another buffer ... */
+    cu->copy_out(pin, d_x, n * 4, 6, 5); /* ... and a copy ordered after the mark alone */
+    cu->copy_sync(6);
+    cmp_exact("copy_out after a mark", F32, pin, x, n);
     cu->free_pinned(pin);
     release();
 }
