@@ -510,6 +510,11 @@ static int start_thread(offload_store *s, char *err, size_t errlen) {
 
 offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int nbuf, char *err,
                             size_t errlen) {
+    return offload_open_in(MEM_SPACE_HOST, dir, slot_bytes, nslots, nbuf, err, errlen);
+}
+
+offload_store *offload_open_in(mem_space sp, const char *dir, size_t slot_bytes, int nslots,
+                               int nbuf, char *err, size_t errlen) {
     UP_CHECK(slot_bytes > 0 && nslots >= 1 && nbuf >= 1,
              "offload_open: slot_bytes %zu, nslots %d, nbuf %d (need > 0, >= 1, >= 1)", slot_bytes,
              nslots, nbuf);
@@ -521,7 +526,7 @@ offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int 
         free_meta(s);
         return NULL;
     }
-    s->slab = mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(slot_bytes, nbuf));
+    s->slab = mem_alloc_in(sp, MEM_CHECKPOINTS, offload_buffer_bytes(slot_bytes, nbuf));
     UP_CHECK(s->slab != NULL, "offload_open: no buffers (memory plan mode? plan with "
                               "offload_buffer_bytes instead)");
     s->base = (char *)(((uintptr_t)s->slab + OFFLOAD_ALIGN - 1) & ~(uintptr_t)(OFFLOAD_ALIGN - 1));

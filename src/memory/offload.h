@@ -32,6 +32,8 @@
 #ifndef UP_OFFLOAD_H
 #define UP_OFFLOAD_H
 
+#include "core/mem.h"
+
 #include <stddef.h>
 
 typedef struct offload_store offload_store;
@@ -45,6 +47,10 @@ typedef struct offload_store offload_store;
  * Returns NULL with a one-line message in err (what is wrong and what to do) on a user error. */
 offload_store *offload_open(const char *dir, size_t slot_bytes, int nslots, int nbuf, char *err,
                             size_t errlen);
+/* The same with the buffers in memory space sp (pinned: a device copies to and from them
+ * without staging; mem_alloc_in's pinned memory is page-aligned, as O_DIRECT wants). */
+offload_store *offload_open_in(mem_space sp, const char *dir, size_t slot_bytes, int nslots,
+                               int nbuf, char *err, size_t errlen);
 /* Joins the I/O thread (queued writes that nobody can read any more are dropped), closes the
  * file, frees the buffers and gives back the offloaded bytes. NULL is fine. */
 void offload_close(offload_store *s);

@@ -82,10 +82,10 @@ ckpt_tier *ckpt_tier_init(const backend_ops *be, const ckpt_tier_spec *sp, char 
         t->host[l] = mem_alloc_in(hs, MEM_CHECKPOINTS, t->bytes);
     int nfile = (t->n - t->h) * t->m;
     if (nfile > 0 && mem_planning()) { /* offload.c's resident buffers and its file */
-        mem_alloc(MEM_CHECKPOINTS, offload_buffer_bytes(t->piece, TIER_STORE_BUFS));
+        mem_alloc_in(hs, MEM_CHECKPOINTS, offload_buffer_bytes(t->piece, TIER_STORE_BUFS));
         mem_add_offloaded((long long)offload_store_bytes(t->piece, nfile));
     } else if (nfile > 0) {
-        t->file = offload_open(sp->dir, t->piece, nfile, TIER_STORE_BUFS, err, errlen);
+        t->file = offload_open_in(hs, sp->dir, t->piece, nfile, TIER_STORE_BUFS, err, errlen);
         if (!t->file) {
             ckpt_tier_free(t);
             return NULL;
