@@ -45,7 +45,9 @@ def homes(r, cfg, T, free, host, disk, module):
         if host_base + pinned * slot + store > host:
             return None
     nfile = L - keep - pinned
-    return (keep, pinned, nfile) if nfile * slot <= disk else None
+    piece = min(slot, 64 << 20)  # the file holds whole pieces, 4 KiB-aligned (offload.c)
+    in_file = nfile * -(-slot // piece) * (-(-piece // 4096) * 4096)
+    return (keep, pinned, nfile) if in_file <= disk else None
 
 
 def home_flags(h, gib_slot):
@@ -140,7 +142,7 @@ def main():
                 ok = (r["device_peak_bytes"] + module <= free and host_bytes(r) <= host
                       and r["offloaded_peak_bytes"] <= disk)
                 where = (f"; inputs: {h[0]} on GPU, {h[1]} pinned, {h[2]} in the file "
-                         f"({gib(r['offloaded_peak_bytes']):.1f} GiB)" + ("" if ok else " DOES NOT FIT"))
+                         f"({gib(r['offloaded_peak_bytes']):.1f} GiB)" + ("" if ok else " (that plan does not fit)"))
             cats = sorted(r["device_categories"].items(), key=lambda kv: -kv[1])[:3]
             top = ", ".join(f"{k} {gib(v):.1f}" for k, v in cats) + where
             print(f"| {name:<18} | {T:>10,} | {gib(r['device_peak_bytes']):>12.2f} GiB "

@@ -67,6 +67,7 @@ struct backend_ops {
      * latest copy or mark made with it; copy_sync makes the host wait for it (before it hands
      * the host side on). The CPU backend copies at once; its copy_mark, copy_wait and copy_sync
      * do nothing. */
+    /* Tags 0 .. 15 are the parameter store's (model/store.c), from 16 the checkpoints'. */
     void (*copy_out)(void *host_dst, const void *src, size_t bytes, int tag, int after);
     void (*copy_in)(void *dst, const void *host_src, size_t bytes, int tag, int after);
     void (*copy_mark)(int tag);

@@ -28,15 +28,16 @@ struct ckpt_tier {
     int out_l;           /* a file layer marked for its copy out at the next layer (-1: none) */
 };
 
-/* Tags of the copy queue: x_l out, x_l in, the mark where x_l is complete. */
+/* Tags of the copy queue (from 16: backend.h): x_l out, x_l in, the mark where x_l is
+ * complete. */
 static int tag_out(int l) {
-    return 3 * l;
+    return 16 + 3 * l;
 }
 static int tag_in(int l) {
-    return 3 * l + 1;
+    return 16 + 3 * l + 1;
 }
 static int tag_mark(int l) {
-    return 3 * l + 2;
+    return 16 + 3 * l + 2;
 }
 
 static int in_pair(const ckpt_tier *t, int l) {

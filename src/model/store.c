@@ -31,12 +31,17 @@ struct param_store {
      * runs there (opt_be); the backend's space holds the slots, one unit's gradients and the
      * tied unit's */
     int offload;
-    const backend_ops *opt_be;   /* where the slabs are and the optimizer runs */
-    float *dgrad, *dtied;        /* the unit in backward's gradients, the tied unit's */
-    int dgrad_unit, tied_loaded; /* the unit dgrad holds (-1: none); dtied holds the tied's */
-    unsigned char *unit_zero;    /* (nunits) the unit's gradients in the slab are zeros (none
-                                    written back since store_zero_grads): nothing to load */
-    void *stage;                 /* bf16 weights: one unit rounded on the host, then sent */
+    const backend_ops *opt_be; /* where the slabs are and the optimizer runs */
+    float *dgrad[3]; /* two units' gradients in turn (the last one's on its way out while the
+                        next is computed), and the tied unit's ([2]) */
+    int dgrad_unit, dgrad_k; /* the unit in backward and its buffer (-1: none) */
+    int tied_loaded;         /* dgrad[2] holds the tied unit's gradients */
+    int gout[3];             /* dgrad[k]'s copy out may still run: a write into it waits first */
+    int wpend[3];            /* slot k's copy in may still run: its first use waits */
+    int spend[3]; /* stage k may still be read by a copy: the host waits before rewriting */
+    unsigned char *unit_zero; /* (nunits) the unit's gradients in the slab are zeros (none
+                                 written back since store_zero_grads): nothing to load */
+    void *stage[3];           /* bf16 weights: each slot's unit rounded on the host, sent */
     /* the weights the matmuls read when they are not the slab itself: slots alternate 0/1 by
      * unit, the tied unit keeps slot 2 (elements of wtype) */
     void *slot[3];
@@ -75,36 +80,26 @@ static float *dev(param_store *s, store_slab_kind k) {
     return s->slab[k];
 }
 
-/* Host memory to the backend's space and back (a copy on the CPU backend). */
-static void put(const param_store *s, void *dst, const void *host_src, size_t bytes) {
-    if (s->be->to_dev)
-        s->be->to_dev(dst, host_src, bytes);
-    else
-        memcpy(dst, host_src, bytes);
-}
-static void get(const param_store *s, void *host_dst, const void *src, size_t bytes) {
-    if (s->be->to_host)
-        s->be->to_host(host_dst, src, bytes);
-    else
-        memcpy(host_dst, src, bytes);
+/* Offloaded: every copy between the slabs and the device done, before the host reads or writes
+ * a slab (files, the optimizer side). */
+static void settle(const param_store *s) {
+    if (s->offload && s->be->sync) s->be->sync();
 }
 
 /* ---- init ----------------------------------------------------------------------------------- */
 
 /* The offloaded store's buffers in the backend's space: the slots of two units and the tied
- * unit's (the weights as the matmuls read them, category params), the gradients of the unit in
- * backward and of the tied unit (grads), and, for bf16 weights, one unit's host stage. */
+ * unit's (the weights as the matmuls read them, category params), the gradients of two units in
+ * turn and of the tied unit (grads), and, for bf16 weights, a host stage per slot. */
 static void init_offloaded(param_store *s, size_t maxs, int grads, mem_space hs) {
-    size_t wb = mem_dtype_bytes(s->wtype, maxs);
-    s->slot[0] = mem_alloc_in(s->space, MEM_PARAMS, wb);
-    s->slot[1] = mem_alloc_in(s->space, MEM_PARAMS, wb);
-    if (s->tied_unit >= 0) {
-        size_t e = s->shard_n[s->tied_unit];
-        s->slot[2] = mem_alloc_in(s->space, MEM_PARAMS, mem_dtype_bytes(s->wtype, e));
-        if (grads) s->dtied = mem_alloc_in(s->space, MEM_GRADS, sizeof(float) * e);
+    int nk = s->tied_unit >= 0 ? 3 : 2;
+    for (int k = 0; k < nk; k++) {
+        size_t e = k == 2 ? s->shard_n[s->tied_unit] : maxs;
+        size_t wb = mem_dtype_bytes(s->wtype, e);
+        s->slot[k] = mem_alloc_in(s->space, MEM_PARAMS, wb);
+        if (grads) s->dgrad[k] = mem_alloc_in(s->space, MEM_GRADS, sizeof(float) * e);
+        if (!view_is_master(s->wtype)) s->stage[k] = mem_alloc_in(hs, MEM_PARAMS, wb);
     }
-    if (grads) s->dgrad = mem_alloc_in(s->space, MEM_GRADS, sizeof(float) * maxs);
-    if (!view_is_master(s->wtype)) s->stage = mem_alloc_in(hs, MEM_PARAMS, wb);
     s->dgrad_unit = -1;
     s->unit_zero = malloc((size_t)s->nunits);
     UP_CHECK(s->unit_zero, "out of memory");
@@ -185,11 +180,12 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
 
 void store_free(param_store *s) {
     if (!s) return;
+    settle(s);
     for (int k = 0; k < 4; k++)
         if (s->host[k] != s->slab[k]) mem_free(s->host[k]);
-    void *bufs[] = {s->slab[0], s->slab[1], s->slab[2], s->slab[3], s->slot[0],
-                    s->slot[1], s->slot[2], s->gradbuf, s->rs_tmp,  s->tied_gradbuf,
-                    s->rs_recv, s->dgrad,   s->dtied,   s->stage};
+    void *bufs[] = {s->slab[0],  s->slab[1],  s->slab[2],  s->slab[3],      s->slot[0], s->slot[1],
+                    s->slot[2],  s->gradbuf,  s->rs_tmp,   s->tied_gradbuf, s->rs_recv, s->dgrad[0],
+                    s->dgrad[1], s->dgrad[2], s->stage[0], s->stage[1],     s->stage[2]};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
     mem_count(MEM_COMM, -(long long)s->mpi_temp);
@@ -212,12 +208,14 @@ const backend_ops *store_opt_backend(const param_store *s) {
     return s->opt_be;
 }
 float *store_slab(param_store *s, store_slab_kind k) {
+    settle(s);
     if (s->host[k] == s->slab[k]) return s->slab[k]; /* the host's own (or none) */
     if (!s->host_current[k]) s->be->to_host(s->host[k], s->slab[k], sizeof(float) * s->nshard);
     s->host_current[k] = 1;
     return s->host[k];
 }
 float *store_dev_slab(param_store *s, store_slab_kind k) {
+    settle(s);
     return s->slab[k] ? dev(s, k) : NULL;
 }
 
@@ -255,33 +253,52 @@ static int slot_of(const param_store *s, int u) {
     return u == s->tied_unit ? 2 : u % 2;
 }
 
-/* Offloaded: unit u's weights from the host's masters into slot (rounded on the host to the
- * weights' type by dtype.h's rule, the device's bits, then sent). */
-static void send_unit(param_store *s, void *slot, int u) {
-    uint64_t tt = trace_begin();
-    const float *src = s->slab[STORE_PARAMS] + s->shard_off[u];
-    size_t n = s->shard_n[u];
-    if (view_is_master(s->wtype)) {
-        put(s, slot, src, sizeof(float) * n);
-    } else {
-        backend_cpu.convert(s->wtype, s->stage, MEM_DTYPE_F32, src, n);
-        put(s, slot, s->stage, mem_dtype_bytes(s->wtype, n));
-    }
-    trace_end2(tt, "offload", "weights_in", "unit", u, "bytes",
-               (int64_t)mem_dtype_bytes(s->wtype, n));
+/* Offloaded, the copy queue's tags (0 .. 15: backend.h): slot k's weights in, dgrad[k]'s
+ * gradients out and in. */
+static int tag_w(int k) {
+    return k;
+}
+static int tag_gout(int k) {
+    return 3 + k;
+}
+static int tag_gin(int k) {
+    return 6 + k;
 }
 
-/* Offloaded: buf (unit u's gradients in the backend's space) := the slab's, where the backward
- * accumulates over the micro-batches as into the slab itself. */
-static float *load_grads(param_store *s, float *buf, int u) {
-    size_t n = s->shard_n[u];
-    if (s->unit_zero[u]) {
-        s->be->zero_f32(buf, n);
-        return buf;
-    }
+/* Offloaded: unit u's weights from the host's masters into slot k (rounded on the host to the
+ * weights' type by dtype.h's rule, the device's bits), on the copy queue while the unit before
+ * computes; its first use waits (store_acquire). */
+static void send_unit(param_store *s, int k, int u) {
     uint64_t tt = trace_begin();
-    put(s, buf, s->slab[STORE_GRADS] + s->shard_off[u], sizeof(float) * n);
-    trace_end2(tt, "offload", "grads_in", "unit", u, "bytes", (int64_t)(sizeof(float) * n));
+    const float *src = s->slab[STORE_PARAMS] + s->shard_off[u];
+    size_t n = s->shard_n[u], b = mem_dtype_bytes(s->wtype, n);
+    if (!view_is_master(s->wtype)) {
+        if (s->spend[k]) s->be->copy_sync(tag_w(k)); /* the stage's last copy has read it */
+        backend_cpu.convert(s->wtype, s->stage[k], MEM_DTYPE_F32, src, n);
+        src = s->stage[k];
+        s->spend[k] = 1;
+    }
+    s->be->copy_in(s->slot[k], src, b, tag_w(k), -1);
+    s->wpend[k] = 1;
+    trace_end2(tt, "offload", "weights_in", "unit", u, "bytes", (int64_t)b);
+}
+
+/* Offloaded: dgrad[k] := unit u's gradients in the slab (where the backward accumulates over
+ * the micro-batches as into the slab itself), after the buffer's last copy out. */
+static float *load_grads(param_store *s, int k, int u) {
+    size_t n = s->shard_n[u];
+    float *buf = s->dgrad[k];
+    if (s->unit_zero[u]) {
+        if (s->gout[k]) s->be->copy_wait(tag_gout(k));
+        s->be->zero_f32(buf, n);
+    } else { /* the copy queue runs in order: after the copy out */
+        uint64_t tt = trace_begin();
+        s->be->copy_in(buf, s->slab[STORE_GRADS] + s->shard_off[u], sizeof(float) * n, tag_gin(k),
+                       -1);
+        s->be->copy_wait(tag_gin(k));
+        trace_end2(tt, "offload", "grads_in", "unit", u, "bytes", (int64_t)(sizeof(float) * n));
+    }
+    s->gout[k] = 0;
     return buf;
 }
 
@@ -296,7 +313,7 @@ static void prefetch(param_store *s, int u) {
     size_t n = s->shard_n[u];
     s->slot_unit[k] = u;
     if (s->offload) {
-        send_unit(s, s->slot[k], u);
+        send_unit(s, k, u);
         return;
     }
     void *own = (char *)s->slot[k] + mem_dtype_bytes(s->wtype, (size_t)s->rank * n);
@@ -315,6 +332,10 @@ void *store_acquire(param_store *s, int u) {
         if (s->next >= (s->dir > 0 ? 0 : s->bwd_first)) prefetch(s, s->next);
     }
     int k = slot_of(s, u);
+    if (s->wpend[k]) { /* offloaded: the weights sent in */
+        s->be->copy_wait(tag_w(k));
+        s->wpend[k] = 0;
+    }
     if (s->slot_pending[k]) {
         fsdp_gather_wait(s->comm, &s->req[k], u, s->shard_n[u], s->wtype);
         s->slot_pending[k] = 0;
@@ -324,17 +345,20 @@ void *store_acquire(param_store *s, int u) {
 
 float *store_grads(param_store *s, int u) {
     if (s->offload && u == s->tied_unit) {
-        if (!s->tied_loaded) load_grads(s, s->dtied, u);
+        if (!s->tied_loaded) load_grads(s, 2, u);
         s->tied_loaded = 1;
-        return s->dtied;
+        return s->dgrad[2];
     }
     if (s->offload) {
         UP_CHECK(s->dgrad_unit < 0 || s->dgrad_unit == u,
                  "store: unit %d's gradients asked for before unit %d's were released", u,
                  s->dgrad_unit);
-        if (s->dgrad_unit != u) load_grads(s, s->dgrad, u);
+        if (s->dgrad_unit != u) { /* the other buffer: the last unit's may still go out */
+            s->dgrad_k ^= 1;
+            load_grads(s, s->dgrad_k, u);
+        }
         s->dgrad_unit = u;
-        return s->dgrad;
+        return s->dgrad[s->dgrad_k];
     }
     if (s->R == 1) return dev(s, STORE_GRADS) + s->shard_off[u];
     if (u == s->tied_unit) return s->tied_gradbuf; /* holds the LM head's part already */
@@ -347,9 +371,11 @@ void store_release(param_store *s, int u) {
         int tied = u == s->tied_unit;
         UP_CHECK(tied ? s->tied_loaded : s->dgrad_unit == u,
                  "store: unit %d released without its gradients", u);
+        int k = tied ? 2 : s->dgrad_k;
         uint64_t tt = trace_begin();
-        get(s, s->slab[STORE_GRADS] + s->shard_off[u], tied ? s->dtied : s->dgrad,
-            sizeof(float) * s->shard_n[u]);
+        s->be->copy_out(s->slab[STORE_GRADS] + s->shard_off[u], s->dgrad[k],
+                        sizeof(float) * s->shard_n[u], tag_gout(k), -1);
+        s->gout[k] = 1;
         trace_end2(tt, "offload", "grads_out", "unit", u, "bytes",
                    (int64_t)(sizeof(float) * s->shard_n[u]));
         if (tied)
@@ -378,16 +404,19 @@ const float *store_gather_slab(param_store *s, const float *slab, int u) {
 /* ---- the optimizer side --------------------------------------------------------------------- */
 
 void store_zero_grads(param_store *s) {
+    settle(s);
     s->host_current[STORE_GRADS] = 0; /* all of it overwritten */
     s->opt_be->zero_f32(s->slab[STORE_GRADS], s->nshard);
     if (s->unit_zero) memset(s->unit_zero, 1, (size_t)s->nunits);
 }
 
 void store_reduce_grads(param_store *s) {
+    settle(s);
     if (s->R == 1) comm_reduce_grads(s->comm, s->slab[STORE_GRADS], s->nshard);
 }
 
 double store_grad_sumsq(param_store *s) {
+    settle(s);
     double sq = s->opt_be->sum_squares(dev(s, STORE_GRADS), s->nshard);
     if (s->R > 1) comm_sum_double(s->comm, &sq); /* shards: the norm of the whole gradient */
     return sq;

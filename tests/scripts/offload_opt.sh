@@ -71,8 +71,8 @@ elif grep -q "does not go with --fsdp" "$TMP/fsdp.out" && [ "$(wc -l <"$TMP/fsdp
 else bad "--offload-optimizer --fsdp: unexpected output"; cat "$TMP/fsdp.out"; fi
 
 # The plan of a GPU run (planned without one): the moments leave the device for pinned memory, the
-# fp32 gradients and masters too (pinned: the masters, the gradients and one unit's bf16 stage;
-# the device: two units' and the tied unit's bf16 weights, one unit's and the tied unit's
+# fp32 gradients and masters too (pinned: the masters, the gradients and a bf16 stage per slot;
+# the device: two units' and the tied unit's bf16 weights, two units' and the tied unit's
 # gradients).
 P="--config $TIED/config.json --seq-len 4096 --dtype bf16 --dry-run --device cuda --device-mem 139GiB"
 "$UPIPE" train $P --mem-report "$TMP/plain.plan" >/dev/null 2>&1 \
@@ -94,9 +94,9 @@ want = {
     ("device", "optimizer"): 0,
     ("pinned", "optimizer"): 2 * 4 * n,
     ("pinned", "grads"): 4 * n,
-    ("pinned", "params"): 4 * n + 2 * big,
+    ("pinned", "params"): 4 * n + 2 * (2 * big) + 2 * V * C,
     ("device", "params"): 2 * (2 * big) + 2 * V * C,
-    ("device", "grads"): 4 * big + 4 * V * C,
+    ("device", "grads"): 2 * (4 * big) + 4 * V * C,
 }
 got = {k: (dev if k[0] == "device" else pin)[k[1]] for k in want}
 bad = [f"{k}: {got[k]} want {want[k]}" for k in want if got[k] != want[k]]
