@@ -10,13 +10,16 @@
  * pair: layer l's in pair[l % 2]; a kept layer before those has a buffer of its own. Layer l - 1
  * (or the embedding) writes x_l there, layer l reads it and writes x_{l+1}.
  *
- * Forward: before layer l, x_l starts on its way out (to its slot, or to a store buffer that is
- * handed to the file's I/O thread once the copy is done, at the next layer), and a write into a
- * pair buffer first waits for the copy out of the layer that held it. Backward: before layer l,
- * x_l (copied in while layer l + 1 ran) is waited for, x_{l-1} starts on its way in, and the file
- * reads x_{l-2} ahead. The last two layers' inputs are still in the pair when the backward
- * starts. Every copy overlaps a layer's compute on a GPU; on the CPU backend the copies are
- * memcpy and the path is the same (the tests run it there, with --offload-host-limit). */
+ * Forward: before layer l, x_l starts on its way out to its slot (or, for the file, is marked
+ * complete and goes out at the next layer in pieces through the store's two buffers), and a
+ * write into a pair buffer first waits for the copy out of the layer that held it. Backward:
+ * before layer l, x_l (copied in while layer l + 1 ran) is waited for and x_{l-1} starts on its
+ * way in (a file layer's pieces read one ahead). The last two layers' inputs are still in the pair
+ * when the backward starts. On a GPU the pinned copies overlap a layer's compute; a file layer's
+ * pieces are written out while the device runs the layer after the mark, but read back only once
+ * the layer that used the pair buffer is done, so the device waits for that layer's disk reads and
+ * copies (a third buffer would hide them: docs/PLAN.md). On the CPU backend the copies are memcpy
+ * and the path is the same (the tests run it there, with --offload-host-limit). */
 #ifndef UP_MODEL_CKPT_TIER_H
 #define UP_MODEL_CKPT_TIER_H
 

@@ -91,8 +91,11 @@ static void settle(const param_store *s) {
 /* The offloaded store's buffers in the backend's space: the slots of two units and the tied
  * unit's (the weights as the matmuls read them, category params), the gradients of two units in
  * turn and of the tied unit (grads), and, for bf16 weights, a host stage per slot. */
-static void init_offloaded(param_store *s, size_t maxs, int grads, mem_space hs) {
+static void init_offloaded(param_store *s, int grads, mem_space hs) {
     int nk = s->tied_unit >= 0 ? 3 : 2;
+    size_t maxs = 0; /* the largest unit that takes slots 0 and 1 (the tied one has its own) */
+    for (int u = 0; u < s->nunits; u++)
+        if (u != s->tied_unit && s->shard_n[u] > maxs) maxs = s->shard_n[u];
     for (int k = 0; k < nk; k++) {
         size_t e = k == 2 ? s->shard_n[s->tied_unit] : maxs;
         size_t wb = mem_dtype_bytes(s->wtype, e);
@@ -154,7 +157,7 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
         mem_count(MEM_COMM, (long long)s->mpi_temp);
     }
     if (s->offload) {
-        init_offloaded(s, maxs, grads, hs);
+        init_offloaded(s, grads, hs);
         return s;
     }
     if (!sharded && view_is_master(s->wtype)) return s; /* the matmuls read the slab itself */
