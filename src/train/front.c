@@ -178,8 +178,7 @@ static const flag_spec g_front_flags[] = {
      .help = "where the step runs (default cpu). cuda: one NVIDIA GPU per\n"
              "rank (the CUDA backend, libupipe_cuda.so beside upipe); the\n"
              "model's tensors in GPU memory, --dry-run and --mem-limit plan\n"
-             "the GPU's memory (one rank; no --fsdp yet; --offload and\n"
-             "--offload-optimizer move checkpoints and fp32 state to host)"},
+             "the GPU's memory (one rank; no --fsdp yet)"},
     {.name = "device-mem",
      .arg = "SIZE",
      .kind = FLAG_SIZE,

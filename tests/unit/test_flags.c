@@ -290,7 +290,10 @@ static void test_train(void) {
     free(text);
     text = capture(print_eval_help);
     CHECK(text && !strncmp(text, "usage: upipe eval", 17) &&
-              strstr(text, "  --checkpoint, --offload DIR\n") && strstr(text, "--windows N"),
+              strstr(
+                  text,
+                  "  --checkpoint, --offload DIR, --offload-host-limit SIZE, --offload-keep K\n") &&
+              strstr(text, "--windows N"),
           "eval's help page");
     free(text);
 }
