@@ -21,15 +21,7 @@ printf '%-28s %7s %12s %12s %7s %11s %11s\n' config T "upipe tok/s" "torch tok/s
 for c in "${cases[@]}"; do
   cfg=${c%%:*} T=${c##*:}
   V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$cfg")
-  python3 - "$tmp/d.bin" $((T * (STEPS + 3) + 1)) "$V" <<'PY'
-# an llm.c uint32 shard (magic 20240801, version 7) of random ids
-import random, struct, sys
-path, n, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-random.seed(0)
-with open(path, "wb") as f:
-    f.write(struct.pack("<256i", 20240801, 7, n, *([0] * 253)))
-    f.write(struct.pack("<%dI" % n, *[random.randrange(V) for _ in range(n)]))
-PY
+  python3 bench/random_shard.py "$tmp/d.bin" $((T * (STEPS + 3) + 1)) "$V"
   "$upipe" train --device cuda --config "$cfg" --data "$tmp/d.bin" --seq-len "$T" --dtype bf16 \
     --checkpoint --tile-loss --steps $((STEPS + 2)) --lr 1e-5 --log "$tmp/u.jsonl" \
     --mem-report "$tmp/u.mem" >"$tmp/u.out" 2>&1 || { tail -n 5 "$tmp/u.out"; }

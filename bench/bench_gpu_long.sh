@@ -22,15 +22,7 @@ for c in $CASES; do
   cfg=${c%%:*} T=${c##*:}
   sed "s/\"num_hidden_layers\": *[0-9]*/\"num_hidden_layers\": $LAYERS/" "$cfg" >"$tmp/c.json"
   V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$tmp/c.json")
-  python3 - "$tmp/d.bin" $((T + 1)) "$V" <<'PY'
-# an llm.c uint32 shard (magic 20240801, version 7) of random ids
-import random, struct, sys
-path, n, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-random.seed(0)
-with open(path, "wb") as f:
-    f.write(struct.pack("<256i", 20240801, 7, n, *([0] * 253)))
-    f.write(struct.pack("<%dI" % n, *[random.randrange(V) for _ in range(n)]))
-PY
+  python3 bench/random_shard.py "$tmp/d.bin" $((T + 1)) "$V"
   A="--device $DEVICE --config $tmp/c.json --data $tmp/d.bin --seq-len $T --dtype bf16 --checkpoint
      --tile-mlp --tile-loss --upipe-heads $U --offload-optimizer --steps 1 --lr 1e-5"
   # shellcheck disable=SC2086

@@ -16,15 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$upipe" --version | sed -n 's/^cuda: //p'
 sed "s/\"num_hidden_layers\": *[0-9]*/\"num_hidden_layers\": $LAYERS/" "$CONFIG" >"$tmp/c.json"
 V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$tmp/c.json")
-python3 - "$tmp/d.bin" $((T * (STEPS + 2) + 1)) "$V" <<'PY'
-# an llm.c uint32 shard (magic 20240801, version 7) of random ids
-import random, struct, sys
-path, n, V = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-random.seed(0)
-with open(path, "wb") as f:
-    f.write(struct.pack("<256i", 20240801, 7, n, *([0] * 253)))
-    f.write(struct.pack("<%dI" % n, *[random.randrange(V) for _ in range(n)]))
-PY
+python3 bench/random_shard.py "$tmp/d.bin" $((T * (STEPS + 2) + 1)) "$V"
 echo "$(basename "$CONFIG") with $LAYERS layers, T = $T, bf16, --tile-loss; median of $STEPS steps"
 printf '%-34s %10s %7s %12s %12s\n' row "tok/s" ratio "GPU peak" "pinned peak"
 base=

@@ -65,8 +65,8 @@ struct backend_ops {
      * before copy_mark(after) only, and tags its completion; copy_wait makes the ops issued
      * after it wait for that completion (the host does not wait). A tag (>= 0, small) names the
      * latest copy or mark made with it; copy_sync makes the host wait for it (before it hands
-     * the host side on). The CPU backend copies at once; its copy_mark, copy_wait and copy_sync
-     * do nothing. */
+     * the host side on); on a tag not used yet both return at once. The CPU backend copies at
+     * once; its copy_mark, copy_wait and copy_sync do nothing. */
     /* Tags 0 .. 15 are the parameter store's (model/store.c), from 16 the checkpoints'. */
     void (*copy_out)(void *host_dst, const void *src, size_t bytes, int tag, int after);
     void (*copy_in)(void *dst, const void *host_src, size_t bytes, int tag, int after);

@@ -34,11 +34,10 @@ struct param_store {
     const backend_ops *opt_be; /* where the slabs are and the optimizer runs */
     float *dgrad[3]; /* two units' gradients in turn (the last one's on its way out while the
                         next is computed), and the tied unit's ([2]) */
-    int dgrad_unit, dgrad_k; /* the unit in backward and its buffer (-1: none) */
-    int tied_loaded;         /* dgrad[2] holds the tied unit's gradients */
-    int gout[3];             /* dgrad[k]'s copy out may still run: a write into it waits first */
-    int wpend[3];            /* slot k's copy in may still run: its first use waits */
-    int spend[3]; /* stage k may still be read by a copy: the host waits before rewriting */
+    int dgrad_unit, dgrad_k;  /* the unit in backward and its buffer (-1: none) */
+    int tied_loaded;          /* dgrad[2] holds the tied unit's gradients */
+    int wpend[3];             /* slot k's copy in may still run: its first use waits */
+    int unsettled;            /* a copy was issued since the host last waited for all of them */
     unsigned char *unit_zero; /* (nunits) the unit's gradients in the slab are zeros (none
                                  written back since store_zero_grads): nothing to load */
     void *stage[3];           /* bf16 weights: each slot's unit rounded on the host, sent */
@@ -82,8 +81,9 @@ static float *dev(param_store *s, store_slab_kind k) {
 
 /* Offloaded: every copy between the slabs and the device done, before the host reads or writes
  * a slab (files, the optimizer side). */
-static void settle(const param_store *s) {
-    if (s->offload && s->be->sync) s->be->sync();
+static void settle(param_store *s) {
+    if (s->unsettled && s->be->sync) s->be->sync();
+    s->unsettled = 0;
 }
 
 /* ---- init ----------------------------------------------------------------------------------- */
@@ -276,13 +276,12 @@ static void send_unit(param_store *s, int k, int u) {
     const float *src = s->slab[STORE_PARAMS] + s->shard_off[u];
     size_t n = s->shard_n[u], b = mem_dtype_bytes(s->wtype, n);
     if (!view_is_master(s->wtype)) {
-        if (s->spend[k]) s->be->copy_sync(tag_w(k)); /* the stage's last copy has read it */
+        s->be->copy_sync(tag_w(k)); /* the stage's last copy has read it */
         backend_cpu.convert(s->wtype, s->stage[k], MEM_DTYPE_F32, src, n);
         src = s->stage[k];
-        s->spend[k] = 1;
     }
     s->be->copy_in(s->slot[k], src, b, tag_w(k), -1);
-    s->wpend[k] = 1;
+    s->wpend[k] = s->unsettled = 1;
     trace_end2(tt, "offload", "weights_in", "unit", u, "bytes", (int64_t)b);
 }
 
@@ -292,16 +291,16 @@ static float *load_grads(param_store *s, int k, int u) {
     size_t n = s->shard_n[u];
     float *buf = s->dgrad[k];
     if (s->unit_zero[u]) {
-        if (s->gout[k]) s->be->copy_wait(tag_gout(k));
+        s->be->copy_wait(tag_gout(k)); /* the buffer's last copy out */
         s->be->zero_f32(buf, n);
     } else { /* the copy queue runs in order: after the copy out */
         uint64_t tt = trace_begin();
         s->be->copy_in(buf, s->slab[STORE_GRADS] + s->shard_off[u], sizeof(float) * n, tag_gin(k),
                        -1);
         s->be->copy_wait(tag_gin(k));
+        s->unsettled = 1;
         trace_end2(tt, "offload", "grads_in", "unit", u, "bytes", (int64_t)(sizeof(float) * n));
     }
-    s->gout[k] = 0;
     return buf;
 }
 
@@ -378,7 +377,7 @@ void store_release(param_store *s, int u) {
         uint64_t tt = trace_begin();
         s->be->copy_out(s->slab[STORE_GRADS] + s->shard_off[u], s->dgrad[k],
                         sizeof(float) * s->shard_n[u], tag_gout(k), -1);
-        s->gout[k] = 1;
+        s->unsettled = 1;
         trace_end2(tt, "offload", "grads_out", "unit", u, "bytes",
                    (int64_t)(sizeof(float) * s->shard_n[u]));
         if (tied)

@@ -47,6 +47,32 @@ close() {
   awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= r * b) }'
 }
 
+# `upipe train --quiet --threads 1` on n ranks, its log in $TMP/name.jsonl, its output in
+# $TMP/name.out (shown when it fails).
+train_run() { # name ranks args...
+  local name=$1 n=$2
+  shift 2
+  mpirun_n "$n" "$UPIPE" train --quiet --threads 1 "$@" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1 \
+    || { bad "$name: run failed"; cat "$TMP/$name.out"; return 1; }
+}
+# Two files with the same bytes.
+same_file() { # what file-a file-b
+  if cmp -s "$2" "$3"; then ok "$1: identical"; else bad "$1: the files differ"; fi
+}
+# Two sets of flags that must give the same bits: the weights after 3 AdamW steps and the first
+# step's gradients of runs NAME (args, flags-a) and NAME_b (args, flags-b).
+same_bits() { # name ranks "flags-a" "flags-b" args...
+  local name=$1 n=$2 fa=$3 fb=$4
+  shift 4
+  # shellcheck disable=SC2086
+  train_run "$name" "$n" "$@" $fa --steps 3 --lr 1e-3 --save "$TMP/$name.w.st" \
+    && train_run "${name}_b" "$n" "$@" $fb --steps 3 --lr 1e-3 --save "$TMP/${name}_b.w.st" \
+    && same_file "$name: weights after 3 steps" "$TMP/$name.w.st" "$TMP/${name}_b.w.st"
+  # shellcheck disable=SC2086
+  train_run "$name.g" "$n" "$@" $fa --steps 1 --lr 0 --save-grads "$TMP/$name.g.st" \
+    && train_run "${name}_b.g" "$n" "$@" $fb --steps 1 --lr 0 --save-grads "$TMP/${name}_b.g.st" \
+    && same_file "$name: gradients" "$TMP/$name.g.st" "$TMP/${name}_b.g.st"
+}
 # One training step of `upipe train` on n ranks writing its gradients and log under $TMP/name.
 run_case() { # name ranks args...
   local name=$1 n=$2

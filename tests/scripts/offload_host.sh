@@ -18,24 +18,10 @@ sed 's/"num_hidden_layers": [0-9]*/"num_hidden_layers": 5/' "$SRC/configs/tiny.j
 M="--config $TMP/t5.json --data $TMP/d.bin --seq-len 128"
 H="--offload $TMP --offload-host-limit 1GiB"
 
-run() { # name ranks args...
-  local name=$1 n=$2
-  shift 2
-  mpirun_n "$n" "$UPIPE" train --quiet --threads 1 "$@" >"$TMP/$name.out" 2>&1 \
-    || { bad "$name: run failed"; cat "$TMP/$name.out"; return 1; }
-}
-same() { # what file-a file-b
-  if cmp -s "$2" "$3"; then ok "$1: identical"; else bad "$1: the files differ"; fi
-}
 pair() { # name ranks args...
   local name=$1 n=$2
   shift 2
-  run "$name" "$n" $M "$@" --checkpoint --steps 3 --lr 1e-3 --save "$TMP/$name.w.st" \
-    && run "${name}_h" "$n" $M "$@" $H --steps 3 --lr 1e-3 --save "$TMP/${name}_h.w.st" \
-    && same "$name: weights after 3 steps" "$TMP/$name.w.st" "$TMP/${name}_h.w.st"
-  run "$name.g" "$n" $M "$@" --checkpoint --steps 1 --lr 0 --save-grads "$TMP/$name.g.st" \
-    && run "${name}_h.g" "$n" $M "$@" $H --steps 1 --lr 0 --save-grads "$TMP/${name}_h.g.st" \
-    && same "$name: gradients" "$TMP/$name.g.st" "$TMP/${name}_h.g.st"
+  same_bits "$name" "$n" --checkpoint "$H" $M "$@"
 }
 pair f32 1
 pair bf16 1 --dtype bf16
@@ -60,7 +46,7 @@ elif [ "$(wc -l <"$TMP/dir.out")" -eq 1 ] && grep -q "$TMP/none" "$TMP/dir.out" 
 else bad "a missing --offload folder: unexpected"; cat "$TMP/dir.out"; fi
 
 # The trace: per step, one copy out and one copy in for each of the L - 2 = 3 slots.
-run trace 1 $M $H --dtype bf16 --steps 2 --trace "$TMP/trace.json"
+train_run trace 1 $M $H --dtype bf16 --steps 2 --trace "$TMP/trace.json"
 if python3 - "$TMP/trace.json" >"$TMP/trace.why" 2>&1 <<'EOF'; then ok "trace: $(cat "$TMP/trace.why")"; else bad "trace"; cat "$TMP/trace.why"; fi
 import collections, json, sys
 d = json.load(open(sys.argv[1]))

@@ -16,27 +16,11 @@ TIED=$FIX/golden_tied
 G="--config $GQA/config.json --data $GQA/tokens.bin --init $GQA/weights.safetensors --seq-len 80"
 T3="--config $TIED/config.json --data $TIED/tokens.bin --init $TIED/weights.safetensors --seq-len 33"
 A="--steps 3 --lr 1e-3"
-
-run() { # name ranks args...
-  local name=$1 n=$2
-  shift 2
-  mpirun_n "$n" "$UPIPE" train --quiet --threads 1 "$@" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1 \
-    || { bad "$name: run failed"; cat "$TMP/$name.out"; return 1; }
-}
-same() { # what file-a file-b
-  if cmp -s "$2" "$3"; then ok "$1: identical"; else bad "$1: the files differ"; fi
-}
 # A case: the plain run and the offloaded one, weights after 3 steps and gradients of the first.
 pair() { # name ranks args...
   local name=$1 n=$2
   shift 2
-  run "$name" "$n" "$@" $A --save "$TMP/$name.w.st" \
-    && run "${name}_off" "$n" "$@" $A --offload-optimizer --save "$TMP/${name}_off.w.st" \
-    && same "$name: weights after 3 steps" "$TMP/$name.w.st" "$TMP/${name}_off.w.st"
-  run "$name.g" "$n" "$@" --steps 1 --lr 0 --save-grads "$TMP/$name.g.st" \
-    && run "${name}_off.g" "$n" "$@" --steps 1 --lr 0 --offload-optimizer \
-      --save-grads "$TMP/${name}_off.g.st" \
-    && same "$name: gradients" "$TMP/$name.g.st" "$TMP/${name}_off.g.st"
+  same_bits "$name" "$n" "" --offload-optimizer "$@"
 }
 
 pair f32 1 $G
@@ -56,10 +40,10 @@ for first in with without; do
   f1=; f2=--offload-optimizer
   [ "$first" = with ] && { f1=--offload-optimizer; f2=; }
   rm -rf "$TMP/ck_$first"
-  run "ck_${first}_a" 1 $G --dtype bf16 $A $f1 --ckpt-dir "$TMP/ck_$first" --stop-at 2 \
-    && run "ck_${first}_b" 1 $G --dtype bf16 $A $f2 --ckpt-dir "$TMP/ck_$first" --resume \
+  train_run "ck_${first}_a" 1 $G --dtype bf16 $A $f1 --ckpt-dir "$TMP/ck_$first" --stop-at 2 \
+    && train_run "ck_${first}_b" 1 $G --dtype bf16 $A $f2 --ckpt-dir "$TMP/ck_$first" --resume \
       --save "$TMP/ck_$first.w.st" \
-    && same "checkpoint written $first the flag, resumed $([ "$first" = with ] && echo without || echo with) it" \
+    && same_file "checkpoint written $first the flag, resumed $([ "$first" = with ] && echo without || echo with) it" \
       "$TMP/bf16.w.st" "$TMP/ck_$first.w.st"
 done
 
