@@ -85,6 +85,12 @@ typedef struct {
     MPI_Request *probe_req; /* R, MPI_REQUEST_NULL for this rank */
     int *probe_buf;
     int probe_key; /* MPI_COMM_SELF's attribute that cancels them in MPI_Finalize */
+    /* comm moves host memory. staged: the tensors its callers exchange live in a device's space
+     * (ranks on a GPU, DESIGN.md §11 "Ranks on a GPU"), so parallel/ and model/ copy them
+     * through host stages around each exchange, and the pipe is off; set by the front after
+     * comm_init (or by UPIPE_COMM_STAGE=1 on the CPU: the same path, for the tests), not read by
+     * comm itself. */
+    int staged;
 } comm_ctx;
 
 /* MPI_Init_thread for a command (not collective before it returns; MPI_Finalize is the

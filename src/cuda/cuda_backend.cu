@@ -402,6 +402,8 @@ upipe_backend_cuda(char *err, size_t errlen) {
     CU_CHECK(cudaStreamSynchronize(cu_stream));
     table_fill(&cu_ops);
     cu_ops.peak_flops = cu_peak;
+    cu_ops.device = dev;
+    cu_ops.devices = count;
     ready = 1;
     return &cu_ops;
 }

@@ -96,6 +96,7 @@ const backend_ops *backend_plan_cuda(size_t free_bytes) {
         .mem_info = plan_mem_info,
         .describe = plan_describe,
         .module_bytes = plan_module_bytes,
+        .devices = 1, /* the one GPU --device-mem describes */
         .workspace_floats = plan_workspace_floats,
         .attention_workspace_floats = plan_attention_workspace_floats,
     };

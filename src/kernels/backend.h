@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BACKEND_ABI 2
+#define BACKEND_ABI 3
 
 typedef struct backend_ops backend_ops;
 
@@ -55,7 +55,8 @@ struct backend_ops {
     void (*free)(void *p);
     void *(*alloc_pinned)(size_t bytes); /* page-locked host memory, zeroed; NULL when short */
     void (*free_pinned)(void *p);
-    /* Copies between host memory (ordinary or pinned) and the space; to_host waits for them. */
+    /* Copies between host memory (ordinary or pinned) and the space; both wait for them (the
+     * CPU backend: memcpy). */
     void (*to_dev)(void *dst, const void *host_src, size_t bytes);
     void (*to_host)(void *host_dst, const void *src, size_t bytes);
     void (*sync)(void); /* waits for every op issued */
@@ -83,6 +84,9 @@ struct backend_ops {
     /* The device's dense bf16 rate on its datasheet, FLOP/s: the denominator of MFU on the step
      * line (0: none). */
     double peak_flops;
+    /* The device this process uses (its index) and the devices the machine has: ranks of a node
+     * whose indices are equal share one GPU (the CPU: 0 and 0). */
+    int device, devices;
     /* Names the op running for an error message (the layer and step): set by the model. */
     void (*set_where)(const char *what, int layer, long step);
 

@@ -476,6 +476,11 @@ static void cpu_adamw_update(float *param, const float *grad, float *m, float *v
     adamw_update(param, grad, m, v, n, hp, step, grad_scale, decay);
 }
 
+/* Copies to and from the space, which is host memory: memcpy (the staged exchanges' path). */
+static void cpu_memcpy(void *dst, const void *src, size_t bytes) {
+    memcpy(dst, src, bytes);
+}
+
 /* The copy queue on host memory: copies at once, nothing to wait for. */
 static void cpu_copy_out(void *host_dst, const void *src, size_t bytes, int tag, int after) {
     (void)tag, (void)after;
@@ -493,6 +498,8 @@ const backend_ops backend_cpu = {
     .abi = BACKEND_ABI,
     .name = "cpu",
     .space = MEM_SPACE_HOST,
+    .to_dev = cpu_memcpy,
+    .to_host = cpu_memcpy,
     .copy_out = cpu_copy_out,
     .copy_in = cpu_copy_in,
     .copy_mark = cpu_copy_tag,

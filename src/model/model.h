@@ -123,8 +123,9 @@ double model_attention_seconds(model *m, int reset);
 int model_attention_overlaps(const model *m);
 /* Whether the options ask for the pipe on this layout: --upipe-overlap where a context-parallel
  * group spans nodes (within a node the exchange is a copy on the cores attention runs on, so the
- * pipe cannot hide it: DESIGN.md §3), --upipe-overlap-on-node everywhere. The pipe then runs
- * where it has something to overlap (cp_attention_init). */
+ * pipe cannot hide it: DESIGN.md §3), --upipe-overlap-on-node everywhere; never when the
+ * exchanges are staged through host memory (comm_ctx.staged). The pipe then runs where it has
+ * something to overlap (cp_attention_init). */
 int model_pipe_wanted(const model_options *opt, const comm_ctx *comm);
 
 /* Packed documents (opt.docs): from the window's T*P inputs (model_read_window, every rank)

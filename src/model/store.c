@@ -51,6 +51,12 @@ struct param_store {
     float *rs_tmp;       /* (max shard_n) reduce-scatter result before it is added */
     float *rs_recv;      /* (max shard_n) the blocks the reduce-scatter receives */
     size_t mpi_temp;     /* bytes MPI holds inside the all-reduce (unsharded; counted in comm) */
+    /* staged exchanges (comm_ctx.staged: the slabs and slots in a device's space, MPI on host
+     * memory): each slot's gather in host memory (sharded), the unit's full gradients and this
+     * rank's shard of them for the reduce-scatter (sharded), one piece of the all-reduce
+     * (unsharded); pinned on a device */
+    void *hgather[3];
+    float *hfull, *hshard, *hreduce;
     /* the walk of the current pass: its direction and the unit it expects next */
     int dir, next, walking;
 };
@@ -156,6 +162,10 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
         s->mpi_temp = sharded ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
         mem_count(MEM_COMM, (long long)s->mpi_temp);
     }
+    if (grads && !sharded && !s->offload && comm->staged && comm->R > 1) {
+        size_t piece = s->nshard < COMM_REDUCE_CHUNK ? s->nshard : COMM_REDUCE_CHUNK;
+        s->hreduce = mem_alloc_in(hs, MEM_COMM, up_mul(piece, sizeof(float)));
+    }
     if (s->offload) {
         init_offloaded(s, grads, hs);
         return s;
@@ -166,17 +176,22 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
      * nothing is communicated) */
     mem_category slots = sharded ? MEM_COMM : MEM_PARAMS;
     size_t full = up_mul(maxs, (size_t)R);
-    s->slot[0] = mem_alloc_in(s->space, slots, mem_dtype_bytes(s->wtype, full));
-    s->slot[1] = mem_alloc_in(s->space, slots, mem_dtype_bytes(s->wtype, full));
+    int staged = sharded && comm->staged;
+    for (int k = 0; k < (s->tied_unit >= 0 ? 3 : 2); k++) {
+        size_t e = k == 2 ? up_mul(s->shard_n[s->tied_unit], (size_t)R) : full;
+        s->slot[k] = mem_alloc_in(s->space, slots, mem_dtype_bytes(s->wtype, e));
+        if (staged) s->hgather[k] = mem_alloc_in(hs, MEM_COMM, mem_dtype_bytes(s->wtype, e));
+        if (k == 2 && grads && sharded)
+            s->tied_gradbuf = mem_alloc_in(s->space, MEM_COMM, up_mul(e, sizeof(float)));
+    }
     if (grads && sharded) {
-        s->gradbuf = mem_alloc_f32(MEM_COMM, full);
+        s->gradbuf = mem_alloc_in(s->space, MEM_COMM, up_mul(full, sizeof(float)));
         s->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
         s->rs_recv = mem_alloc_f32(MEM_COMM, maxs);
     }
-    if (s->tied_unit >= 0) {
-        size_t e = up_mul(s->shard_n[s->tied_unit], (size_t)R);
-        s->slot[2] = mem_alloc_in(s->space, slots, mem_dtype_bytes(s->wtype, e));
-        if (grads && sharded) s->tied_gradbuf = mem_alloc_f32(MEM_COMM, e);
+    if (grads && staged) {
+        s->hfull = mem_alloc_in(hs, MEM_COMM, up_mul(full, sizeof(float)));
+        s->hshard = mem_alloc_in(hs, MEM_COMM, up_mul(maxs, sizeof(float)));
     }
     return s;
 }
@@ -188,7 +203,9 @@ void store_free(param_store *s) {
         if (s->host[k] != s->slab[k]) mem_free(s->host[k]);
     void *bufs[] = {s->slab[0],  s->slab[1],  s->slab[2],  s->slab[3],      s->slot[0], s->slot[1],
                     s->slot[2],  s->gradbuf,  s->rs_tmp,   s->tied_gradbuf, s->rs_recv, s->dgrad[0],
-                    s->dgrad[1], s->dgrad[2], s->stage[0], s->stage[1],     s->stage[2]};
+                    s->dgrad[1], s->dgrad[2], s->stage[0], s->stage[1],     s->stage[2],
+                    s->hgather[0], s->hgather[1], s->hgather[2], s->hfull, s->hshard,
+                    s->hreduce};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
     mem_count(MEM_COMM, -(long long)s->mpi_temp);
@@ -249,7 +266,7 @@ void store_begin(param_store *s, store_pass pass) {
         s->slot_unit[k] = -1;
     }
     if (s->tied_gradbuf) /* the LM head's part of the tied gradient comes first */
-        memset(s->tied_gradbuf, 0, sizeof(float) * s->shard_n[s->tied_unit] * (size_t)s->R);
+        s->be->zero_f32(s->tied_gradbuf, s->shard_n[s->tied_unit] * (size_t)s->R);
 }
 
 static int slot_of(const param_store *s, int u) {
@@ -318,10 +335,16 @@ static void prefetch(param_store *s, int u) {
         send_unit(s, k, u);
         return;
     }
-    void *own = (char *)s->slot[k] + mem_dtype_bytes(s->wtype, (size_t)s->rank * n);
+    size_t own_b = mem_dtype_bytes(s->wtype, (size_t)s->rank * n);
+    void *own = (char *)s->slot[k] + own_b;
     view_fill(s, own, dev(s, STORE_PARAMS) + s->shard_off[u], n);
     if (s->R == 1) return;
-    fsdp_gather_start(s->comm, s->slot[k], n, s->wtype, &s->req[k]);
+    void *full = s->slot[k];
+    if (s->hgather[k]) { /* staged: the shard out, gathered in host memory (in at the wait) */
+        full = s->hgather[k];
+        s->be->to_host((char *)full + own_b, own, mem_dtype_bytes(s->wtype, n));
+    }
+    fsdp_gather_start(s->comm, full, n, s->wtype, &s->req[k]);
     s->slot_pending[k] = 1;
 }
 
@@ -341,6 +364,9 @@ void *store_acquire(param_store *s, int u) {
     if (s->slot_pending[k]) {
         fsdp_gather_wait(s->comm, &s->req[k], u, s->shard_n[u], s->wtype);
         s->slot_pending[k] = 0;
+        if (s->hgather[k])
+            s->be->to_dev(s->slot[k], s->hgather[k],
+                          mem_dtype_bytes(s->wtype, s->shard_n[u] * (size_t)s->R));
     }
     return s->slot[k];
 }
@@ -364,7 +390,7 @@ float *store_grads(param_store *s, int u) {
     }
     if (s->R == 1) return dev(s, STORE_GRADS) + s->shard_off[u];
     if (u == s->tied_unit) return s->tied_gradbuf; /* holds the LM head's part already */
-    memset(s->gradbuf, 0, sizeof(float) * s->shard_n[u] * (size_t)s->R);
+    s->be->zero_f32(s->gradbuf, s->shard_n[u] * (size_t)s->R);
     return s->gradbuf;
 }
 
@@ -389,14 +415,24 @@ void store_release(param_store *s, int u) {
     }
     if (s->R == 1) return;
     const float *g = u == s->tied_unit ? s->tied_gradbuf : s->gradbuf;
-    fsdp_reduce_add(s->comm, g, s->rs_tmp, s->rs_recv, s->slab[STORE_GRADS] + s->shard_off[u],
-                    s->shard_n[u], u);
+    size_t n = s->shard_n[u];
+    float *shard = dev(s, STORE_GRADS) + s->shard_off[u];
+    if (!s->hfull) {
+        fsdp_reduce_add(s->comm, g, s->rs_tmp, s->rs_recv, shard, n, u);
+        return;
+    }
+    /* staged: the unit's gradients and this rank's shard out, the host's reduce-scatter and
+     * sum (the same bits), the shard back */
+    s->be->to_host(s->hfull, g, sizeof(float) * n * (size_t)s->R);
+    s->be->to_host(s->hshard, shard, sizeof(float) * n);
+    fsdp_reduce_add(s->comm, s->hfull, s->rs_tmp, s->rs_recv, s->hshard, n, u);
+    s->be->to_dev(shard, s->hshard, sizeof(float) * n);
 }
 
 const float *store_gather_slab(param_store *s, const float *slab, int u) {
     if (s->R == 1) return slab + s->shard_off[u];
     size_t n = s->shard_n[u];
-    float *full = s->gradbuf; /* free outside a backward */
+    float *full = s->hfull ? s->hfull : s->gradbuf; /* host memory, free outside a backward */
     UP_CHECK(full, "store: a sharded save needs the gradient buffers (a training store)");
     memcpy(full + (size_t)s->rank * n, slab + s->shard_off[u], sizeof(float) * n);
     fsdp_gather_now(s->comm, full, n, MEM_DTYPE_F32);
@@ -414,7 +450,20 @@ void store_zero_grads(param_store *s) {
 
 void store_reduce_grads(param_store *s) {
     settle(s);
-    if (s->R == 1) comm_reduce_grads(s->comm, s->slab[STORE_GRADS], s->nshard);
+    if (s->R > 1) return;
+    if (!s->hreduce) {
+        comm_reduce_grads(s->comm, s->slab[STORE_GRADS], s->nshard);
+        return;
+    }
+    /* staged: piece by piece through host memory (each element's sum is the same whatever the
+     * piece: comm.h) */
+    float *g = dev(s, STORE_GRADS);
+    for (size_t i = 0; i < s->nshard; i += COMM_REDUCE_CHUNK) {
+        size_t m = s->nshard - i < COMM_REDUCE_CHUNK ? s->nshard - i : COMM_REDUCE_CHUNK;
+        s->be->to_host(s->hreduce, g + i, sizeof(float) * m);
+        comm_reduce_grads(s->comm, s->hreduce, m);
+        s->be->to_dev(g + i, s->hreduce, sizeof(float) * m);
+    }
 }
 
 double store_grad_sumsq(param_store *s) {

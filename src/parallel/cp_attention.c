@@ -38,7 +38,9 @@ struct cp_attention {
     void *dkh[2], *dvh[2];       /* (T, Kc_loc, HS): accumulated over the stages of a chunk;
                                     [1] under the pipe with several chunks (dk, dv in flight) */
     void *dkh_s, *dvh_s;         /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
-    void *pack;                  /* all-to-all packing (and q's in flight) */
+    void *pack;                  /* all-to-all packing (and q's in flight); host memory when
+                                    the exchanges are staged (comm_ctx.staged) */
+    void *hx; /* staged: the exchange's send and receive in host memory (the pack's size) */
     float *ws;                   /* flash attention workspace (fp32) */
     void *pack_k, *pack_v, *pack_o, *pack_do; /* the pipe: packs of the other inputs in flight */
     void *back_q, *back_k, *back_v;           /* the pipe: where o or dq, and dk, dv arrive back */
@@ -99,6 +101,13 @@ static void *stage_buffer(const cp_attention_shape *s, size_t n) {
     return mem_alloc_in(backend_of(s->tk)->space, MEM_ATTENTION, mem_dtype_bytes(s->dtype, n));
 }
 
+/* n elements of the stage type in host memory, pinned on a device: what a staged exchange
+ * (comm_ctx.staged) packs and moves (category comm: they exist for the exchange alone). */
+static void *host_buffer(const cp_attention_shape *s, size_t n) {
+    mem_space sp = backend_of(s->tk)->space == MEM_SPACE_HOST ? MEM_SPACE_HOST : MEM_SPACE_PINNED;
+    return mem_alloc_in(sp, MEM_COMM, mem_dtype_bytes(s->dtype, n));
+}
+
 cp_attention *cp_attention_init(const cp_attention_shape *s) {
     UP_CHECK(s->NH % s->U == 0 && (!s->keep_qkv || s->U == s->NH),
              "cp_attention: U=%d with NH=%d (keep_qkv %d)", s->U, s->NH, s->keep_qkv);
@@ -119,6 +128,7 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
     int P1 = s->P == 1, keep = s->keep_qkv, bwd = !s->forward_only;
     /* the pipe needs exchanges (P > 1), stages that recompute (no keep_qkv) and a next stage */
     a->overlap = s->overlap && !P1 && !keep && a->stages > 1;
+    UP_CHECK(!(a->overlap && s->comm->staged), "cp_attention: the pipe with staged exchanges");
     int kv2 = a->overlap && a->chunks > 1; /* k, v exchanged again during a stage */
     size_t T = (size_t)s->T_loc, Tg = (size_t)a->Tg, HS = (size_t)s->HS;
     size_t qh = up_mul3(Tg, (size_t)a->U_loc, HS), kvh = up_mul3(Tg, (size_t)a->Kc_loc, HS);
@@ -162,7 +172,12 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
     if (!P1) {
         size_t pq = heads_pack_floats(s->comm, s->T_loc, s->U, s->HS);
         size_t pkv = heads_pack_floats(s->comm, s->T_loc, a->Kc, s->HS);
-        a->pack = stage_buffer(s, pq > pkv ? pq : pkv);
+        size_t pn = pq > pkv ? pq : pkv;
+        if (s->comm->staged) { /* the pack and both ends of the exchange in host memory */
+            a->pack = host_buffer(s, pn);
+            a->hx = host_buffer(s, pn);
+        } else
+            a->pack = stage_buffer(s, pn);
         if (kv2) {
             a->pack_k = stage_buffer(s, pkv);
             a->pack_v = stage_buffer(s, pkv);
@@ -194,7 +209,7 @@ void cp_attention_free(cp_attention *a) {
                     a->kh[1],  a->vh[1],  a->oh[0],  a->doh[0], a->oh[1],  a->doh[1],  a->dqh,
                     a->dqh1,   a->dkh[0], a->dvh[0], a->dkh[1], a->dvh[1], a->dkh_s,   a->dvh_s,
                     a->dts,    a->pack,   a->pack_k, a->pack_v, a->pack_o, a->pack_do, a->back_q,
-                    a->back_k, a->back_v, a->ws};
+                    a->back_k, a->back_v, a->ws,     a->hx};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
     for (size_t i = 0; a->overlap && i < sizeof a->inflight / sizeof a->inflight[0]; i++)
@@ -205,21 +220,51 @@ void cp_attention_free(cp_attention *a) {
 /* ---- helpers -------------------------------------------------------------------------------- */
 
 /* The Ulysses exchanges (DESIGN.md §2); nothing to do when both layouts are one buffer, a copy
- * on the backend with one rank (the buffers may be the device's). */
+ * on the backend with one rank (the buffers may be the device's). Staged (comm_ctx.staged, a
+ * device's tensors: DESIGN.md §11), the tensor goes out to hx, is exchanged there in place (the
+ * pack is complete before the transfers, and the transfers before the unpacking) and comes
+ * back: the host exchange of the same bytes, so the same bits as a host run's; the copies are
+ * counted in the direction's time. */
 static void to_head(cp_attention *a, const void *seq, void *head, int nh) {
     if (seq == head) return;
-    if (a->s.P == 1)
-        typed_copy(a->s.tk, head, seq, (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS);
-    else
+    size_t ns = (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS;
+    if (a->s.P == 1) {
+        typed_copy(a->s.tk, head, seq, ns);
+    } else if (a->hx) {
+        const backend_ops *be = backend_of(a->s.tk);
+        size_t nh_bytes = mem_dtype_bytes(a->s.dtype, heads_pack_floats(a->s.comm, a->s.T_loc, nh,
+                                                                        a->s.HS));
+        double t0 = now_s();
+        be->to_host(a->hx, seq, mem_dtype_bytes(a->s.dtype, ns));
+        comm_stat_add(a->s.comm, COMM_SEQ_TO_HEAD, now_s() - t0, 0);
+        heads_seq_to_head(a->s.comm, a->hx, a->hx, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+        t0 = now_s();
+        be->to_dev(head, a->hx, nh_bytes);
+        comm_stat_add(a->s.comm, COMM_SEQ_TO_HEAD, now_s() - t0, 0);
+    } else {
         heads_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+    }
 }
 
 static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
     if (seq == head) return;
-    if (a->s.P == 1)
-        typed_copy(a->s.tk, seq, head, (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS);
-    else
+    size_t ns = (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS;
+    if (a->s.P == 1) {
+        typed_copy(a->s.tk, seq, head, ns);
+    } else if (a->hx) {
+        const backend_ops *be = backend_of(a->s.tk);
+        size_t nh_bytes = mem_dtype_bytes(a->s.dtype, heads_pack_floats(a->s.comm, a->s.T_loc, nh,
+                                                                        a->s.HS));
+        double t0 = now_s();
+        be->to_host(a->hx, head, nh_bytes);
+        comm_stat_add(a->s.comm, COMM_HEAD_TO_SEQ, now_s() - t0, 0);
+        heads_head_to_seq(a->s.comm, a->hx, a->hx, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+        t0 = now_s();
+        be->to_dev(seq, a->hx, mem_dtype_bytes(a->s.dtype, ns));
+        comm_stat_add(a->s.comm, COMM_HEAD_TO_SEQ, now_s() - t0, 0);
+    } else {
         heads_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+    }
 }
 
 /* Element i of a stage tensor. */

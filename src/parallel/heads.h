@@ -20,7 +20,8 @@
 #include <stddef.h>
 
 /* Sequence layout -> head layout. pack: scratch of heads_pack_floats(..) elements of dt.
- * overwrite recv. */
+ * overwrite recv. With P > 1, recv may be send (the exchange in place, when send holds
+ * heads_pack_floats elements): send is packed whole before the transfers start. */
 void heads_seq_to_head(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
                        mem_dtype dt, void *pack);
 /* The same exchange in flight (UPipe's pipe, DESIGN.md §3, comm_exchange): packs send into pack
@@ -30,7 +31,8 @@ void heads_seq_to_head_start(comm_ctx *c, const void *send, void *recv, int T_lo
                              mem_dtype dt, void *pack, int tag, comm_exchange *x);
 /* Head layout -> sequence layout, the transpose: send (T_loc * P, nh_out, HS), recv (T_loc, nh,
  * HS). When heads are replicated (nh < P) the replicas' values are summed in rank order (this is
- * the gradient of the replication; bf16 replicas in fp32, rounded once). overwrite recv. */
+ * the gradient of the replication; bf16 replicas in fp32, rounded once). overwrite recv. With
+ * P > 1, recv may be send: the transfers into pack end before the unpacking starts. */
 void heads_head_to_seq(comm_ctx *c, const void *send, void *recv, int T_loc, int nh, int HS,
                        mem_dtype dt, void *pack);
 /* The same in flight: heads_head_to_seq_start starts the transfers of send's blocks (send must

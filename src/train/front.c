@@ -175,10 +175,12 @@ static const flag_spec g_front_flags[] = {
      .arg = "cpu|cuda",
      .kind = FLAG_STRING,
      .off = AT(device),
-     .help = "where the step runs (default cpu). cuda: one NVIDIA GPU per\n"
-             "rank (the CUDA backend, libupipe_cuda.so beside upipe); the\n"
-             "model's tensors in GPU memory, --dry-run and --mem-limit plan\n"
-             "the GPU's memory (one rank; no --fsdp yet)"},
+     .help = "where the step runs (default cpu). cuda: an NVIDIA GPU (the\n"
+             "CUDA backend, libupipe_cuda.so beside upipe), the local rank's\n"
+             "modulo the node's GPUs; ranks exchange through pinned host\n"
+             "memory over MPI; the model's tensors in GPU memory, --dry-run\n"
+             "and --mem-limit plan the GPU's memory (each rank its share of a\n"
+             "GPU that ranks share)"},
     {.name = "device-mem",
      .arg = "SIZE",
      .kind = FLAG_SIZE,
@@ -221,6 +223,25 @@ void front_finish(front_options *o) {
     o->mopt.docs = o->doc_sep >= 0;
 }
 
+/* The ranks on this rank's GPU (those of its node with its device index: the module takes the
+ * local rank modulo the node's devices) and the least free memory of the job's GPUs, read after
+ * every rank started its backend (the comm_any before) and before any allocates (the collective
+ * here), so each reading already lacks the other ranks' contexts and none lacks their plans. */
+static void gpu_layout(front_options *o, const backend_ops *be, comm_ctx *c) {
+    unsigned long long *dev = calloc((size_t)c->R + 1, sizeof *dev);
+    UP_CHECK(dev, "out of memory");
+    size_t free_b = 0, total = 0;
+    be->mem_info(&free_b, &total);
+    dev[c->rank] = (unsigned long long)be->device + 1;
+    dev[c->R] = ~(unsigned long long)free_b; /* the max of the complements: the min */
+    comm_max_u64(c, dev, c->R + 1);
+    o->gpu_free = ~dev[c->R];
+    o->gpu_share = 0;
+    for (int r = 0; r < c->R; r++)
+        o->gpu_share += c->node_of[r] == c->node && dev[r] == dev[c->rank];
+    free(dev);
+}
+
 void front_load_device(front_options *o, comm_ctx *c) {
     char err[512] = "";
     const backend_ops *be = NULL;
@@ -232,15 +253,12 @@ void front_load_device(front_options *o, comm_ctx *c) {
         snprintf(err, sizeof err,
                  "--device-mem plans a GPU without one: it goes with --dry-run --device cuda (a "
                  "run on a GPU reads the GPU's free memory; --mem-limit lowers it)");
-    if (be && be != &backend_cpu) {
-        if (c->R > 1)
-            snprintf(err, sizeof err,
-                     "--device %s runs one rank for now (this job has %d): run without mpiexec",
-                     o->device, c->R);
-        if (err[0]) be = NULL;
-    }
+    if (be && be != &backend_cpu && err[0]) be = NULL;
     if (comm_any(c, be == NULL)) up_die_agreed(be ? NULL : err);
     o->mopt.be = be;
+    const char *st = getenv("UPIPE_COMM_STAGE");
+    c->staged = c->R > 1 && (be->space != MEM_SPACE_HOST || (st && !strcmp(st, "1")));
+    if (be->space == MEM_SPACE_DEVICE) gpu_layout(o, be, c);
 }
 
 void front_require_data(const front_options *o) {

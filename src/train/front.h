@@ -30,6 +30,10 @@ typedef struct {
                                           per rank, 0: none */
     model_options mopt; /* --checkpoint, --offload, --tile-mlp, --tile-loss, --upipe-heads,
                            --[no-]upipe-overlap, --fsdp, --dtype; docs from --doc-sep */
+    /* a device run (front_load_device): the least free memory of the job's GPUs, read once every
+     * rank had started its backend, and the ranks that share this rank's GPU (1: its own) */
+    unsigned long long gpu_free;
+    int gpu_share;
 } front_options;
 
 /* The shared table, storing into o. Its help texts are training's; a command words a flag its own
@@ -44,7 +48,10 @@ void front_require_data(const front_options *o);
  * run's bits, so ranks that differed would break the exactness across layouts. Collective. */
 void front_check_kernels(comm_ctx *c);
 /* Loads the --device backend on every rank (mopt.be) and refuses, on every rank together, a
- * backend that does not load or the flags it does not run yet (one line, exit status 1). */
+ * backend that does not load or the flags it does not run yet (one line, exit status 1). With
+ * several ranks on a device, their exchanges are staged through host memory (c->staged: DESIGN.md
+ * §11 "Ranks on a GPU"; UPIPE_COMM_STAGE=1 stages a CPU run's the same way), and gpu_free and
+ * gpu_share say what each rank may plan on its GPU. Collective. */
 void front_load_device(front_options *o, comm_ctx *c);
 
 #endif

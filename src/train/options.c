@@ -339,7 +339,11 @@ static const flag_help_line g_train_page[] = {
      "  UPIPE_BLAS_CORE=NAME   force OpenBLAS's kernels (SkylakeX, Haswell, ...); by default\n"
      "                         a core narrower than the CPU (OPENBLAS_CORETYPE=Haswell on an\n"
      "                         AVX-512 host) is measured against the CPU's and the faster\n"
-     "                         kept"},
+     "                         kept\n"
+     "  UPIPE_COMM_STAGE=1     a CPU run's exchanges go through host stages as those of\n"
+     "                         ranks on a GPU do (for tests: the same bits as without)\n"
+     "  UPIPE_CUDA_DEVICE=I    --device cuda: GPU I for every rank (default: the local\n"
+     "                         rank modulo the node's GPUs)"},
 };
 
 void train_print_help(void) {

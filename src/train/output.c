@@ -54,10 +54,13 @@ void print_summary(const train_run *r) {
         printf(", %d node%s: %s; context-parallel groups %s", r->comm.nodes,
                r->comm.nodes == 1 ? "" : "s", r->comm.node_desc,
                r->comm.cp_nodes == 1 ? "within a node" : "across nodes");
+    if (r->comm.staged) /* DESIGN.md §11 "Ranks on a GPU" */
+        printf(", exchanges staged through host memory");
+    if (o->front.gpu_share > 1) printf(" (%d ranks share this GPU)", o->front.gpu_share);
     if (o->front.mopt.U)
         printf(", UPipe stages of %d heads%s", o->front.mopt.U,
                model_attention_overlaps(m) ? ", exchanges overlapped with attention"
-               : o->front.mopt.upipe_overlap && r->P > 1 &&
+               : o->front.mopt.upipe_overlap && r->P > 1 && !r->comm.staged &&
                        !model_pipe_wanted(&o->front.mopt, &r->comm)
                    ? ", no overlap within a node (--upipe-overlap-on-node forces it)"
                    : "");

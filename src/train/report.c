@@ -38,7 +38,7 @@ static const char *g_shrink[MEM_COUNT] = {
     "--tile-mlp / --tile-loss",
     "fewer ranks per group",
     "fewer --threads (each BLAS thread holds its packing buffers)"};
-/* The same on one GPU (one rank: no FSDP, and no checkpoint offload on the GPU yet). */
+/* The same on a GPU. */
 static const char *g_shrink_gpu[MEM_COUNT] = {
     "--offload-optimizer keeps the fp32 model state in host memory",
     "--offload-optimizer keeps the fp32 model state in host memory",
@@ -47,7 +47,7 @@ static const char *g_shrink_gpu[MEM_COUNT] = {
     "try --checkpoint",
     "try --upipe-heads U (smaller U)",
     "try --tile-mlp / --tile-loss",
-    "one rank",
+    "fewer ranks (FSDP's gather and gradient buffers grow with them)",
     "-"};
 
 void report_print_plan(const report_memory *p, long T, const model_config *c, int P, int T_loc,
@@ -111,25 +111,33 @@ static void largest_two(const unsigned long long *cat, int *a, int *b) {
         if (k != *a && cat[k] > cat[*b]) *b = k;
 }
 
-/* A device run: the plan's device memory and the backend's own against the device's free memory,
- * or --mem-limit when that is lower (*limit). 1 when they fit; 0 with msg the refusal. */
-static int device_fits(const report_memory *p, const backend_ops *be, unsigned long long mem_limit,
-                       long T, unsigned long long *limit, char *msg, size_t len) {
-    size_t free_b = 0, total = 0;
-    be->mem_info(&free_b, &total);
+/* A device run: the plan's device memory and the backend's own against this rank's part of the
+ * device's free memory (read at start, front_load_device: ranks that share a GPU split it), or
+ * --mem-limit when that is lower (*limit). 1 when they fit; 0 with msg the refusal. */
+static int device_fits(const report_memory *p, const front_options *o, unsigned long long *limit,
+                       char *msg, size_t len) {
+    const backend_ops *be = o->mopt.be;
+    unsigned long long mem_limit = o->mem_limit, free_b = o->gpu_free;
+    int share = o->gpu_share > 1 ? o->gpu_share : 1;
+    long T = o->T;
     unsigned long long need = p->device + be->module_bytes();
-    *limit = free_b;
+    *limit = free_b / (unsigned long long)share;
     if (mem_limit && mem_limit < *limit) *limit = mem_limit;
     if (need <= *limit) return 1;
+    char shared[96] = "";
+    if (share > 1)
+        snprintf(shared, sizeof shared, " (for each of the %d ranks that share it: fewer ranks per GPU)",
+                 share);
     int a, b;
     largest_two(p->dev_cat, &a, &b);
     char s1[32], s2[32], s3[32], s4[32];
     snprintf(msg, len,
-             "the run plans %s of GPU memory but %s %s: largest are %s (%s: %s) and %s (%s: %s), "
+             "the run plans %s of GPU memory but %s %s%s: largest are %s (%s: %s) and %s (%s: %s), "
              "or use a shorter --seq-len than %ld",
              up_fmt_bytes(s1, sizeof s1, (double)need),
-             mem_limit && mem_limit < free_b ? "--mem-limit is" : "the GPU has free",
-             up_fmt_bytes(s2, sizeof s2, (double)*limit), mem_category_name((mem_category)a),
+             mem_limit && mem_limit == *limit ? "--mem-limit is" : "the GPU has free",
+             up_fmt_bytes(s2, sizeof s2, (double)*limit),
+             mem_limit && mem_limit == *limit ? "" : shared, mem_category_name((mem_category)a),
              up_fmt_bytes(s3, sizeof s3, (double)p->dev_cat[a]), g_shrink_gpu[a],
              mem_category_name((mem_category)b), up_fmt_bytes(s4, sizeof s4, (double)p->dev_cat[b]),
              g_shrink_gpu[b], T);
@@ -201,14 +209,16 @@ void report_print_fit(const report_memory *p, const front_options *o) {
     if (!be || be->space != MEM_SPACE_DEVICE) return;
     unsigned long long limit, mem_limit = o->mem_limit;
     long T = o->T;
-    char msg[768], s1[32], s2[32], s3[32];
+    char msg[768], s1[32], s2[32], s3[32], sh[64] = "";
     print_host_fit(p, o->host_mem_limit, T);
-    if (device_fits(p, be, mem_limit, T, &limit, msg, sizeof msg))
+    if (o->gpu_share > 1)
+        snprintf(sh, sizeof sh, " (its share: %d ranks on this GPU)", o->gpu_share);
+    if (device_fits(p, o, &limit, msg, sizeof msg))
         printf("GPU (%s): the plan's %s and the backend's %s fit in %s%s\n", be->describe(),
                up_fmt_bytes(s1, sizeof s1, (double)p->device),
                up_fmt_bytes(s2, sizeof s2, (double)be->module_bytes()),
                up_fmt_bytes(s3, sizeof s3, (double)limit),
-               mem_limit && mem_limit == limit ? " (--mem-limit)" : " free");
+               mem_limit && mem_limit == limit ? " (--mem-limit)" : o->gpu_share > 1 ? sh : " free");
     else
         printf("GPU (%s): does not fit: %s\n", be->describe(), msg);
     fflush(stdout);
@@ -220,7 +230,7 @@ void report_check_mem_limit(const report_memory *p, const front_options *o) {
     long T = o->T;
     char msg[768];
     if (be && be->space == MEM_SPACE_DEVICE) {
-        if (!device_fits(p, be, mem_limit, T, &limit, msg, sizeof msg)) up_die_all("%s", msg);
+        if (!device_fits(p, o, &limit, msg, sizeof msg)) up_die_all("%s", msg);
         if (!host_fits(p, o->host_mem_limit, T, &limit, msg, sizeof msg)) up_die_all("%s", msg);
         return;
     }
@@ -245,36 +255,45 @@ void report_check_mem_limit(const report_memory *p, const front_options *o) {
 }
 
 void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p, int predicted) {
-    unsigned long long glob[MEM_COUNT + 3];
-    for (int c = 0; c < MEM_COUNT; c++)
+    /* every figure the max over ranks: the categories, the peaks (all, RSS, offloaded, device,
+     * pinned, host), a device's and pinned memory's categories */
+    enum { G_PEAK = MEM_COUNT, G_RSS, G_OFF, G_DEV, G_PIN, G_HOST, G_DCAT, G_PCAT = G_DCAT + MEM_COUNT,
+           G_N = G_PCAT + MEM_COUNT };
+    unsigned long long glob[G_N];
+    for (int c = 0; c < MEM_COUNT; c++) {
         glob[c] = p->cat[c];
-    glob[MEM_COUNT] = p->peak;
-    glob[MEM_COUNT + 1] = p->rss;
-    glob[MEM_COUNT + 2] = p->offloaded;
-    comm_max_u64(comm, glob, MEM_COUNT + 3);
+        glob[G_DCAT + c] = p->dev_cat[c];
+        glob[G_PCAT + c] = p->pin_cat[c];
+    }
+    glob[G_PEAK] = p->peak;
+    glob[G_RSS] = p->rss;
+    glob[G_OFF] = p->offloaded;
+    glob[G_DEV] = p->device;
+    glob[G_PIN] = p->pinned;
+    glob[G_HOST] = p->host;
+    comm_max_u64(comm, glob, G_N);
     if (comm->rank != 0) return;
     json_t *root = json_object(), *cats = json_object();
-    json_object_set_new(root, "peak_bytes", json_integer((json_int_t)glob[MEM_COUNT]));
-    json_object_set_new(root, "rss_peak_bytes", json_integer((json_int_t)glob[MEM_COUNT + 1]));
-    json_object_set_new(root, "offloaded_peak_bytes",
-                        json_integer((json_int_t)glob[MEM_COUNT + 2]));
+    json_object_set_new(root, "peak_bytes", json_integer((json_int_t)glob[G_PEAK]));
+    json_object_set_new(root, "rss_peak_bytes", json_integer((json_int_t)glob[G_RSS]));
+    json_object_set_new(root, "offloaded_peak_bytes", json_integer((json_int_t)glob[G_OFF]));
     for (int c = 0; c < MEM_COUNT; c++)
         json_object_set_new(cats, mem_category_name((mem_category)c),
                             json_integer((json_int_t)glob[c]));
     json_object_set_new(root, "categories", cats);
-    if (p->device) { /* a device run (one rank): its memory apart */
+    if (glob[G_DEV]) { /* a device run: its memory apart */
         json_t *dc = json_object();
         for (int c = 0; c < MEM_COUNT; c++)
             json_object_set_new(dc, mem_category_name((mem_category)c),
-                                json_integer((json_int_t)p->dev_cat[c]));
-        json_object_set_new(root, "device_peak_bytes", json_integer((json_int_t)p->device));
+                                json_integer((json_int_t)glob[G_DCAT + c]));
+        json_object_set_new(root, "device_peak_bytes", json_integer((json_int_t)glob[G_DEV]));
         json_object_set_new(root, "device_categories", dc);
         json_t *pc = json_object();
         for (int c = 0; c < MEM_COUNT; c++)
             json_object_set_new(pc, mem_category_name((mem_category)c),
-                                json_integer((json_int_t)p->pin_cat[c]));
-        json_object_set_new(root, "pinned_peak_bytes", json_integer((json_int_t)p->pinned));
-        json_object_set_new(root, "host_peak_bytes", json_integer((json_int_t)p->host));
+                                json_integer((json_int_t)glob[G_PCAT + c]));
+        json_object_set_new(root, "pinned_peak_bytes", json_integer((json_int_t)glob[G_PIN]));
+        json_object_set_new(root, "host_peak_bytes", json_integer((json_int_t)glob[G_HOST]));
         json_object_set_new(root, "pinned_categories", pc);
     }
     json_object_set_new(root, "predicted", json_boolean(predicted));

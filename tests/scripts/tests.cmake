@@ -18,6 +18,7 @@ upipe_script_test(fsdp mpi)
 upipe_script_test(offload_opt mpi)
 # --offload to host memory (a GPU's path; --offload-host-limit on the CPU): the same bits
 upipe_script_test(offload_host mpi)
+upipe_script_test(comm_stage mpi)
 upipe_script_test(scale slow)
 upipe_script_test(ckpt mpi)
 upipe_script_test(docs mpi)
