@@ -9,7 +9,7 @@
 #                                     prints the GPU and --version, runs test_backend (every op
 #                                     against the CPU's), tests/scripts/gpu.sh (the whole step
 #                                     against the float64 reference, determinism, checkpoints
-#                                     across devices), bench_gpu_ops (each op's time at the
+#                                     across devices, ranks sharing the GPU), bench_gpu_ops (each op's time at the
 #                                     1B and 8B shapes) and bench/bench_gpu.sh (speed against
 #                                     PyTorch where it is installed), each bounded in time, and
 #                                     writes their outputs under OUT (default $OUT, else /tmp).
@@ -27,16 +27,21 @@ bundle() {
   local b=build stage
   [ -x $b/upipe ] && [ -f $b/libupipe_cuda.so ] || { echo "gpu-check: build first (make)"; exit 1; }
   stage=$(mktemp -d /tmp/upipe-bundle.XXXXXX)
-  mkdir -p "$stage/build/tests" "$stage/lib" "$DIR"
+  mkdir -p "$stage/build/tests" "$stage/lib" "$stage/bin" "$DIR"
   cp $b/upipe $b/libupipe_cuda.so "$stage/build/"
   cp $b/tests/test_backend $b/tests/st_compare "$stage/build/tests/"
   cp $b/bench_gpu_ops "$stage/build/"
+  # MPICH's launcher and its proxy (found beside it, or on PATH), for the ranks that share the GPU
+  local hydra
+  hydra=$(readlink -f "$(command -v mpiexec)")
+  cp "$hydra" "$stage/bin/mpiexec.hydra"
+  cp "$(dirname "$hydra")/hydra_pmi_proxy" "$stage/bin/"
   # the libraries of our own build that a machine without Debian's packages lacks (not libc's,
   # not CUDA's: the machine has its own)
-  for f in $b/upipe $b/tests/test_backend; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' |
-    sort -u | grep -vE '/(libc|libm|libmvec|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+  for f in $b/upipe $b/tests/test_backend "$stage"/bin/*; do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' |
+    sort -u | grep -vE '/(libc|libm|libmvec|libpthread|libdl|librt|libresolv|ld-linux[^/]*)\.so' |
     grep -vE 'libcu|libnv|libcudnn' | while read -r l; do cp -L "$l" "$stage/lib/"; done
-  tar -C "$stage" -cJf "$DIR/bundle.tar.xz" build lib
+  tar -C "$stage" -cJf "$DIR/bundle.tar.xz" build lib bin
   rm -rf "$stage"
   ls -la "$DIR/bundle.tar.xz"
 }
@@ -62,6 +67,7 @@ unpack() {
   export TORCH_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
   export LD_LIBRARY_PATH="$u/lib:/usr/local/cuda/lib64${wheels:+:$wheels}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export UPIPE_CUDA_MODULE=$u/build/libupipe_cuda.so
+  export PATH="$u/bin:$PATH" MPIEXEC="$u/bin/mpiexec.hydra"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 }
 

@@ -4,7 +4,8 @@
 # a tied embedding, packed documents, a loss mask, UPipe's head stages, checkpointing and both
 # tiles; two runs give the same bytes; a checkpoint written on the GPU resumes on the CPU and the
 # reverse; --offload-optimizer gives the on-GPU optimizer's weights and --offload (to pinned
-# memory) --checkpoint's; the plans equal the measured peaks. Without a GPU (or without the module) it says why in one line and is skipped (77).
+# memory) --checkpoint's; ranks that share the GPU give one rank's gradients; the plans equal the
+# measured peaks; a hung kernel is named by the watchdog. Without a GPU (or without the module) it says why in one line and is skipped (77).
 source "$(dirname "$0")/lib.sh"
 ST_COMPARE=$BUILD/tests/st_compare
 GQA=$FIX/golden_gqa
@@ -164,6 +165,60 @@ offload3 off5f $T5 --offload "$TMP" --dtype bf16 --offload-host-limit 130KiB &&
   same ck5b off5f "--offload past --offload-host-limit to the file: the same, bf16"
 offload3 off5k $T5 --offload "$TMP" --dtype bf16 --offload-host-limit 1KiB --offload-keep 3 &&
   same ck5b off5k "--offload all to the file, --offload-keep 3: the same, bf16"
+
+# Ranks that share the GPU (DESIGN.md §11 "Ranks on a GPU"): each takes the GPU, their
+# exchanges go through pinned host memory over MPI. The loss and gradients equal one rank's within
+# the mpi tests' bound (ulysses.sh, fsdp.sh: splitting the sequence or the units changes only the
+# order of fp32 sums, ~1e-7..1e-6 of a tensor's scale; a misplaced head or a missing replica sum
+# moves them by O(1)): --cp 2, --cp 4 with UPipe stages (KV heads replicated), FSDP over 2 ranks
+# and over 4 with --cp 2 against one rank's two micro-batches; and the 2-rank run's device and
+# pinned peaks equal its plan. Once (the tensor-core pass repeats none of it).
+run_gpu_n() { # name ranks args...
+  local name=$1 n=$2
+  shift 2
+  if ! mpirun_n "$n" "$UPIPE" train --device cuda --threads 2 --steps 1 --lr 0 "$@" \
+      --save-grads "$TMP/$name.st" --log "$TMP/$name.jsonl" >"$TMP/$name.out" 2>&1; then
+    bad "$name: run failed"; tail -n 5 "$TMP/$name.out"; return 1
+  fi
+}
+if [ -z "${UPIPE_CUDA_ATTENTION:-}" ] && command -v "${MPIEXEC%% *}" >/dev/null 2>&1; then
+  GRAD_RTOL=1e-5
+  LOSS_RTOL=1e-6
+  run_gpu_n r_cp2 2 $G --cp 2 && compare r_cp2 gqa
+  if grep -q "exchanges staged through host memory (2 ranks share this GPU)" "$TMP/r_cp2.out"; then
+    ok "2 ranks on the GPU: $(grep -o 'exchanges staged.*' "$TMP/r_cp2.out")"
+  else bad "2 ranks on the GPU: no staged line"; grep layout "$TMP/r_cp2.out"; fi
+  run_gpu_n r_cp4 4 $G --cp 4 --upipe-heads 4 && compare r_cp4 gqa
+  run_gpu g_accum $G --grad-accum 2
+  run_gpu_n r_fsdp2 2 $G --cp 1 --fsdp && compare r_fsdp2 g_accum
+  run_gpu_n r_fsdp4 4 $G --cp 2 --fsdp && compare r_fsdp4 g_accum
+  F2="--config $SRC/configs/tiny.json --seq-len 1024 --threads 2 --quiet --device cuda --cp 2 --upipe-heads 2 --fsdp"
+  if mpirun_n 2 "$UPIPE" train $F2 --dry-run --mem-report "$TMP/r_plan.json" >/dev/null 2>&1 \
+    && mpirun_n 2 "$UPIPE" train $F2 --data "$TMP/recall_small.bin" --steps 1 --mem-report "$TMP/r_run.json" \
+      >"$TMP/r_run.out" 2>&1 \
+    && python3 - "$TMP/r_plan.json" "$TMP/r_run.json" >"$TMP/r_mem.why" 2>&1 <<'PY'; then
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for sp in ("device", "pinned"):
+    print("%s plan %d measured %d;" % (sp, a[sp + "_peak_bytes"], b[sp + "_peak_bytes"]), end=" ")
+sys.exit(0 if all(a[sp + "_peak_bytes"] == b[sp + "_peak_bytes"] for sp in ("device", "pinned")) else 1)
+PY
+    ok "2 ranks on the GPU: the plan's peaks measured: $(cat "$TMP/r_mem.why")"
+  else bad "2 ranks on the GPU: plan and peaks"; cat "$TMP/r_mem.why" "$TMP/r_run.out" 2>/dev/null | tail -n 8; fi
+else echo "ranks on the GPU: skipped (${UPIPE_CUDA_ATTENTION:+the tc pass}${UPIPE_CUDA_ATTENTION:-no $MPIEXEC})"; fi
+
+# A hung kernel (UPIPE_CUDA_TEST_HANG=3: step 3's backward starts a kernel that never ends): the
+# watchdog names the GPU's op it waits for and stops the run with status 1, within its limit
+# (10 x the longest step after the first, at least --watchdog 1) and well inside the timeout.
+if [ -z "${UPIPE_CUDA_ATTENTION:-}" ]; then
+  t0=$SECONDS
+  UPIPE_CUDA_TEST_HANG=3 timeout 120 "$UPIPE" train --device cuda $G --steps 6 --watchdog 1 \
+    --quiet >"$TMP/hang.out" 2>&1
+  rc=$?
+  if [ "$rc" -eq 1 ] && grep -q "watchdog: step 3 has waited .* in the GPU (waiting for .*): a GPU kernel or copy hangs" "$TMP/hang.out"; then
+    ok "a hung kernel: stopped in $((SECONDS - t0)) s: $(grep -o 'watchdog: .*hangs' "$TMP/hang.out")"
+  else bad "a hung kernel: exit $rc"; tail -n 3 "$TMP/hang.out"; fi
+fi
 
 # Training: 300 steps of tiny.json on the recall corpus, CPU and GPU from the same seed. The runs
 # sum in different orders, so their weights part after a few steps as any two fp32 runs do; what
