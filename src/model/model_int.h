@@ -23,11 +23,10 @@ typedef struct {
 model_window_bufs model_window_buffers(model *m);
 
 /* The elements [i0, i1) of tensor t that this rank owns (all of them without FSDP); 0 when
- * none. model_tensor_part(m, k, t, i0) is where element i0 lives in the store's slab k
- * (weights.c). */
+ * none. model_tensor_dev_part(m, k, t, i0) is where element i0 lives in the store's slab k where
+ * the optimizer side runs (store_opt_backend's space; store_dev_slab); the host's view of a
+ * device's slabs is one unit at a time (weights.c). */
 int model_owned_part(const model *m, int t, size_t *i0, size_t *i1);
-float *model_tensor_part(model *m, store_slab_kind k, int t, size_t i0);
-/* The same where the optimizer side runs (store_opt_backend's space; store_dev_slab). */
 float *model_tensor_dev_part(model *m, store_slab_kind k, int t, size_t i0);
 
 #endif

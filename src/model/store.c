@@ -23,8 +23,9 @@ struct param_store {
     size_t nshard;       /* floats of a slab */
     float *slab[4];      /* params, grads, m, v (store_slab_kind), in the backend's space, or
                             offloaded in host memory (pinned on a device) */
-    float *host[4];      /* a device backend's host copies of the slabs (else the slabs) */
-    int host_current[4]; /* the host copy was handed out last: the device's is stale */
+    int slab_on_host;    /* the slabs are host memory (the CPU backend, or offloaded) */
+    float *hunit;        /* else: one unit of a slab in host memory for files (store_unit_host) */
+    int hunit_k, hunit_u; /* what hunit holds (-1: nothing) */
     const backend_ops *be;
     mem_space space;
     /* offloaded optimizer (store_spec.offload): the slabs are on the host and the optimizer side
@@ -75,15 +76,6 @@ static void view_fill(const param_store *s, void *dst, const float *src, size_t 
     s->be->convert(s->wtype, dst, MEM_DTYPE_F32, src, n);
 }
 
-/* The slab of kind k current on the device side (copied from the host copy if that was handed
- * out since). */
-static float *dev(param_store *s, store_slab_kind k) {
-    if (s->host_current[k]) {
-        s->be->to_dev(s->slab[k], s->host[k], sizeof(float) * s->nshard);
-        s->host_current[k] = 0;
-    }
-    return s->slab[k];
-}
 
 /* Offloaded: every copy between the slabs and the device done, before the host reads or writes
  * a slab (files, the optimizer side). */
@@ -152,12 +144,13 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     mem_space hs = s->space == MEM_SPACE_HOST ? MEM_SPACE_HOST : MEM_SPACE_PINNED;
     static const mem_category cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_OPTIMIZER};
     size_t bytes = up_mul(s->nshard, sizeof(float));
-    for (int k = 0; k < (grads ? 4 : 1); k++) {
+    for (int k = 0; k < (grads ? 4 : 1); k++)
         s->slab[k] = mem_alloc_in(s->offload ? hs : s->space, cats[k], bytes);
-        /* a device backend's host copy for files (counted in host memory) */
-        s->host[k] =
-            s->offload || s->space == MEM_SPACE_HOST ? s->slab[k] : mem_alloc(cats[k], bytes);
-    }
+    s->slab_on_host = s->offload || s->space == MEM_SPACE_HOST;
+    s->hunit_k = s->hunit_u = -1;
+    /* a device's slabs pass through the host one unit at a time (files, init): the largest
+     * unit's part, counted in workspace */
+    if (!s->slab_on_host) s->hunit = mem_alloc_f32(MEM_WORKSPACE, maxs);
     if (grads) {
         s->mpi_temp = sharded ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
         mem_count(MEM_COMM, (long long)s->mpi_temp);
@@ -199,9 +192,7 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
 void store_free(param_store *s) {
     if (!s) return;
     settle(s);
-    for (int k = 0; k < 4; k++)
-        if (s->host[k] != s->slab[k]) mem_free(s->host[k]);
-    void *bufs[] = {s->slab[0],  s->slab[1],  s->slab[2],  s->slab[3],      s->slot[0], s->slot[1],
+    void *bufs[] = {s->hunit,s->slab[0],  s->slab[1],  s->slab[2],  s->slab[3],      s->slot[0], s->slot[1],
                     s->slot[2],  s->gradbuf,  s->rs_tmp,   s->tied_gradbuf, s->rs_recv, s->dgrad[0],
                     s->dgrad[1], s->dgrad[2], s->stage[0], s->stage[1],     s->stage[2],
                     s->hgather[0], s->hgather[1], s->hgather[2], s->hfull, s->hshard,
@@ -227,16 +218,24 @@ size_t store_floats(const param_store *s) {
 const backend_ops *store_opt_backend(const param_store *s) {
     return s->opt_be;
 }
-float *store_slab(param_store *s, store_slab_kind k) {
+float *store_unit_host(param_store *s, store_slab_kind k, int u) {
     settle(s);
-    if (s->host[k] == s->slab[k]) return s->slab[k]; /* the host's own (or none) */
-    if (!s->host_current[k]) s->be->to_host(s->host[k], s->slab[k], sizeof(float) * s->nshard);
-    s->host_current[k] = 1;
-    return s->host[k];
+    if (!s->slab[k]) return NULL;
+    float *at = s->slab[k] + s->shard_off[u];
+    if (s->slab_on_host) return at;
+    s->be->to_host(s->hunit, at, sizeof(float) * s->shard_n[u]);
+    s->hunit_k = (int)k;
+    s->hunit_u = u;
+    return s->hunit;
+}
+void store_unit_put(param_store *s) {
+    if (s->hunit_u < 0) return;
+    int u = s->hunit_u;
+    s->be->to_dev(s->slab[s->hunit_k] + s->shard_off[u], s->hunit, sizeof(float) * s->shard_n[u]);
 }
 float *store_dev_slab(param_store *s, store_slab_kind k) {
     settle(s);
-    return s->slab[k] ? dev(s, k) : NULL;
+    return s->slab[k];
 }
 
 void store_owned(const param_store *s, int u, size_t *g0, size_t *g1) {
@@ -246,11 +245,11 @@ void store_owned(const param_store *s, int u, size_t *g0, size_t *g1) {
     *g1 = s->unit_off[u] + b;
 }
 
-float *store_at(const param_store *s, float *slab, int u, size_t g) {
+float *store_at(const param_store *s, float *slab, float *unit, int u, size_t g) {
     size_t g0, g1;
     store_owned(s, u, &g0, &g1);
     UP_CHECK(g >= g0 && g <= g1, "offset %zu is not in this rank's shard of unit %d", g, u);
-    return slab + s->shard_off[u] + (g - g0);
+    return (unit ? unit : slab + s->shard_off[u]) + (g - g0);
 }
 
 /* ---- a pass: acquire, gradients, release ---------------------------------------------------- */
@@ -337,7 +336,7 @@ static void prefetch(param_store *s, int u) {
     }
     size_t own_b = mem_dtype_bytes(s->wtype, (size_t)s->rank * n);
     void *own = (char *)s->slot[k] + own_b;
-    view_fill(s, own, dev(s, STORE_PARAMS) + s->shard_off[u], n);
+    view_fill(s, own, s->slab[STORE_PARAMS] + s->shard_off[u], n);
     if (s->R == 1) return;
     void *full = s->slot[k];
     if (s->hgather[k]) { /* staged: the shard out, gathered in host memory (in at the wait) */
@@ -349,7 +348,7 @@ static void prefetch(param_store *s, int u) {
 }
 
 void *store_acquire(param_store *s, int u) {
-    if (!s->slot[0]) return dev(s, STORE_PARAMS) + s->shard_off[u]; /* unsharded fp32 */
+    if (!s->slot[0]) return s->slab[STORE_PARAMS] + s->shard_off[u]; /* unsharded fp32 */
     prefetch(s, u);                    /* started already when the walk expected u */
     if (!s->walking || u == s->next) { /* on the walk: the next unit's gather starts now */
         s->walking = 1;
@@ -388,7 +387,7 @@ float *store_grads(param_store *s, int u) {
         s->dgrad_unit = u;
         return s->dgrad[s->dgrad_k];
     }
-    if (s->R == 1) return dev(s, STORE_GRADS) + s->shard_off[u];
+    if (s->R == 1) return s->slab[STORE_GRADS] + s->shard_off[u];
     if (u == s->tied_unit) return s->tied_gradbuf; /* holds the LM head's part already */
     s->be->zero_f32(s->gradbuf, s->shard_n[u] * (size_t)s->R);
     return s->gradbuf;
@@ -416,7 +415,7 @@ void store_release(param_store *s, int u) {
     if (s->R == 1) return;
     const float *g = u == s->tied_unit ? s->tied_gradbuf : s->gradbuf;
     size_t n = s->shard_n[u];
-    float *shard = dev(s, STORE_GRADS) + s->shard_off[u];
+    float *shard = s->slab[STORE_GRADS] + s->shard_off[u];
     if (!s->hfull) {
         fsdp_reduce_add(s->comm, g, s->rs_tmp, s->rs_recv, shard, n, u);
         return;
@@ -429,12 +428,13 @@ void store_release(param_store *s, int u) {
     s->be->to_dev(shard, s->hshard, sizeof(float) * n);
 }
 
-const float *store_gather_slab(param_store *s, const float *slab, int u) {
-    if (s->R == 1) return slab + s->shard_off[u];
+const float *store_gather_unit(param_store *s, store_slab_kind k, int u) {
+    const float *own = store_unit_host(s, k, u);
+    if (s->R == 1) return own;
     size_t n = s->shard_n[u];
     float *full = s->hfull ? s->hfull : s->gradbuf; /* host memory, free outside a backward */
     UP_CHECK(full, "store: a sharded save needs the gradient buffers (a training store)");
-    memcpy(full + (size_t)s->rank * n, slab + s->shard_off[u], sizeof(float) * n);
+    memcpy(full + (size_t)s->rank * n, own, sizeof(float) * n);
     fsdp_gather_now(s->comm, full, n, MEM_DTYPE_F32);
     return full;
 }
@@ -443,7 +443,6 @@ const float *store_gather_slab(param_store *s, const float *slab, int u) {
 
 void store_zero_grads(param_store *s) {
     settle(s);
-    s->host_current[STORE_GRADS] = 0; /* all of it overwritten */
     s->opt_be->zero_f32(s->slab[STORE_GRADS], s->nshard);
     if (s->unit_zero) memset(s->unit_zero, 1, (size_t)s->nunits);
 }
@@ -457,7 +456,7 @@ void store_reduce_grads(param_store *s) {
     }
     /* staged: piece by piece through host memory (each element's sum is the same whatever the
      * piece: comm.h) */
-    float *g = dev(s, STORE_GRADS);
+    float *g = s->slab[STORE_GRADS];
     for (size_t i = 0; i < s->nshard; i += COMM_REDUCE_CHUNK) {
         size_t m = s->nshard - i < COMM_REDUCE_CHUNK ? s->nshard - i : COMM_REDUCE_CHUNK;
         s->be->to_host(s->hreduce, g + i, sizeof(float) * m);
@@ -468,7 +467,7 @@ void store_reduce_grads(param_store *s) {
 
 double store_grad_sumsq(param_store *s) {
     settle(s);
-    double sq = s->opt_be->sum_squares(dev(s, STORE_GRADS), s->nshard);
+    double sq = s->opt_be->sum_squares(s->slab[STORE_GRADS], s->nshard);
     if (s->R > 1) comm_sum_double(s->comm, &sq); /* shards: the norm of the whole gradient */
     return sq;
 }

@@ -58,22 +58,27 @@ void store_free(param_store *s);
 int store_sharded(const param_store *s);
 /* Floats of one slab on this rank (its shards, or the full layout). */
 size_t store_floats(const param_store *s);
-/* The slab of kind k (NULL for grads and moments without grads), in host memory, for reading
- * and writing files. On a device backend the slabs live on the device and the host holds a copy
- * kept coherent lazily: this call brings the host copy up to date and marks it the current one,
- * and the next device use (acquire, grads, the optimizer side, store_dev_slab) copies it back. */
-float *store_slab(param_store *s, store_slab_kind k);
+/* Unit u's kept part of slab k in host memory (its shard_n floats: the kept range, then the
+ * shard's zero padding), for files and the host's init; NULL for grads and moments without
+ * grads. Where the slabs are host memory (the CPU backend, or offloaded) it is the slab's own
+ * place; on a device it is one host buffer of the largest unit's size (not a copy of the slabs:
+ * DESIGN.md §11), filled from the device here, valid until the next call, and written back by
+ * store_unit_put. */
+float *store_unit_host(param_store *s, store_slab_kind k, int u);
+/* The unit store_unit_host handed out last, changed on the host, back into the device's slab
+ * (nothing where it was the slab's own place). */
+void store_unit_put(param_store *s);
 /* The backend the slabs live on and the optimizer side runs on: the store's, or the CPU's when
  * the optimizer is offloaded. */
 const backend_ops *store_opt_backend(const param_store *s);
 /* The slab of kind k where the optimizer side reads it (store_opt_backend's space: the host slab
- * itself on the CPU backend or offloaded), current there (brought back from the host copy
- * first if that was written). */
+ * itself on the CPU backend or offloaded), with every copy to and from it done. */
 float *store_dev_slab(param_store *s, store_slab_kind k);
 /* Global (full-layout) range [g0, g1) of unit u that this rank keeps (all of it unsharded). */
 void store_owned(const param_store *s, int u, size_t *g0, size_t *g1);
-/* Where the kept global offset g of unit u lives in a slab. */
-float *store_at(const param_store *s, float *slab, int u, size_t g);
+/* Where the kept global offset g of unit u lives in a slab (unit: NULL), or in unit u's part
+ * (unit: what store_unit_host returned for u; slab ignored). */
+float *store_at(const param_store *s, float *slab, float *unit, int u, size_t g);
 
 /* Starts a pass. Forward: forgets what the gather slots hold (the optimizer changed the slabs)
  * and zeroes the tied unit's gradient buffer. Backward: keeps them (the forward's last units are
@@ -88,10 +93,10 @@ float *store_grads(param_store *s, int u);
 /* Unit u's gradients are complete for this pass: sharded, reduce-scattered and added to this
  * rank's shard (accumulates over micro-batches). Collective when sharded. */
 void store_release(param_store *s, int u);
-/* Unit u's full contents of slab (params or grads, fp32), for a save: its place in the slab, or
- * gathered into the gradient buffer (a training store only), valid until the next call.
- * Collective when sharded. */
-const float *store_gather_slab(param_store *s, const float *slab, int u);
+/* Unit u's full contents of slab k (params or grads, fp32) in host memory, for a save: its
+ * store_unit_host part, or gathered into a host buffer (a training store only), valid until the
+ * next call. Collective when sharded. */
+const float *store_gather_unit(param_store *s, store_slab_kind k, int u);
 
 /* grads := 0. */
 void store_zero_grads(param_store *s);

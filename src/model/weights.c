@@ -26,18 +26,35 @@ int model_owned_part(const model *m, int t, size_t *i0, size_t *i1) {
     return 1;
 }
 
-/* Element i0 of tensor t in slab, a slab of the store. */
-static float *part_of(model *m, float *slab, int t, size_t i0) {
-    const param_tensor *pt = &model_table(m)->tensors[t];
-    return store_at(model_store(m), slab, pt->unit, pt->offset + i0);
-}
-
-float *model_tensor_part(model *m, store_slab_kind k, int t, size_t i0) {
-    return part_of(m, store_slab(model_store(m), k), t, i0);
-}
-
 float *model_tensor_dev_part(model *m, store_slab_kind k, int t, size_t i0) {
-    return part_of(m, store_dev_slab(model_store(m), k), t, i0);
+    const param_tensor *pt = &model_table(m)->tensors[t];
+    return store_at(model_store(m), store_dev_slab(model_store(m), k), NULL, pt->unit,
+                    pt->offset + i0);
+}
+
+/* The tensors in order, unit by unit, in host memory (store_unit_host): element i0 of tensor t
+ * of slab k, the unit before written back when t opens another (host_parts_end: the last). */
+typedef struct {
+    model *m;
+    store_slab_kind k;
+    int u;      /* the unit held, -1: none */
+    float *buf; /* its host part */
+} host_parts;
+
+static float *host_part(host_parts *h, int t, size_t i0) {
+    const param_tensor *pt = &model_table(h->m)->tensors[t];
+    param_store *ps = model_store(h->m);
+    if (pt->unit != h->u) {
+        if (h->u >= 0) store_unit_put(ps);
+        h->u = pt->unit;
+        h->buf = store_unit_host(ps, h->k, h->u);
+    }
+    return store_at(ps, NULL, h->buf, pt->unit, pt->offset + i0);
+}
+
+static void host_parts_end(host_parts *h) {
+    if (h->u >= 0) store_unit_put(model_store(h->m));
+    h->u = -1;
 }
 
 /* splitmix64: a counter-based generator, so element i of tensor t is the same whatever the
@@ -55,12 +72,13 @@ static double unit_open(uint64_t x) {
 
 void model_init_random(model *m, uint64_t seed) {
     const double two_pi = 6.283185307179586;
+    host_parts h = {m, STORE_PARAMS, -1, NULL};
     for (int t = 0; t < model_ntensors(m); t++) {
         const param_tensor *pt = &model_table(m)->tensors[t];
         /* only this rank's part of the tensor: elements [i0, i1) */
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
-        float *p = model_tensor_part(m, STORE_PARAMS, t, i0) - i0;
+        float *p = host_part(&h, t, i0) - i0;
         if (pt->ndim == 1) {
             for (size_t i = i0; i < i1; i++)
                 p[i] = 1.0f;
@@ -76,6 +94,7 @@ void model_init_random(model *m, uint64_t seed) {
             p[i] = (float)(std * sqrt(-2.0 * log(u1)) * cos(two_pi * u2));
         }
     }
+    host_parts_end(&h);
 }
 
 /* "2, 3" from a shape. */
@@ -94,51 +113,61 @@ static size_t first_nonfinite(const float *x, size_t n) {
     return n;
 }
 
+/* model_read_owned's tensor t. */
+static int read_tensor(host_parts *h, int t, const st_set *set, const char *prefix, char *name,
+                       size_t namelen, char *err, size_t errlen) {
+    model *m = h->m;
+    const param_tensor *pt = &model_table(m)->tensors[t];
+    snprintf(name, namelen, "%s%s", prefix, pt->name);
+    const st_file *f;
+    const st_tensor *st = st_set_find(set, name, &f);
+    if (!st)
+        return up_errf(err, errlen, set->origin,
+                       "tensor %s is missing: the file does not "
+                       "match the config (or is not an HF Llama checkpoint)",
+                       name);
+    int ok = st->ndim == pt->ndim && st->shape[0] == pt->shape[0] &&
+             (pt->ndim == 1 || st->shape[1] == pt->shape[1]);
+    if (!ok) {
+        char got[128], want[64];
+        fmt_shape(got, sizeof got, st->shape, st->ndim);
+        fmt_shape(want, sizeof want, pt->shape, pt->ndim);
+        return up_errf(err, errlen, set->origin,
+                       "tensor %s has shape [%s] but the config "
+                       "needs [%s]: use the config.json that belongs to these weights",
+                       name, got, want);
+    }
+    size_t i0, i1;
+    if (!model_owned_part(m, t, &i0, &i1)) return 0; /* FSDP: keep only this rank's shard */
+    float *dst = host_part(h, t, i0);
+    if (st_read_f32(f, st, i0, i1 - i0, dst, err, errlen) != 0) return -1;
+    size_t bad = first_nonfinite(dst, i1 - i0);
+    if (bad < i1 - i0) {
+        char where[96];
+        size_t idx = i0 + bad; /* in the whole tensor */
+        if (pt->ndim == 2)
+            snprintf(where, sizeof where, "row %zu, column %zu", idx / (size_t)pt->shape[1],
+                     idx % (size_t)pt->shape[1]);
+        else
+            snprintf(where, sizeof where, "element %zu", idx);
+        return up_errf(err, errlen, set->origin,
+                       "tensor %s at %s is %g: the file holds "
+                       "NaN/Inf; use a checkpoint from before the divergence, or repair the "
+                       "weights",
+                       name, where, (double)dst[bad]);
+    }
+    return 0;
+}
+
 int model_read_owned(model *m, store_slab_kind k, const st_set *set, const char *prefix, char *err,
                      size_t errlen) {
     char name[PARAM_NAME_MAX + 32];
-    for (int t = 0; t < model_ntensors(m); t++) {
-        const param_tensor *pt = &model_table(m)->tensors[t];
-        snprintf(name, sizeof name, "%s%s", prefix, pt->name);
-        const st_file *f;
-        const st_tensor *st = st_set_find(set, name, &f);
-        if (!st)
-            return up_errf(err, errlen, set->origin,
-                           "tensor %s is missing: the file does not "
-                           "match the config (or is not an HF Llama checkpoint)",
-                           name);
-        int ok = st->ndim == pt->ndim && st->shape[0] == pt->shape[0] &&
-                 (pt->ndim == 1 || st->shape[1] == pt->shape[1]);
-        if (!ok) {
-            char got[128], want[64];
-            fmt_shape(got, sizeof got, st->shape, st->ndim);
-            fmt_shape(want, sizeof want, pt->shape, pt->ndim);
-            return up_errf(err, errlen, set->origin,
-                           "tensor %s has shape [%s] but the config "
-                           "needs [%s]: use the config.json that belongs to these weights",
-                           name, got, want);
-        }
-        size_t i0, i1;
-        if (!model_owned_part(m, t, &i0, &i1)) continue; /* FSDP: keep only this rank's shard */
-        float *dst = model_tensor_part(m, k, t, i0);
-        if (st_read_f32(f, st, i0, i1 - i0, dst, err, errlen) != 0) return -1;
-        size_t bad = first_nonfinite(dst, i1 - i0);
-        if (bad < i1 - i0) {
-            char where[96];
-            size_t idx = i0 + bad; /* in the whole tensor */
-            if (pt->ndim == 2)
-                snprintf(where, sizeof where, "row %zu, column %zu", idx / (size_t)pt->shape[1],
-                         idx % (size_t)pt->shape[1]);
-            else
-                snprintf(where, sizeof where, "element %zu", idx);
-            return up_errf(err, errlen, set->origin,
-                           "tensor %s at %s is %g: the file holds "
-                           "NaN/Inf; use a checkpoint from before the divergence, or repair the "
-                           "weights",
-                           name, where, (double)dst[bad]);
-        }
-    }
-    return 0;
+    host_parts h = {m, k, -1, NULL};
+    int rc = 0;
+    for (int t = 0; t < model_ntensors(m) && rc == 0; t++)
+        rc = read_tensor(&h, t, set, prefix, name, sizeof name, err, errlen);
+    host_parts_end(&h); /* what was read is on the device, a failure or not */
+    return rc;
 }
 
 /* The first tensor of set that is not one of the model's (HF names, no prefix), or NULL. Every
@@ -198,11 +227,10 @@ st_entry *model_st_entries(const model *m, int nslabs, const char *const *prefix
 int model_write_owned(model *m, store_slab_kind k, uint64_t data_off, model_range_fn write,
                       void *ctx) {
     param_store *ps = model_store(m);
-    float *slab = store_slab(ps, k);
     for (int u = 0; u < model_table(m)->nunits; u++) {
         size_t g0, g1;
         store_owned(ps, u, &g0, &g1); /* contiguous in the full layout and in the shard */
-        if (g1 > g0 && write(ctx, store_at(ps, slab, u, g0), (g1 - g0) * sizeof(float),
+        if (g1 > g0 && write(ctx, store_unit_host(ps, k, u), (g1 - g0) * sizeof(float),
                              data_off + (uint64_t)g0 * sizeof(float)) != 0)
             return -1;
     }
@@ -222,7 +250,7 @@ size_t model_owned_floats(const model *m) {
  * in the gathers, rank 0 writes). */
 typedef struct {
     model *m;
-    const float *slab;
+    store_slab_kind k;
     int unit;
 } save_source;
 
@@ -231,13 +259,13 @@ static int save_next(void *ctx, const float **chunk, size_t *count) {
     const param_table *pt = model_table(src->m);
     if (src->unit >= pt->nunits) return -1;
     int u = src->unit++;
-    *chunk = store_gather_slab(model_store(src->m), src->slab, u);
+    *chunk = store_gather_unit(model_store(src->m), src->k, u);
     *count = pt->unit_off[u + 1] - pt->unit_off[u];
     return 0;
 }
 
-static void save_slab(model *m, const float *slab, const char *path, mem_dtype file_dtype) {
-    save_source src = {m, slab, 0};
+static void save_slab(model *m, store_slab_kind k, const char *path, mem_dtype file_dtype) {
+    save_source src = {m, k, 0};
     if (model_comm(m)->rank != 0) {
         /* the other ranks only take part in rank 0's gathers, in the same order */
         const float *chunk;
@@ -264,8 +292,8 @@ static void save_slab(model *m, const float *slab, const char *path, mem_dtype f
 }
 
 void model_save_params(model *m, const char *path, mem_dtype file_dtype) {
-    save_slab(m, store_slab(model_store(m), STORE_PARAMS), path, file_dtype);
+    save_slab(m, STORE_PARAMS, path, file_dtype);
 }
 void model_save_grads(model *m, const char *path) {
-    save_slab(m, store_slab(model_store(m), STORE_GRADS), path, MEM_DTYPE_F32);
+    save_slab(m, STORE_GRADS, path, MEM_DTYPE_F32);
 }

@@ -86,6 +86,12 @@ got = {k: (dev if k[0] == "device" else pin)[k[1]] for k in want}
 bad = [f"{k}: {got[k]} want {want[k]}" for k in want if got[k] != want[k]]
 if a["device_categories"]["optimizer"] != 2 * 4 * n:
     bad.append(f"plain plan's device optimizer {a['device_categories']['optimizer']} != {2 * 4 * n}")
+# the plain plan holds no host copy of the slabs: its host memory sees one unit at a time (the
+# largest, the embedding, in workspace)
+for c in ("params", "grads", "optimizer"):
+    h = a["categories"][c] - a["device_categories"][c] - a["pinned_categories"][c]
+    if h:
+        bad.append(f"plain plan: {h} bytes of {c} in host memory")
 if not b["device_peak_bytes"] < a["device_peak_bytes"]:
     bad.append("the device peak did not fall")
 if bad:

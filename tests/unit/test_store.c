@@ -50,12 +50,13 @@ static long check_case(comm_ctx *c, int sharded, int tied, mem_dtype wt, int off
     param_store *s = store_init(c, &sp);
     long errors = 0;
     errors += store_sharded(s) != (R > 1);
-    float *params = store_slab(s, STORE_PARAMS);
     for (int u = 0; u < nunits; u++) { /* every rank fills what it keeps */
         size_t g0, g1;
         store_owned(s, u, &g0, &g1);
+        float *p = store_unit_host(s, STORE_PARAMS, u);
         for (size_t g = g0; g < g1; g++)
-            *store_at(s, params, u, g) = param_of(g);
+            *store_at(s, NULL, p, u, g) = param_of(g);
+        store_unit_put(s);
     }
     store_zero_grads(s);
     for (int pass = 0; pass < 2; pass++) { /* gradients accumulate over micro-batches */
@@ -82,27 +83,29 @@ static long check_case(comm_ctx *c, int sharded, int tied, mem_dtype wt, int off
         }
     }
     /* sharded: the sum over the ranks, twice; unsharded: this rank's own, twice */
-    float *grads = store_slab(s, STORE_GRADS);
     double sumsq = 0;
     for (int u = 0; u < nunits; u++) {
         size_t g0, g1;
         store_owned(s, u, &g0, &g1);
         float mult = R > 1 ? (float)(R * (R + 1) / 2) : (float)(rank + 1);
+        float *q = store_unit_host(s, STORE_GRADS, u);
         for (size_t g = g0; g < g1; g++) {
             float want = 2 * mult * grad_of(g);
-            errors += *store_at(s, grads, u, g) != want;
+            errors += *store_at(s, NULL, q, u, g) != want;
             sumsq += (double)want * want;
         }
         /* the padding of the shard (past g1) stays zero in every slab */
         size_t n = unit_off[u + 1] - unit_off[u], kept = R > 1 ? (n + R - 1) / R : n;
-        float *p = store_at(s, params, u, g0), *q = store_at(s, grads, u, g0);
         for (size_t i = g1 - g0; i < kept; i++)
-            errors += p[i] != 0 || q[i] != 0;
+            errors += q[i] != 0;
+        float *p = store_unit_host(s, STORE_PARAMS, u);
+        for (size_t i = g1 - g0; i < kept; i++)
+            errors += p[i] != 0;
     }
     if (R > 1) MPI_Allreduce(MPI_IN_PLACE, &sumsq, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     errors += fabs(store_grad_sumsq(s) - sumsq) > 1e-9 * sumsq; /* summed in another order */
     for (int u = 0; u < nunits; u++) { /* a save's units, whole on every rank */
-        const float *full = store_gather_slab(s, params, u);
+        const float *full = store_gather_unit(s, STORE_PARAMS, u);
         for (size_t g = unit_off[u]; g < unit_off[u + 1]; g++)
             errors += full[g - unit_off[u]] != param_of(g);
     }
