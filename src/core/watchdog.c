@@ -22,6 +22,7 @@ static double g_phase_t0;                          /* main thread only: when the
 static _Atomic double g_longest[WATCHDOG_NPHASES]; /* [WATCHDOG_STEP]: after the first */
 static _Atomic double g_first_step;                /* this process's first step, 0: not done */
 static atomic_int g_polled;                        /* the main thread polls its wait */
+static atomic_int g_device;                        /* the wait is for a GPU */
 static _Atomic double g_again; /* watchdog_wait_again's floor for the polled wait, 0: none */
 /* A polled wait past its limit: the mark of the wait (a wait entered later is not overdue), the
  * seconds it had waited and its limit when the thread saw it */
@@ -52,9 +53,15 @@ void watchdog_enter(const char *where, const char *what) {
     atomic_store(&g_mark, now_s());
 }
 
+void watchdog_enter_device(const char *what) {
+    atomic_store(&g_device, 1);
+    watchdog_enter("the GPU", what);
+}
+
 void watchdog_leave(void) {
     atomic_store(&g_where, NULL);
     atomic_store(&g_polled, 0);
+    atomic_store(&g_device, 0);
     atomic_store(&g_mark, now_s());
 }
 
@@ -134,12 +141,13 @@ static void *watch(void *arg) {
         double mark = atomic_load(&g_mark);
         int p = atomic_load(&g_phase);
         const char *where = atomic_load(&g_where), *what = atomic_load(&g_what);
-        int polled = atomic_load(&g_polled);
+        int polled = atomic_load(&g_polled), device = atomic_load(&g_device);
         double again = atomic_load(&g_again);
         double longest[WATCHDOG_NPHASES], first = atomic_load(&g_first_step);
         for (int i = 0; i < WATCHDOG_NPHASES; i++)
             longest[i] = atomic_load(&g_longest[i]);
-        double limit = watchdog_limit((watchdog_phase)p, where != NULL, g_floor, first, longest);
+        double limit =
+            watchdog_limit((watchdog_phase)p, where != NULL && !device, g_floor, first, longest);
         if (where && polled && again > limit) limit = again; /* reset with each polled wait */
         double idle = now_s() - mark;
         if (limit < 0 || idle <= limit || mark != atomic_load(&g_mark)) continue;
@@ -151,7 +159,9 @@ static void *watch(void *arg) {
             continue;
         }
         char in[160], ph[96];
-        if (where) { /* the MPI routine: the call's text up to its '(' */
+        if (where && device) {
+            snprintf(in, sizeof in, "%s (waiting for %.100s)", where, what);
+        } else if (where) { /* the MPI routine: the call's text up to its '(' */
             size_t n = strcspn(what, "(");
             snprintf(in, sizeof in, "%s (%.*s)", where, (int)(n < 60 ? n : 60), what);
         } else {
@@ -162,9 +172,11 @@ static void *watch(void *arg) {
         int len =
             snprintf(msg, sizeof msg,
                      "upipe: error (rank %d): watchdog: %s has waited %.1f s in %s (limit "
-                     "%.1f s; the longest step so far took %.2f s): a rank is stalled or a "
-                     "collective hangs; stopping the job (--watchdog sets the floor, now %g s)\n",
-                     up_rank(), ph, idle, in, limit, max2(first, longest[WATCHDOG_STEP]), g_floor);
+                     "%.1f s; the longest step so far took %.2f s): %s; stopping the job "
+                     "(--watchdog sets the floor, now %g s)\n",
+                     up_rank(), ph, idle, in, limit, max2(first, longest[WATCHDOG_STEP]),
+                     device ? "a GPU kernel or copy hangs" : "a rank is stalled or a collective hangs",
+                     g_floor);
         if (write(2, msg, (size_t)len) < 0) { /* nothing more to do */
         }
         up_run_on_stop(); /* the trace so far, closed (its writer takes no lock) */

@@ -58,6 +58,11 @@ void watchdog_phase_enter(watchdog_phase p, long step);
  * MPI routine; both static strings) and left. Cheap. */
 void watchdog_enter(const char *where, const char *what);
 void watchdog_leave(void);
+/* The main thread waits for a GPU (the CUDA backend's synchronisations, through backend.h's
+ * set_wait_hooks): what names the op it waits for (e.g. "the backward at layer 3"; the caller's
+ * buffer, unchanged until watchdog_leave). Judged as computation (a hung kernel in a step after
+ * the first is named with its op; before that a long first step is never taken for a hang). */
+void watchdog_enter_device(const char *what);
 /* The same for a wait the main thread completes by testing in a loop: past its limit the thread
  * flags it instead of stopping the process. watchdog_overdue, cheap enough for every turn of the
  * loop: 1 when the wait entered last has passed its limit (idle: seconds since it began, limit:

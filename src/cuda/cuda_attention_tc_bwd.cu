@@ -414,7 +414,7 @@ float *scratch(size_t bytes) {
     if (bytes <= g_scr_n) return g_scr;
     size_t mib = (size_t)1 << 20, want = (bytes + mib - 1) / mib * mib;
     if (g_scr) {
-        CU_CHECK(cudaStreamSynchronize(cu_stream)); /* ops issued may still read the old one */
+        cu_wait_stream(cu_stream); /* ops issued may still read the old one */
         CU_CHECK(cudaFree(g_scr));
         g_scr = NULL;
         g_scr_n = 0;

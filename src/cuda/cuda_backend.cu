@@ -30,10 +30,69 @@ static struct {
     long step;
 } cu_where = {"", -1, -1};
 
+/* UPIPE_CUDA_TEST_HANG=S (tests/scripts/gpu.sh only): the backward of step S starts with a kernel
+ * that never ends, for the watchdog to find (-1: off). */
+static long cu_test_hang = -1;
+__global__ void k_hang(volatile int *flag) {
+    while (!*flag) {
+    }
+}
+
 static void cu_set_where(const char *what, int layer, long step) {
     snprintf(cu_where.what, sizeof cu_where.what, "%s", what ? what : "");
     cu_where.layer = layer;
     cu_where.step = step;
+    if (cu_test_hang >= 0 && step == cu_test_hang && !strcmp(cu_where.what, "the backward")) {
+        cu_test_hang = -1;
+        void *flag = NULL; /* zeroed, never set */
+        CU_CHECK(cudaMalloc(&flag, sizeof(int)));
+        CU_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), cu_stream));
+        k_hang<<<1, 1, 0, cu_stream>>>((volatile int *)flag);
+        CU_LAUNCHED("k_hang");
+    }
+}
+
+/* ---- the host's waits, marked for the watchdog ------------------------------------------------
+ */
+
+static void (*cu_wait_begin)(const char *what);
+static void (*cu_wait_end)(void);
+static char cu_wait_what[128];
+
+static void cu_set_wait_hooks(void (*begin)(const char *what), void (*end)(void)) {
+    cu_wait_begin = begin;
+    cu_wait_end = end;
+}
+
+static void wait_mark(void) {
+    if (!cu_wait_begin) return;
+    if (cu_where.layer >= 0)
+        snprintf(cu_wait_what, sizeof cu_wait_what, "%s at layer %d", cu_where.what,
+                 cu_where.layer);
+    else
+        snprintf(cu_wait_what, sizeof cu_wait_what, "%s", cu_where.what[0] ? cu_where.what : "an op");
+    cu_wait_begin(cu_wait_what);
+}
+
+void cu_wait_stream(cudaStream_t s) {
+    wait_mark();
+    cudaError_t e = cudaStreamSynchronize(s);
+    if (cu_wait_end) cu_wait_end();
+    if (e != cudaSuccess) cu_fail("cudaStreamSynchronize", cudaGetErrorString(e), __FILE__, __LINE__);
+}
+
+void cu_wait_event(cudaEvent_t ev) {
+    wait_mark();
+    cudaError_t e = cudaEventSynchronize(ev);
+    if (cu_wait_end) cu_wait_end();
+    if (e != cudaSuccess) cu_fail("cudaEventSynchronize", cudaGetErrorString(e), __FILE__, __LINE__);
+}
+
+void cu_wait_device(void) {
+    wait_mark();
+    cudaError_t e = cudaDeviceSynchronize();
+    if (cu_wait_end) cu_wait_end();
+    if (e != cudaSuccess) cu_fail("cudaDeviceSynchronize", cudaGetErrorString(e), __FILE__, __LINE__);
 }
 
 void cu_fail(const char *op, const char *what, const char *file, int line) {
@@ -57,7 +116,7 @@ void *cu_scratch_grow(void **buf, size_t *have, size_t bytes) {
     if (bytes <= *have) return *buf;
     size_t mib = (size_t)1 << 20, want = (bytes + mib - 1) / mib * mib;
     if (*buf) {
-        CU_CHECK(cudaStreamSynchronize(cu_stream));
+        cu_wait_stream(cu_stream);
         CU_CHECK(cudaFree(*buf));
         *buf = NULL;
         *have = 0;
@@ -104,13 +163,13 @@ static void *cu_alloc(size_t bytes) {
         return NULL;
     }
     CU_CHECK(cudaMemsetAsync(p, 0, bytes, cu_stream));
-    CU_CHECK(cudaStreamSynchronize(cu_stream));
+    cu_wait_stream(cu_stream);
     return p;
 }
 
 static void cu_free(void *p) {
     if (!p) return;
-    CU_CHECK(cudaStreamSynchronize(cu_stream));
+    cu_wait_stream(cu_stream);
     CU_CHECK(cudaFree(p));
 }
 
@@ -132,13 +191,13 @@ static void cu_free_pinned(void *p) {
 static void cu_to_dev(void *dst, const void *host_src, size_t bytes) {
     if (!bytes) return;
     CU_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cu_stream));
-    CU_CHECK(cudaStreamSynchronize(cu_stream));
+    cu_wait_stream(cu_stream);
 }
 
 static void cu_to_host(void *host_dst, const void *src, size_t bytes) {
     if (!bytes) return;
     CU_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cu_stream));
-    CU_CHECK(cudaStreamSynchronize(cu_stream));
+    cu_wait_stream(cu_stream);
 }
 
 /* ---- the copy queue: its own stream, an event per tag -------------------------------------- */
@@ -192,11 +251,11 @@ static void cu_copy_wait(int tag) {
     CU_CHECK(cudaStreamWaitEvent(cu_stream, tag_event(tag), 0));
 }
 static void cu_copy_sync(int tag) {
-    CU_CHECK(cudaEventSynchronize(tag_event(tag)));
+    cu_wait_event(tag_event(tag));
 }
 
 static void cu_sync(void) {
-    CU_CHECK(cudaDeviceSynchronize());
+    cu_wait_device();
 }
 
 static void cu_mem_info(size_t *free_b, size_t *total) {
@@ -288,7 +347,7 @@ static void table_fill(backend_ops *o) {
     o->copy_mark = cu_copy_mark;
     o->copy_sync = cu_copy_sync;
     o->mem_info = cu_mem_info, o->describe = cu_describe, o->module_bytes = cu_module_bytes;
-    o->set_where = cu_set_where;
+    o->set_where = cu_set_where, o->set_wait_hooks = cu_set_wait_hooks;
     o->workspace_floats = cu_workspace_floats;
     o->zero = cu_zero, o->copy = cu_copy, o->add = cu_add, o->copy_rows = cu_copy_rows;
     o->matmul_forward = cu_matmul_forward, o->matmul_backward = cu_matmul_backward;
@@ -393,13 +452,15 @@ upipe_backend_cuda(char *err, size_t errlen) {
     if (count <= 0) return NULL;
     int dev = device_pick(count, err, errlen);
     if (dev < 0 || !module_start(dev, err, errlen)) return NULL;
+    long hang = env_index("UPIPE_CUDA_TEST_HANG");
+    if (hang >= 0) cu_test_hang = hang;
     const char *tf = getenv("UPIPE_TF32");
     cu_tf32 = tf && strcmp(tf, "1") == 0;
     describe_build(dev);
     cu_gemm_init();
     cu_elem_init();
     cu_attention_init();
-    CU_CHECK(cudaStreamSynchronize(cu_stream));
+    cu_wait_stream(cu_stream);
     table_fill(&cu_ops);
     cu_ops.peak_flops = cu_peak;
     cu_ops.device = dev;

@@ -37,7 +37,7 @@ void *host_buf() {
 void *to_host(const void *src, size_t bytes) {
     void *h = host_buf();
     CU_CHECK(cudaMemcpyAsync(h, src, bytes, cudaMemcpyDeviceToHost, cu_stream));
-    CU_CHECK(cudaStreamSynchronize(cu_stream));
+    cu_wait_stream(cu_stream);
     return h;
 }
 

@@ -41,6 +41,12 @@ void cu_fail(const char *op, const char *what, const char *file, int line);
     } while (0)
 const char *cublasLt_status_name(cublasStatus_t s);
 
+/* The host's waits for the GPU: the stream, an event, the whole device; each marked for upipe's
+ * watchdog (backend.h's set_wait_hooks) with the op set_where named, so a hung kernel is named. */
+void cu_wait_stream(cudaStream_t s);
+void cu_wait_event(cudaEvent_t e);
+void cu_wait_device(void);
+
 /* bf16 of dtype.h (round to nearest even; zero and denormals to a signed zero; NaN kept quiet):
  * the same bits as the CPU's bf16_round, on the device. */
 __device__ __forceinline__ uint16_t cu_bf16_round(float x) {

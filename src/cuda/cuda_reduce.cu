@@ -391,7 +391,7 @@ void cu_cross_entropy_rows(const float *logits, const int32_t *targets, int N, i
     if (pred)
         CU_CHECK(cudaMemcpyAsync(pred, dpred, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                  cu_stream));
-    CU_CHECK(cudaStreamSynchronize(cu_stream));
+    cu_wait_stream(cu_stream);
 }
 
 /* backend.h's BACKEND_SUMSQ order: the chunks (a warp each), their groups (a thread each), then

@@ -3,6 +3,8 @@
  * module is libupipe_cuda.so beside the program, or the file UPIPE_CUDA_MODULE names. */
 #include "kernels/backend.h"
 
+#include "core/watchdog.h"
+
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,7 @@ static const backend_ops *load_cuda(char *err, size_t errlen) {
                  be->abi, BACKEND_ABI);
         return NULL;
     }
+    if (be->set_wait_hooks) be->set_wait_hooks(watchdog_enter_device, watchdog_leave);
     mem_set_space(MEM_SPACE_DEVICE, be->alloc, be->free);
     mem_set_space(MEM_SPACE_PINNED, be->alloc_pinned, be->free_pinned);
     return loaded = be;

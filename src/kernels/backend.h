@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BACKEND_ABI 3
+#define BACKEND_ABI 4
 
 typedef struct backend_ops backend_ops;
 
@@ -89,6 +89,10 @@ struct backend_ops {
     int device, devices;
     /* Names the op running for an error message (the layer and step): set by the model. */
     void (*set_where)(const char *what, int layer, long step);
+    /* Marks for the watchdog (core/watchdog.h): begin(what) before each wait of the host for the
+     * device (what: the op set_where named, the backend's buffer), end() after it; set by
+     * backend_load. NULL: the backend never waits (the CPU's). */
+    void (*set_wait_hooks)(void (*begin)(const char *what), void (*end)(void));
 
     /* ---- tensor ops: typed.h's contracts (t->dt the stored type) ------------------------------
      */
