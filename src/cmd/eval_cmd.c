@@ -391,6 +391,7 @@ int eval_main(int argc, char **argv) {
         report_check_mem_limit(&plan, &j->o.front);
         eval_run_job(j);
     }
+    front_release_device(&j->o.front, &j->comm);
     comm_free(&j->comm);
     shard_close(&j->shard);
     mask_close(&j->mask);

@@ -153,6 +153,10 @@ static int byte_count(size_t n) {
     return (int)n;
 }
 
+void comm_bcast_bytes(comm_ctx *c, int cp_group, void *buf, size_t n) {
+    MPI_CALL(MPI_Bcast(buf, byte_count(n), MPI_BYTE, 0, cp_group ? c->cp : c->world));
+}
+
 void comm_send_bytes(comm_ctx *c, const void *buf, size_t n, int dest, int tag) {
     MPI_Request q;
     MPI_CALL(MPI_Isend(buf, byte_count(n), MPI_BYTE, dest, tag, c->world, &q));

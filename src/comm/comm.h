@@ -91,6 +91,10 @@ typedef struct {
      * comm_init (or by UPIPE_COMM_STAGE=1 on the CPU: the same path, for the tests), not read by
      * comm itself. */
     int staged;
+    /* The exchanges go through NCCL instead (ranks with GPUs of their own): the backend's
+     * communicators of the world and of this rank's CP group (NULL: none), made by the front;
+     * parallel/ and model/ call the backend's coll_* ops with them. */
+    void *nccl_world, *nccl_cp;
 } comm_ctx;
 
 /* MPI_Init_thread for a command (not collective before it returns; MPI_Finalize is the
@@ -182,6 +186,10 @@ size_t comm_reduce_temp_bytes(const comm_ctx *c, size_t n);
 void comm_sum_double(comm_ctx *c, double *v);
 /* Sum of n doubles over the world, in place (evaluation statistics: counts and loss sums). */
 void comm_sum_doubles(comm_ctx *c, double *v, int n);
+
+/* Rank 0's n bytes to every rank of the world (cp_group 0) or of this rank's CP group (1), in
+ * place. Blocking: for start-up (e.g. an NCCL communicator's id). */
+void comm_bcast_bytes(comm_ctx *c, int cp_group, void *buf, size_t n);
 
 /* 1 when flag is non-zero on any rank of the world (a collective verdict). */
 int comm_any(comm_ctx *c, int flag);

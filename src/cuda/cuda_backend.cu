@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 cudaStream_t cu_stream;
 cublasLtHandle_t cu_lt;
@@ -76,7 +77,15 @@ static void wait_mark(void) {
 
 void cu_wait_stream(cudaStream_t s) {
     wait_mark();
-    cudaError_t e = cudaStreamSynchronize(s);
+    cudaError_t e;
+    if (cu_coll_live()) { /* NCCL's ops may be queued: a lost peer is an error to poll for */
+        while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+            cu_coll_poll();
+            usleep(50);
+        }
+    } else {
+        e = cudaStreamSynchronize(s);
+    }
     if (cu_wait_end) cu_wait_end();
     if (e != cudaSuccess) cu_fail("cudaStreamSynchronize", cudaGetErrorString(e), __FILE__, __LINE__);
 }
@@ -348,6 +357,10 @@ static void table_fill(backend_ops *o) {
     o->copy_sync = cu_copy_sync;
     o->mem_info = cu_mem_info, o->describe = cu_describe, o->module_bytes = cu_module_bytes;
     o->set_where = cu_set_where, o->set_wait_hooks = cu_set_wait_hooks;
+    o->coll_unique_id = cu_coll_unique_id, o->coll_init = cu_coll_init;
+    o->coll_destroy = cu_coll_destroy, o->coll_alltoall = cu_coll_alltoall;
+    o->coll_allgather = cu_coll_allgather, o->coll_reduce_scatter = cu_coll_reduce_scatter;
+    o->coll_allreduce = cu_coll_allreduce;
     o->workspace_floats = cu_workspace_floats;
     o->zero = cu_zero, o->copy = cu_copy, o->add = cu_add, o->copy_rows = cu_copy_rows;
     o->matmul_forward = cu_matmul_forward, o->matmul_backward = cu_matmul_backward;

@@ -44,6 +44,18 @@ const char *cublasLt_status_name(cublasStatus_t s);
 /* The host's waits for the GPU: the stream, an event, the whole device; each marked for upipe's
  * watchdog (backend.h's set_wait_hooks) with the op set_where named, so a hung kernel is named. */
 void cu_wait_stream(cudaStream_t s);
+/* NCCL (cuda_nccl.cu): the communicators alive, and a poll of their asynchronous errors that
+ * stops the run on one; the backend's coll_* ops. */
+int cu_coll_live(void);
+void cu_coll_poll(void);
+extern "C" int cu_coll_unique_id(void *id, char *err, size_t errlen);
+extern "C" void *cu_coll_init(const void *id, int nranks, int rank, char *err, size_t errlen);
+extern "C" void cu_coll_destroy(void *comm);
+extern "C" void cu_coll_alltoall(void *comm, const void *send, void *recv, size_t bytes,
+                                 int nranks);
+extern "C" void cu_coll_allgather(void *comm, void *full, size_t bytes, int rank);
+extern "C" void cu_coll_reduce_scatter(void *comm, const float *full, float *shard, size_t n);
+extern "C" void cu_coll_allreduce(void *comm, float *x, size_t n);
 void cu_wait_event(cudaEvent_t e);
 void cu_wait_device(void);
 

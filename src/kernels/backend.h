@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BACKEND_ABI 4
+#define BACKEND_ABI 5
 
 typedef struct backend_ops backend_ops;
 
@@ -93,6 +93,22 @@ struct backend_ops {
      * device (what: the op set_where named, the backend's buffer), end() after it; set by
      * backend_load. NULL: the backend never waits (the CPU's). */
     void (*set_wait_hooks)(void (*begin)(const char *what), void (*end)(void));
+    /* ---- collectives between ranks with GPUs of their own (NCCL, read on first use; NULL in
+     * the CPU's). coll_unique_id (on a group's first rank: BACKEND_COLL_ID_BYTES, sent to the
+     * others over MPI) and coll_init (every rank of the group, together) make a communicator;
+     * -1 / NULL with one line in err when NCCL is not there or fails. The ops run on the
+     * backend's stream after the ops before them (the host does not wait); the host's next
+     * wait polls the communicators and stops the run with NCCL's line when a peer is lost. */
+    int (*coll_unique_id)(void *id, char *err, size_t errlen);
+    void *(*coll_init)(const void *id, int nranks, int rank, char *err, size_t errlen);
+    void (*coll_destroy)(void *comm);
+    /* nranks blocks of bytes: block j of send to rank j, block j of recv from rank j */
+    void (*coll_alltoall)(void *comm, const void *send, void *recv, size_t bytes, int nranks);
+    /* in place: full holds the group's blocks of bytes, this rank's at rank * bytes */
+    void (*coll_allgather)(void *comm, void *full, size_t bytes, int rank);
+    /* shard (n) := the sum over the group of block rank of full (nranks * n), in NCCL's order */
+    void (*coll_reduce_scatter)(void *comm, const float *full, float *shard, size_t n);
+    void (*coll_allreduce)(void *comm, float *x, size_t n); /* in place, NCCL's order */
 
     /* ---- tensor ops: typed.h's contracts (t->dt the stored type) ------------------------------
      */
@@ -174,6 +190,7 @@ struct backend_ops {
  * w = LANES / 2, ..., 2, 1, and the chunk's sum is lane 0. The chunks' sums are added in order,
  * from 0, within groups of BACKEND_SUMSQ_GROUP chunks, and the groups' sums in order, from 0.
  * The square of a float is exact in double, so a fused multiply-add gives the same bits. */
+#define BACKEND_COLL_ID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 #define BACKEND_SUMSQ_CHUNK 4096
 #define BACKEND_SUMSQ_LANES 32
 #define BACKEND_SUMSQ_GROUP 256

@@ -70,7 +70,9 @@ static double exchange_bytes(int T_loc, int nh, int HS, int P, size_t elt) {
 }
 
 int model_pipe_wanted(const model_options *opt, const comm_ctx *comm) {
-    if (comm->staged) return 0; /* the stages' copies wait: nothing would run beside them */
+    /* staged, the copies wait: nothing would run beside them; NCCL's exchanges are ordered on
+     * the device's stream, not by the pipe's MPI requests */
+    if (comm->staged || comm->nccl_cp) return 0;
     return opt->upipe_overlap_node || (opt->upipe_overlap && comm->cp_nodes > 1);
 }
 

@@ -152,7 +152,8 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
      * unit's part, counted in workspace */
     if (!s->slab_on_host) s->hunit = mem_alloc_f32(MEM_WORKSPACE, maxs);
     if (grads) {
-        s->mpi_temp = sharded ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
+        int on_dev = comm->nccl_world && !s->offload; /* NCCL's all-reduce, not MPI's */
+        s->mpi_temp = sharded || on_dev ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
         mem_count(MEM_COMM, (long long)s->mpi_temp);
     }
     if (grads && !sharded && !s->offload && comm->staged && comm->R > 1) {
@@ -177,15 +178,16 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
         if (k == 2 && grads && sharded)
             s->tied_gradbuf = mem_alloc_in(s->space, MEM_COMM, up_mul(e, sizeof(float)));
     }
+    int nccl = sharded && comm->nccl_world; /* the collectives on the device */
     if (grads && sharded) {
         s->gradbuf = mem_alloc_in(s->space, MEM_COMM, up_mul(full, sizeof(float)));
-        s->rs_tmp = mem_alloc_f32(MEM_COMM, maxs);
-        s->rs_recv = mem_alloc_f32(MEM_COMM, maxs);
+        s->rs_tmp = mem_alloc_in(nccl ? s->space : MEM_SPACE_HOST, MEM_COMM,
+                                 up_mul(maxs, sizeof(float)));
+        if (!nccl) s->rs_recv = mem_alloc_f32(MEM_COMM, maxs);
     }
-    if (grads && staged) {
+    if (grads && (staged || nccl)) /* saves gather on the host, over MPI */
         s->hfull = mem_alloc_in(hs, MEM_COMM, up_mul(full, sizeof(float)));
-        s->hshard = mem_alloc_in(hs, MEM_COMM, up_mul(maxs, sizeof(float)));
-    }
+    if (grads && staged) s->hshard = mem_alloc_in(hs, MEM_COMM, up_mul(maxs, sizeof(float)));
     return s;
 }
 
@@ -338,6 +340,11 @@ static void prefetch(param_store *s, int u) {
     void *own = (char *)s->slot[k] + own_b;
     view_fill(s, own, s->slab[STORE_PARAMS] + s->shard_off[u], n);
     if (s->R == 1) return;
+    if (s->comm->nccl_world) { /* in place, on the stream: nothing to wait for */
+        s->be->coll_allgather(s->comm->nccl_world, s->slot[k], mem_dtype_bytes(s->wtype, n),
+                              s->rank);
+        return;
+    }
     void *full = s->slot[k];
     if (s->hgather[k]) { /* staged: the shard out, gathered in host memory (in at the wait) */
         full = s->hgather[k];
@@ -416,6 +423,15 @@ void store_release(param_store *s, int u) {
     const float *g = u == s->tied_unit ? s->tied_gradbuf : s->gradbuf;
     size_t n = s->shard_n[u];
     float *shard = s->slab[STORE_GRADS] + s->shard_off[u];
+    if (s->comm->nccl_world) { /* on the device: NCCL's sum, then added to the shard */
+        uint64_t tt = trace_begin();
+        typed_ctx f32 = {.dt = MEM_DTYPE_F32, .be = s->be};
+        s->be->coll_reduce_scatter(s->comm->nccl_world, g, s->rs_tmp, n);
+        s->be->add(&f32, shard, s->rs_tmp, n);
+        trace_end2(tt, "fsdp", "fsdp_reduce_scatter", "unit", u, "bytes",
+                   (int64_t)(sizeof(float) * n * (size_t)(s->R - 1)));
+        return;
+    }
     if (!s->hfull) {
         fsdp_reduce_add(s->comm, g, s->rs_tmp, s->rs_recv, shard, n, u);
         return;
@@ -450,6 +466,10 @@ void store_zero_grads(param_store *s) {
 void store_reduce_grads(param_store *s) {
     settle(s);
     if (s->R > 1) return;
+    if (s->comm->nccl_world && !s->offload) { /* NCCL's order (one rank: as it is) */
+        s->be->coll_allreduce(s->comm->nccl_world, s->slab[STORE_GRADS], s->nshard);
+        return;
+    }
     if (!s->hreduce) {
         comm_reduce_grads(s->comm, s->slab[STORE_GRADS], s->nshard);
         return;

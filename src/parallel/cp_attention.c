@@ -128,7 +128,8 @@ cp_attention *cp_attention_init(const cp_attention_shape *s) {
     int P1 = s->P == 1, keep = s->keep_qkv, bwd = !s->forward_only;
     /* the pipe needs exchanges (P > 1), stages that recompute (no keep_qkv) and a next stage */
     a->overlap = s->overlap && !P1 && !keep && a->stages > 1;
-    UP_CHECK(!(a->overlap && s->comm->staged), "cp_attention: the pipe with staged exchanges");
+    UP_CHECK(!(a->overlap && (s->comm->staged || s->comm->nccl_cp)),
+             "cp_attention: the pipe with staged or NCCL exchanges");
     int kv2 = a->overlap && a->chunks > 1; /* k, v exchanged again during a stage */
     size_t T = (size_t)s->T_loc, Tg = (size_t)a->Tg, HS = (size_t)s->HS;
     size_t qh = up_mul3(Tg, (size_t)a->U_loc, HS), kvh = up_mul3(Tg, (size_t)a->Kc_loc, HS);
@@ -219,6 +220,46 @@ void cp_attention_free(cp_attention *a) {
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
+/* Element i of a stage tensor. */
+static void *at(const cp_attention *a, const void *p, size_t i) {
+    return dtype_at(a->s.dtype, p, i);
+}
+
+/* The Ulysses exchanges through NCCL (comm_ctx.nccl_cp: ranks with GPUs of their own, DESIGN.md
+ * §11): heads.h's blocks packed and unpacked on the device with the backend's row copies, moved
+ * by the backend's all-to-all; replicated heads (nh < P) summed in rank order in their blocks
+ * (fp32: the host's bits; bf16 rounded after each addition, the host's once: the same for two
+ * replicas). */
+static void nccl_to_head(cp_attention *a, const void *seq, void *head, int nh) {
+    const backend_ops *be = backend_of(a->s.tk);
+    int P = a->s.P, nh_out = nh >= P ? nh / P : 1;
+    size_t HS = (size_t)a->s.HS, T = (size_t)a->s.T_loc, w = (size_t)nh_out * HS;
+    size_t n = T * w, row = (size_t)nh * HS;
+    double t0 = now_s();
+    for (int j = 0; j < P; j++) { /* block j: the heads rank j holds */
+        size_t h0 = nh >= P ? (size_t)j * (size_t)nh_out : (size_t)(j * nh / P);
+        be->copy_rows(a->s.tk, at(a, a->pack, (size_t)j * n), w, at(a, seq, h0 * HS), row, T, w);
+    }
+    be->coll_alltoall(a->s.comm->nccl_cp, a->pack, head, mem_dtype_bytes(a->s.dtype, n), P);
+    comm_stat_add(a->s.comm, COMM_SEQ_TO_HEAD, now_s() - t0, 1);
+}
+
+static void nccl_to_seq(cp_attention *a, const void *head, void *seq, int nh) {
+    const backend_ops *be = backend_of(a->s.tk);
+    int P = a->s.P, nh_out = nh >= P ? nh / P : 1, rep = nh >= P ? 1 : P / nh;
+    size_t HS = (size_t)a->s.HS, T = (size_t)a->s.T_loc, w = (size_t)nh_out * HS;
+    size_t n = T * w, row = (size_t)nh * HS;
+    double t0 = now_s();
+    be->coll_alltoall(a->s.comm->nccl_cp, head, a->pack, mem_dtype_bytes(a->s.dtype, n), P);
+    for (int j = 0; j < P; j += rep) { /* block j (its replicas after it) back to its heads */
+        for (int r = 1; r < rep; r++)
+            be->add(a->s.tk, at(a, a->pack, (size_t)j * n), at(a, a->pack, (size_t)(j + r) * n), n);
+        size_t h0 = nh >= P ? (size_t)j * (size_t)nh_out : (size_t)(j / rep);
+        be->copy_rows(a->s.tk, at(a, seq, h0 * HS), row, at(a, a->pack, (size_t)j * n), w, T, w);
+    }
+    comm_stat_add(a->s.comm, COMM_HEAD_TO_SEQ, now_s() - t0, 1);
+}
+
 /* The Ulysses exchanges (DESIGN.md §2); nothing to do when both layouts are one buffer, a copy
  * on the backend with one rank (the buffers may be the device's). Staged (comm_ctx.staged, a
  * device's tensors: DESIGN.md §11), the tensor goes out to hx, is exchanged there in place (the
@@ -241,6 +282,8 @@ static void to_head(cp_attention *a, const void *seq, void *head, int nh) {
         t0 = now_s();
         be->to_dev(head, a->hx, nh_bytes);
         comm_stat_add(a->s.comm, COMM_SEQ_TO_HEAD, now_s() - t0, 0);
+    } else if (a->s.comm->nccl_cp) {
+        nccl_to_head(a, seq, head, nh);
     } else {
         heads_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
     }
@@ -262,15 +305,13 @@ static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
         t0 = now_s();
         be->to_dev(seq, a->hx, mem_dtype_bytes(a->s.dtype, ns));
         comm_stat_add(a->s.comm, COMM_HEAD_TO_SEQ, now_s() - t0, 0);
+    } else if (a->s.comm->nccl_cp) {
+        nccl_to_seq(a, head, seq, nh);
     } else {
         heads_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
     }
 }
 
-/* Element i of a stage tensor. */
-static void *at(const cp_attention *a, const void *p, size_t i) {
-    return dtype_at(a->s.dtype, p, i);
-}
 
 /* First model query head of block kk of stage j in chunk c (DESIGN.md §3): a block is the
  * stage's query heads of one KV group (mult of them; under keep_qkv the one block is all). */

@@ -242,6 +242,30 @@ static void gpu_layout(front_options *o, const backend_ops *be, comm_ctx *c) {
     free(dev);
 }
 
+/* The NCCL communicators of the world and of the CP group (comm_ctx.nccl_world, nccl_cp): each
+ * group's first rank makes the id, MPI carries it, every rank joins. A failure on any rank stops
+ * every rank with its line. */
+static void nccl_start(const backend_ops *be, comm_ctx *c) {
+    char id[BACKEND_COLL_ID_BYTES] = {0}, err[512] = "";
+    const char *fix = ": UPIPE_COMM=host exchanges through host memory instead";
+    for (int g = 0; g < 1 + (c->P > 1); g++) { /* the world, then the CP group */
+        int first = g ? c->cp_rank == 0 : c->rank == 0, bad = 0;
+        if (!be->coll_unique_id)
+            bad = snprintf(err, sizeof err, "this CUDA module has no NCCL") > 0;
+        else if (first)
+            bad = be->coll_unique_id(id, err, sizeof err) != 0;
+        if (comm_any(c, bad)) up_die_agreed(bad ? strncat(err, fix, sizeof err - strlen(err) - 1) : NULL);
+        comm_bcast_bytes(c, g, id, sizeof id);
+        void *h = be->coll_init(id, g ? c->P : c->R, g ? c->cp_rank : c->rank, err, sizeof err);
+        if (comm_any(c, h == NULL))
+            up_die_agreed(h ? NULL : strncat(err, fix, sizeof err - strlen(err) - 1));
+        if (g)
+            c->nccl_cp = h;
+        else
+            c->nccl_world = h;
+    }
+}
+
 void front_load_device(front_options *o, comm_ctx *c) {
     char err[512] = "";
     const backend_ops *be = NULL;
@@ -256,9 +280,29 @@ void front_load_device(front_options *o, comm_ctx *c) {
     if (be && be != &backend_cpu && err[0]) be = NULL;
     if (comm_any(c, be == NULL)) up_die_agreed(be ? NULL : err);
     o->mopt.be = be;
+    const char *tr = getenv("UPIPE_COMM");
+    if (tr && strcmp(tr, "nccl") && strcmp(tr, "host"))
+        up_die_all("UPIPE_COMM=%s: use nccl (the GPUs' own collectives) or host (through host "
+                   "memory over MPI)",
+                   tr);
+    if (tr && !strcmp(tr, "nccl") && be->space != MEM_SPACE_DEVICE)
+        up_die_all("UPIPE_COMM=nccl exchanges between GPUs: it goes with --device cuda");
+    if (be->space == MEM_SPACE_DEVICE) {
+        gpu_layout(o, be, c);
+        /* NCCL where every rank owns its GPU (it refuses two ranks on one), unless told */
+        int own = !comm_any(c, o->gpu_share > 1);
+        if (tr ? !strcmp(tr, "nccl") : c->R > 1 && own && be->coll_init) nccl_start(be, c);
+    }
     const char *st = getenv("UPIPE_COMM_STAGE");
-    c->staged = c->R > 1 && (be->space != MEM_SPACE_HOST || (st && !strcmp(st, "1")));
-    if (be->space == MEM_SPACE_DEVICE) gpu_layout(o, be, c);
+    c->staged = c->R > 1 && !c->nccl_world &&
+                (be->space != MEM_SPACE_HOST || (st && !strcmp(st, "1")));
+}
+
+void front_release_device(front_options *o, comm_ctx *c) {
+    const backend_ops *be = o->mopt.be;
+    if (c->nccl_cp) be->coll_destroy(c->nccl_cp);
+    if (c->nccl_world) be->coll_destroy(c->nccl_world);
+    c->nccl_cp = c->nccl_world = NULL;
 }
 
 void front_require_data(const front_options *o) {

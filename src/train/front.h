@@ -53,5 +53,7 @@ void front_check_kernels(comm_ctx *c);
  * §11 "Ranks on a GPU"; UPIPE_COMM_STAGE=1 stages a CPU run's the same way), and gpu_free and
  * gpu_share say what each rank may plan on its GPU. Collective. */
 void front_load_device(front_options *o, comm_ctx *c);
+/* Ends what front_load_device started beside comm (the NCCL communicators), before comm_free. */
+void front_release_device(front_options *o, comm_ctx *c);
 
 #endif

@@ -56,6 +56,8 @@ void print_summary(const train_run *r) {
                r->comm.cp_nodes == 1 ? "within a node" : "across nodes");
     if (r->comm.staged) /* DESIGN.md §11 "Ranks on a GPU" */
         printf(", exchanges staged through host memory");
+    else if (r->comm.nccl_world)
+        printf(", exchanges through NCCL");
     if (o->front.gpu_share > 1) printf(" (%d ranks share this GPU)", o->front.gpu_share);
     if (o->front.mopt.U)
         printf(", UPipe stages of %d heads%s", o->front.mopt.U,

@@ -431,6 +431,7 @@ int train_main(int argc, char **argv) {
         run_resume_point(&r);
         if (!run_stop_passed(&r)) run_train(&r);
     }
+    front_release_device(&r.o.front, &r.comm);
     comm_free(&r.comm);
     shard_close(&r.shard);
     shard_close(&r.val_shard);

@@ -95,4 +95,13 @@ if is_num "$need"; then
     ok "2 ranks on one GPU: over the share: $(grep -o 'does not fit: .*' "$TMP/gpu2no.out" | head -n1 | cut -c1-160)"
   else bad "2 ranks on one GPU: a plan over the share"; cat "$TMP/gpu2no.out" "$TMP/gpu1.out"; fi
 else bad "2 ranks on one GPU: no plan size in '$(grep '^GPU' "$TMP/gpu2.out")'"; fi
+
+# UPIPE_COMM names the transport of a GPU run: a misspelt one, or NCCL without a GPU, is refused
+# in one line.
+for v in bogus nccl; do
+  if UPIPE_COMM=$v "$UPIPE" train $G --steps 1 >"$TMP/uc_$v.out" 2>&1; then bad "UPIPE_COMM=$v accepted"
+  elif [ "$(wc -l <"$TMP/uc_$v.out")" -eq 1 ] && grep -q "^upipe: error: UPIPE_COMM=" "$TMP/uc_$v.out"; then
+    ok "UPIPE_COMM=$v refused: $(cat "$TMP/uc_$v.out")"
+  else bad "UPIPE_COMM=$v: unexpected output"; cat "$TMP/uc_$v.out"; fi
+done
 finish

@@ -192,6 +192,16 @@ if [ -z "${UPIPE_CUDA_ATTENTION:-}" ] && command -v "${MPIEXEC%% *}" >/dev/null 
   run_gpu g_accum $G --grad-accum 2
   run_gpu_n r_fsdp2 2 $G --cp 1 --fsdp && compare r_fsdp2 g_accum
   run_gpu_n r_fsdp4 4 $G --cp 2 --fsdp && compare r_fsdp4 g_accum
+  # NCCL on one rank (UPIPE_COMM=nccl: the world's communicator, its all-reduce of one, the
+  # polled waits): the bytes of the run without it; on two ranks that share the GPU NCCL refuses,
+  # in one line that names the way out
+  UPIPE_COMM=nccl run_gpu gqa_nccl $G --threads 2 && run_gpu gqa_plain $G --threads 2 \
+    && same_file "UPIPE_COMM=nccl, one rank: the gradients" "$TMP/gqa_plain.st" "$TMP/gqa_nccl.st"
+  if UPIPE_COMM=nccl timeout 60 $MPIEXEC -n 2 "$UPIPE" train --device cuda --threads 2 --steps 1 $G --cp 2 >"$TMP/nccl2.out" 2>&1; then
+    bad "NCCL with 2 ranks on one GPU was accepted"
+  elif grep -q "UPIPE_COMM=host exchanges through host memory instead" "$TMP/nccl2.out"; then
+    ok "NCCL, 2 ranks on one GPU: $(grep -m1 'upipe: error' "$TMP/nccl2.out" | cut -c1-200)"
+  else bad "NCCL, 2 ranks on one GPU: unexpected output"; tail -n 5 "$TMP/nccl2.out"; fi
   F2="--config $SRC/configs/tiny.json --seq-len 1024 --threads 2 --quiet --device cuda --cp 2 --upipe-heads 2 --fsdp"
   if mpirun_n 2 "$UPIPE" train $F2 --dry-run --mem-report "$TMP/r_plan.json" >/dev/null 2>&1 \
     && mpirun_n 2 "$UPIPE" train $F2 --data "$TMP/recall_small.bin" --steps 1 --mem-report "$TMP/r_run.json" \
