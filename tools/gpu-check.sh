@@ -13,6 +13,10 @@
 #                                     1B and 8B shapes) and bench/bench_gpu.sh (speed against
 #                                     PyTorch where it is installed), each bounded in time, and
 #                                     writes their outputs under OUT (default $OUT, else /tmp).
+#                                     ONLY="NAME ..." runs those steps alone (test_backend,
+#                                     test_backend_tc, gpu, gpu_tc, bench_gpu_offload,
+#                                     bench_gpu_ops, bench_gpu_ops_tc, bench_gpu, bench_gpu_tc);
+#                                     each step's limit is NAME_SECONDS-like (see run()).
 #   tools/gpu-check.sh long [DIR] [OUT]  there: issue 37's long lengths, one real step each
 #                                     (bench/bench_gpu_long.sh: 2-layer 8B shape at 524,288
 #                                     tokens, 2-layer 1B shape at 1,048,576), plan and measured
@@ -50,6 +54,8 @@ bundle() {
 step() { # name seconds command...
   local name=$1 secs=$2
   shift 2
+  # ONLY="gpu bench_gpu_offload": these steps alone (a sitting's device time is short)
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
   local t0=$SECONDS
   timeout "$secs" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
@@ -83,7 +89,7 @@ run() {
   # the tensor-core attention route (bf16): its ops, then the whole step (the fp32 cases keep
   # the fp32 kernel whatever the route)
   step test_backend_tc "${BACKEND_SECONDS:-150}" env UPIPE_CUDA_ATTENTION=tc "$u/build/tests/test_backend"
-  TAIL=40 step gpu "${GPU_SECONDS:-300}" bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
+  TAIL=40 step gpu "${GPU_SECONDS:-420}" bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
   TAIL=40 step gpu_tc "${GPU_SECONDS:-300}" env UPIPE_CUDA_ATTENTION=tc bash tests/scripts/gpu.sh "$u/build/upipe" "$u/build" "$PWD"
   # the offloads against the checkpoints kept on the GPU (tensor-core attention: the step's speed)
   step bench_gpu_offload "${OFFLOAD_SECONDS:-150}" env UPIPE_CUDA_ATTENTION=tc bash bench/bench_gpu_offload.sh "$u/build/upipe"
