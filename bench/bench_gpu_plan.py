@@ -2,7 +2,9 @@
 (a multiple of 1024) whose device plan fits a GPU of --device-mem free memory, one technique added
 per row, as issue 37 orders them: plain bf16; + checkpointing; + their offload (--offload: the
 layer inputs in pinned host memory, two kept on the GPU); + tiled MLP and loss; + UPipe head
-stages; + the optimizer offloaded (--offload-optimizer: the fp32 state in pinned host memory).
+stages; + the optimizer offloaded (--offload-optimizer: the fp32 state in pinned host memory);
+and that last row with the fp32 gradients kept on the GPU (--grads-on-device: the host holds the
+masters and moments only).
 Every row's host plan (ordinary and pinned) must fit --host-mem as well, and with --offload the
 layer inputs go where there is room: kept on the GPU (--offload-keep), pinned (--offload-host-
 limit), the rest in the offload file (at most --disk); the row's plan is then made again with
@@ -24,7 +26,8 @@ def rows(U, offload_dir):
     ck, tiles, off = ["--checkpoint"], ["--tile-mlp", "--tile-loss"], ["--offload", offload_dir]
     up = ck + off + tiles + ["--upipe-heads", str(U)]
     return [("plain", []), ("+checkpoint", ck), ("+offload", ck + off), ("+tiled MLP/loss", ck + off + tiles),
-            (f"+UPipe (U={U})", up), ("+optimizer offload", up + ["--offload-optimizer"])]
+            (f"+UPipe (U={U})", up), ("+optimizer offload", up + ["--offload-optimizer"]),
+            ("  grads on GPU", up + ["--offload-optimizer", "--grads-on-device"])]
 
 
 def homes(r, cfg, T, free, host, disk, module):

@@ -261,7 +261,8 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
                      .grads = !opt->forward_only,
                      .wtype = opt->dtype,
                      .tk = &m->tk,
-                     .offload = opt->offload_opt && !opt->forward_only};
+                     .offload = opt->offload_opt && !opt->forward_only,
+                     .grads_on_device = opt->grads_on_device};
     m->ps = store_init(comm, &sp);
 
     /* the activation table, walked once */

@@ -42,6 +42,8 @@ typedef struct {
                                host memory (pinned on a device), AdamW on the CPU; the device
                                keeps the weights and gradients of the units at hand
                                (model/store.h); unsharded only */
+    int grads_on_device;    /* --grads-on-device: with offload_opt, the fp32 gradients stay in
+                               the backend's space and go to the host a unit at a time */
     int docs;               /* packed documents: attention within a document, positions from
                                its start (model_set_documents after each window) */
     int forward_only;       /* evaluation: no gradients, optimizer state or tensors saved for a

@@ -20,7 +20,7 @@ double model_grad_norm(model *m) {
 }
 
 int model_first_nonfinite_grad(model *m) {
-    const backend_ops *be = store_opt_backend(model_store(m));
+    const backend_ops *be = store_slab_backend(model_store(m), STORE_GRADS);
     int nt = model_ntensors(m), first = nt;
     for (int t = 0; t < nt && first == nt; t++) {
         size_t i0, i1;
@@ -35,12 +35,16 @@ int model_first_nonfinite_grad(model *m) {
 void model_optimizer_step(model *m, const adamw_params *hp, int step, float clip) {
     uint64_t tt = trace_begin();
     const param_table *pt = model_table(m);
-    const backend_ops *be = store_opt_backend(model_store(m));
-    for (int t = 0; t < pt->ntensors; t++) {
+    param_store *ps = model_store(m);
+    const backend_ops *be = store_opt_backend(ps);
+    const float *grads = NULL; /* unit u's, where AdamW reads them (store_opt_grads) */
+    for (int t = 0, u = -1; t < pt->ntensors; t++) {
         size_t i0, i1;
         if (!model_owned_part(m, t, &i0, &i1)) continue;
+        const param_tensor *x = &pt->tensors[t];
+        if (x->unit != u) grads = store_opt_grads(ps, u = x->unit);
         be->adamw_update(model_tensor_dev_part(m, STORE_PARAMS, t, i0),
-                         model_tensor_dev_part(m, STORE_GRADS, t, i0),
+                         store_at(ps, NULL, (float *)grads, u, x->offset + i0),
                          model_tensor_dev_part(m, STORE_M, t, i0),
                          model_tensor_dev_part(m, STORE_V, t, i0), i1 - i0, hp, step, clip,
                          pt->tensors[t].decay);

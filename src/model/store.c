@@ -23,7 +23,10 @@ struct param_store {
     size_t nshard;       /* floats of a slab */
     float *slab[4];      /* params, grads, m, v (store_slab_kind), in the backend's space, or
                             offloaded in host memory (pinned on a device) */
-    int slab_on_host;    /* the slabs are host memory (the CPU backend, or offloaded) */
+    int in_space[4];     /* slab k is in the backend's space (else offloaded to host memory) */
+    int on_host[4];      /* slab k is host memory (the CPU backend, or offloaded) */
+    int gdev;            /* grads_on_device: offloaded but for the gradients */
+    float *hgrad;        /* then: one unit's gradients in host memory for AdamW */
     float *hunit;        /* else: one unit of a slab in host memory for files (store_unit_host) */
     int hunit_k, hunit_u; /* what hunit holds (-1: nothing) */
     const backend_ops *be;
@@ -139,29 +142,38 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     int grads = sp->grads, sharded = R > 1;
     UP_CHECK(!(sp->offload && sharded), "store: an offloaded optimizer is not built for FSDP");
     s->offload = sp->offload;
+    s->gdev = sp->offload && sp->grads_on_device;
     s->opt_be = s->offload ? &backend_cpu : s->be;
     /* offloaded: the slabs are the host's, pinned where a device copies to and from them */
     mem_space hs = s->space == MEM_SPACE_HOST ? MEM_SPACE_HOST : MEM_SPACE_PINNED;
     static const mem_category cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_OPTIMIZER};
     size_t bytes = up_mul(s->nshard, sizeof(float));
-    for (int k = 0; k < (grads ? 4 : 1); k++)
-        s->slab[k] = mem_alloc_in(s->offload ? hs : s->space, cats[k], bytes);
-    s->slab_on_host = s->offload || s->space == MEM_SPACE_HOST;
+    int any_dev = 0;
+    for (int k = 0; k < 4; k++) {
+        s->in_space[k] = !s->offload || (k == STORE_GRADS && s->gdev);
+        s->on_host[k] = !s->in_space[k] || s->space == MEM_SPACE_HOST;
+        if (k < (grads ? 4 : 1)) {
+            s->slab[k] = mem_alloc_in(s->in_space[k] ? s->space : hs, cats[k], bytes);
+            any_dev |= !s->on_host[k];
+        }
+    }
     s->hunit_k = s->hunit_u = -1;
     /* a device's slabs pass through the host one unit at a time (files, init): the largest
      * unit's part, counted in workspace */
-    if (!s->slab_on_host) s->hunit = mem_alloc_f32(MEM_WORKSPACE, maxs);
+    if (any_dev) s->hunit = mem_alloc_f32(MEM_WORKSPACE, maxs);
+    if (grads && s->gdev) s->hgrad = mem_alloc_in(hs, MEM_GRADS, up_mul(maxs, sizeof(float)));
     if (grads) {
-        int on_dev = comm->nccl_world && !s->offload; /* NCCL's all-reduce, not MPI's */
+        /* NCCL's all-reduce, not MPI's */
+        int on_dev = comm->nccl_world && s->in_space[STORE_GRADS];
         s->mpi_temp = sharded || on_dev ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
         mem_count(MEM_COMM, (long long)s->mpi_temp);
     }
-    if (grads && !sharded && !s->offload && comm->staged && comm->R > 1) {
+    if (grads && !sharded && s->in_space[STORE_GRADS] && comm->staged && comm->R > 1) {
         size_t piece = s->nshard < COMM_REDUCE_CHUNK ? s->nshard : COMM_REDUCE_CHUNK;
         s->hreduce = mem_alloc_in(hs, MEM_COMM, up_mul(piece, sizeof(float)));
     }
     if (s->offload) {
-        init_offloaded(s, grads, hs);
+        init_offloaded(s, grads && !s->gdev, hs);
         return s;
     }
     if (!sharded && view_is_master(s->wtype)) return s; /* the matmuls read the slab itself */
@@ -194,7 +206,7 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
 void store_free(param_store *s) {
     if (!s) return;
     settle(s);
-    void *bufs[] = {s->hunit,s->slab[0],  s->slab[1],  s->slab[2],  s->slab[3],      s->slot[0], s->slot[1],
+    void *bufs[] = {s->hunit,      s->hgrad,s->slab[0],  s->slab[1],  s->slab[2],  s->slab[3],      s->slot[0], s->slot[1],
                     s->slot[2],  s->gradbuf,  s->rs_tmp,   s->tied_gradbuf, s->rs_recv, s->dgrad[0],
                     s->dgrad[1], s->dgrad[2], s->stage[0], s->stage[1],     s->stage[2],
                     s->hgather[0], s->hgather[1], s->hgather[2], s->hfull, s->hshard,
@@ -220,11 +232,14 @@ size_t store_floats(const param_store *s) {
 const backend_ops *store_opt_backend(const param_store *s) {
     return s->opt_be;
 }
+const backend_ops *store_slab_backend(const param_store *s, store_slab_kind k) {
+    return s->in_space[k] ? s->be : s->opt_be;
+}
 float *store_unit_host(param_store *s, store_slab_kind k, int u) {
     settle(s);
     if (!s->slab[k]) return NULL;
     float *at = s->slab[k] + s->shard_off[u];
-    if (s->slab_on_host) return at;
+    if (s->on_host[k]) return at;
     s->be->to_host(s->hunit, at, sizeof(float) * s->shard_n[u]);
     s->hunit_k = (int)k;
     s->hunit_u = u;
@@ -378,12 +393,12 @@ void *store_acquire(param_store *s, int u) {
 }
 
 float *store_grads(param_store *s, int u) {
-    if (s->offload && u == s->tied_unit) {
+    if (s->offload && !s->gdev && u == s->tied_unit) {
         if (!s->tied_loaded) load_grads(s, 2, u);
         s->tied_loaded = 1;
         return s->dgrad[2];
     }
-    if (s->offload) {
+    if (s->offload && !s->gdev) {
         UP_CHECK(s->dgrad_unit < 0 || s->dgrad_unit == u,
                  "store: unit %d's gradients asked for before unit %d's were released", u,
                  s->dgrad_unit);
@@ -401,7 +416,7 @@ float *store_grads(param_store *s, int u) {
 }
 
 void store_release(param_store *s, int u) {
-    if (s->offload) { /* the unit's gradients back into the slab */
+    if (s->offload && !s->gdev) { /* the unit's gradients back into the slab */
         int tied = u == s->tied_unit;
         UP_CHECK(tied ? s->tied_loaded : s->dgrad_unit == u,
                  "store: unit %d released without its gradients", u);
@@ -457,16 +472,25 @@ const float *store_gather_unit(param_store *s, store_slab_kind k, int u) {
 
 /* ---- the optimizer side --------------------------------------------------------------------- */
 
+const float *store_opt_grads(param_store *s, int u) {
+    settle(s);
+    const float *at = s->slab[STORE_GRADS] + s->shard_off[u];
+    if (!s->gdev) return at;
+    /* from the backend's space (the CPU's too: the same path, memcpy) */
+    s->be->to_host(s->hgrad, at, sizeof(float) * s->shard_n[u]);
+    return s->hgrad;
+}
+
 void store_zero_grads(param_store *s) {
     settle(s);
-    s->opt_be->zero_f32(s->slab[STORE_GRADS], s->nshard);
+    store_slab_backend(s, STORE_GRADS)->zero_f32(s->slab[STORE_GRADS], s->nshard);
     if (s->unit_zero) memset(s->unit_zero, 1, (size_t)s->nunits);
 }
 
 void store_reduce_grads(param_store *s) {
     settle(s);
     if (s->R > 1) return;
-    if (s->comm->nccl_world && !s->offload) { /* NCCL's order (one rank: as it is) */
+    if (s->comm->nccl_world && s->in_space[STORE_GRADS]) { /* NCCL's order (one rank: as is) */
         s->be->coll_allreduce(s->comm->nccl_world, s->slab[STORE_GRADS], s->nshard);
         return;
     }
@@ -487,7 +511,7 @@ void store_reduce_grads(param_store *s) {
 
 double store_grad_sumsq(param_store *s) {
     settle(s);
-    double sq = s->opt_be->sum_squares(s->slab[STORE_GRADS], s->nshard);
+    double sq = store_slab_backend(s, STORE_GRADS)->sum_squares(s->slab[STORE_GRADS], s->nshard);
     if (s->R > 1) comm_sum_double(s->comm, &sq); /* shards: the norm of the whole gradient */
     return sq;
 }

@@ -43,6 +43,10 @@ typedef struct {
                             store_grads, written back by store_release). The same bits as the
                             store on the device: the optimizer's ops give the device's bits
                             (backend.h) */
+    int grads_on_device; /* with offload: the gradient slab stays in the backend's space (where
+                            the backward accumulates into it as without offload) and goes to
+                            the host a unit at a time for AdamW (store_opt_grads); the host holds
+                            the masters and moments only */
 } store_spec;
 
 typedef enum { STORE_PARAMS, STORE_GRADS, STORE_M, STORE_V } store_slab_kind;
@@ -71,6 +75,13 @@ void store_unit_put(param_store *s);
 /* The backend the slabs live on and the optimizer side runs on: the store's, or the CPU's when
  * the optimizer is offloaded. */
 const backend_ops *store_opt_backend(const param_store *s);
+/* The backend whose space holds slab k (store_opt_backend's, except the gradients kept on the
+ * device under grads_on_device: the store's). */
+const backend_ops *store_slab_backend(const param_store *s, store_slab_kind k);
+/* Unit u's gradients where the optimizer side reads them (unit u's part, kept range first):
+ * their place in the slab, or under grads_on_device a host buffer (pinned on a device) they
+ * are copied into, valid until the next call. */
+const float *store_opt_grads(param_store *s, int u);
 /* The slab of kind k where the optimizer side reads it (store_opt_backend's space: the host slab
  * itself on the CPU backend or offloaded), with every copy to and from it done. */
 float *store_dev_slab(param_store *s, store_slab_kind k);

@@ -163,6 +163,14 @@ static const flag_spec g_train_flags[] = {
              "holds the weights of the layers at hand and one layer's\n"
              "gradients (same weights to the bit; on --device cpu it runs\n"
              "the same path, where all of it is host memory anyway)"},
+    {.name = "grads-on-device",
+     .kind = FLAG_SET,
+     .off = AT(front.mopt.grads_on_device),
+     .help = "with --offload-optimizer: the fp32 gradients stay in GPU\n"
+             "memory (4 bytes a parameter there) and go to the host one layer\n"
+             "at a time for AdamW, so the host holds the masters and moments\n"
+             "only (for Llama-3-8B 90 GiB instead of 120; same weights to the\n"
+             "bit)"},
     /* outputs */
     {.name = "save",
      .arg = "FILE",
@@ -315,6 +323,7 @@ static const flag_help_line g_train_page[] = {
     {"offload-host-limit", NULL},
     {"offload-keep", NULL},
     {"offload-optimizer", NULL},
+    {"grads-on-device", NULL},
     {"tile-mlp", NULL},
     {"tile-loss", NULL},
     {"upipe-heads", NULL},
@@ -378,6 +387,9 @@ static void train_check_options(train_options *o) {
                    o->val_every ? "--val-every" : "--val-windows");
     if (o->max_skips && o->on_nonfinite != NONFINITE_SKIP)
         up_die_all("--max-skips needs --on-nonfinite skip (with stop, the first bad step stops)");
+    if (o->front.mopt.grads_on_device && !o->front.mopt.offload_opt)
+        up_die_all("--grads-on-device goes with --offload-optimizer (without it the gradients "
+                   "are on the device already)");
     if (o->front.mopt.offload_opt && o->front.mopt.fsdp)
         up_die_all("--offload-optimizer does not go with --fsdp yet (the sharded state stays "
                    "where the step runs): drop one of them");

@@ -28,6 +28,21 @@ pair bf16 1 $G --dtype bf16
 pair tied_accum_ckpt 1 $T3 --dtype bf16 --grad-accum 2 --checkpoint
 pair cp2_upipe 2 $G --cp 2 --upipe-heads 2
 pair dp2_tied 2 $T3 --cp 1 --grad-accum 2
+# --grads-on-device: the gradients stay in the backend's space (where the backward accumulates)
+# and pass through a host buffer a unit at a time for AdamW (memcpy here: the same path)
+gdev() { # name ranks args...
+  local name=$1 n=$2
+  shift 2
+  same_bits "$name" "$n" "" "--offload-optimizer --grads-on-device" "$@"
+}
+gdev gdev_bf16 1 $G --dtype bf16
+gdev gdev_tied_accum_ckpt 1 $T3 --dtype bf16 --grad-accum 2 --checkpoint
+gdev gdev_dp2_tied 2 $T3 --cp 1 --grad-accum 2
+if "$UPIPE" train $G --steps 1 --grads-on-device >"$TMP/gdev.out" 2>&1; then
+  bad "--grads-on-device without --offload-optimizer was accepted"
+elif grep -q "goes with --offload-optimizer" "$TMP/gdev.out" && [ "$(wc -l <"$TMP/gdev.out")" -eq 1 ]; then
+  ok "--grads-on-device alone refused: $(cat "$TMP/gdev.out")"
+else bad "--grads-on-device alone: unexpected output"; cat "$TMP/gdev.out"; fi
 
 # The clipping norm was in play (a run whose norm never passed --grad-clip would not test it).
 norm=$(json_field "$(head -n1 "$TMP/bf16.jsonl")" grad_norm)
@@ -61,10 +76,11 @@ else bad "--offload-optimizer --fsdp: unexpected output"; cat "$TMP/fsdp.out"; f
 P="--config $TIED/config.json --seq-len 4096 --dtype bf16 --dry-run --device cuda --device-mem 139GiB"
 "$UPIPE" train $P --mem-report "$TMP/plain.plan" >/dev/null 2>&1 \
   && "$UPIPE" train $P --offload-optimizer --mem-report "$TMP/off.plan" >"$TMP/off.plan.out" 2>&1 \
+  && "$UPIPE" train $P --offload-optimizer --grads-on-device --mem-report "$TMP/gdev.plan" >"$TMP/off.plan.out" 2>&1 \
   || { bad "plans failed"; cat "$TMP/off.plan.out"; }
-if python3 - "$TMP/plain.plan" "$TMP/off.plan" "$TIED/config.json" >"$TMP/plan.why" 2>&1 <<'EOF'; then ok "GPU plan: $(cat "$TMP/plan.why")"; else bad "GPU plan"; cat "$TMP/plan.why"; fi
+if python3 - "$TMP/plain.plan" "$TMP/off.plan" "$TIED/config.json" "$TMP/gdev.plan" >"$TMP/plan.why" 2>&1 <<'EOF'; then ok "GPU plan: $(cat "$TMP/plan.why")"; else bad "GPU plan"; cat "$TMP/plan.why"; fi
 import json, sys
-a, b, cfg = (json.load(open(p)) for p in sys.argv[1:4])
+a, b, cfg, g = (json.load(open(p)) for p in sys.argv[1:5])
 C, F, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
 H = cfg["num_attention_heads"]
 KV = cfg.get("num_key_value_heads", H)
@@ -92,6 +108,14 @@ for c in ("params", "grads", "optimizer"):
     h = a["categories"][c] - a["device_categories"][c] - a["pinned_categories"][c]
     if h:
         bad.append(f"plain plan: {h} bytes of {c} in host memory")
+# --grads-on-device: the gradients on the device whole, one unit's (the largest) in pinned memory
+# for AdamW, the rest as offloaded
+gw = {("device", "grads"): 4 * n, ("pinned", "grads"): 4 * max(units),
+      ("pinned", "optimizer"): 2 * 4 * n, ("device", "optimizer"): 0}
+for k, v in gw.items():
+    got = g[k[0] + "_categories"][k[1]]
+    if got != v:
+        bad.append(f"--grads-on-device {k}: {got} want {v}")
 if not b["device_peak_bytes"] < a["device_peak_bytes"]:
     bad.append("the device peak did not fall")
 if bad:
