@@ -114,6 +114,8 @@ offload3 opt_dev $G && offload3 opt_off $G --offload-optimizer &&
 offload3 opt_dev_t $T3 --dtype bf16 --grad-accum 2 &&
   offload3 opt_off_t $T3 --dtype bf16 --grad-accum 2 --offload-optimizer &&
   same opt_dev_t opt_off_t "--offload-optimizer: the same, bf16, tied, two micro-batches"
+offload3 opt_gdev_t $T3 --dtype bf16 --grad-accum 2 --offload-optimizer --grads-on-device &&
+  same opt_dev_t opt_gdev_t "--offload-optimizer --grads-on-device: the same, byte for byte"
 
 # The plan made without a GPU (--device-mem, a login node's plan) is the plan the GPU makes, each
 # device and pinned category to the byte, and a real step's accounted device and pinned peaks
@@ -148,6 +150,7 @@ PY
 }
 plans ""
 plans " (--offload-optimizer, bf16)" --offload-optimizer --dtype bf16
+plans " (--grads-on-device, bf16)" --offload-optimizer --grads-on-device --dtype bf16
 plans " (--offload, bf16)" --offload "$TMP" --dtype bf16
 
 # --offload on the GPU: the layer inputs in pinned memory, copied on the copy stream while the
