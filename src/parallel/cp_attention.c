@@ -260,56 +260,50 @@ static void nccl_to_seq(cp_attention *a, const void *head, void *seq, int nh) {
     comm_stat_add(a->s.comm, COMM_HEAD_TO_SEQ, now_s() - t0, 1);
 }
 
-/* The Ulysses exchanges (DESIGN.md §2); nothing to do when both layouts are one buffer, a copy
- * on the backend with one rank (the buffers may be the device's). Staged (comm_ctx.staged, a
+/* The Ulysses exchanges (DESIGN.md §2), to head layout (head_out) or back: nothing to do when
+ * both layouts are one buffer, a copy on the backend with one rank (the buffers may be the
+ * device's), NCCL's where the group has a communicator (above). Staged (comm_ctx.staged, a
  * device's tensors: DESIGN.md §11), the tensor goes out to hx, is exchanged there in place (the
  * pack is complete before the transfers, and the transfers before the unpacking) and comes
  * back: the host exchange of the same bytes, so the same bits as a host run's; the copies are
  * counted in the direction's time. */
-static void to_head(cp_attention *a, const void *seq, void *head, int nh) {
-    if (seq == head) return;
+static void exchange(cp_attention *a, const void *src, void *dst, int nh, int head_out) {
+    if (src == dst) return;
     size_t ns = (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS;
     if (a->s.P == 1) {
-        typed_copy(a->s.tk, head, seq, ns);
-    } else if (a->hx) {
-        const backend_ops *be = backend_of(a->s.tk);
-        size_t nh_bytes = mem_dtype_bytes(a->s.dtype, heads_pack_floats(a->s.comm, a->s.T_loc, nh,
-                                                                        a->s.HS));
-        double t0 = now_s();
-        be->to_host(a->hx, seq, mem_dtype_bytes(a->s.dtype, ns));
-        comm_stat_add(a->s.comm, COMM_SEQ_TO_HEAD, now_s() - t0, 0);
-        heads_seq_to_head(a->s.comm, a->hx, a->hx, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
-        t0 = now_s();
-        be->to_dev(head, a->hx, nh_bytes);
-        comm_stat_add(a->s.comm, COMM_SEQ_TO_HEAD, now_s() - t0, 0);
-    } else if (a->s.comm->nccl_cp) {
-        nccl_to_head(a, seq, head, nh);
-    } else {
-        heads_seq_to_head(a->s.comm, seq, head, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+        typed_copy(a->s.tk, dst, src, ns);
+        return;
     }
+    if (a->s.comm->nccl_cp) {
+        (head_out ? nccl_to_head : nccl_to_seq)(a, src, dst, nh);
+        return;
+    }
+    void (*host)(comm_ctx *, const void *, void *, int, int, int, mem_dtype, void *) =
+        head_out ? heads_seq_to_head : heads_head_to_seq;
+    if (!a->hx) {
+        host(a->s.comm, src, dst, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+        return;
+    }
+    const backend_ops *be = backend_of(a->s.tk);
+    comm_kind kind = head_out ? COMM_SEQ_TO_HEAD : COMM_HEAD_TO_SEQ;
+    size_t seq_b = mem_dtype_bytes(a->s.dtype, ns);
+    size_t head_b =
+        mem_dtype_bytes(a->s.dtype, heads_pack_floats(a->s.comm, a->s.T_loc, nh, a->s.HS));
+    double t0 = now_s();
+    be->to_host(a->hx, src, head_out ? seq_b : head_b);
+    comm_stat_add(a->s.comm, kind, now_s() - t0, 0);
+    host(a->s.comm, a->hx, a->hx, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
+    t0 = now_s();
+    be->to_dev(dst, a->hx, head_out ? head_b : seq_b);
+    comm_stat_add(a->s.comm, kind, now_s() - t0, 0);
+}
+
+static void to_head(cp_attention *a, const void *seq, void *head, int nh) {
+    exchange(a, seq, head, nh, 1);
 }
 
 static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
-    if (seq == head) return;
-    size_t ns = (size_t)a->s.T_loc * (size_t)nh * (size_t)a->s.HS;
-    if (a->s.P == 1) {
-        typed_copy(a->s.tk, seq, head, ns);
-    } else if (a->hx) {
-        const backend_ops *be = backend_of(a->s.tk);
-        size_t nh_bytes = mem_dtype_bytes(a->s.dtype, heads_pack_floats(a->s.comm, a->s.T_loc, nh,
-                                                                        a->s.HS));
-        double t0 = now_s();
-        be->to_host(a->hx, head, nh_bytes);
-        comm_stat_add(a->s.comm, COMM_HEAD_TO_SEQ, now_s() - t0, 0);
-        heads_head_to_seq(a->s.comm, a->hx, a->hx, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
-        t0 = now_s();
-        be->to_dev(seq, a->hx, mem_dtype_bytes(a->s.dtype, ns));
-        comm_stat_add(a->s.comm, COMM_HEAD_TO_SEQ, now_s() - t0, 0);
-    } else if (a->s.comm->nccl_cp) {
-        nccl_to_seq(a, head, seq, nh);
-    } else {
-        heads_head_to_seq(a->s.comm, head, seq, a->s.T_loc, nh, a->s.HS, a->s.dtype, a->pack);
-    }
+    exchange(a, head, seq, nh, 0);
 }
 
 
