@@ -169,14 +169,14 @@ static void *watch(void *arg) {
         }
         phase_name(ph, sizeof ph, p, atomic_load(&g_step));
         char msg[640];
-        int len =
-            snprintf(msg, sizeof msg,
-                     "upipe: error (rank %d): watchdog: %s has waited %.1f s in %s (limit "
-                     "%.1f s; the longest step so far took %.2f s): %s; stopping the job "
-                     "(--watchdog sets the floor, now %g s)\n",
-                     up_rank(), ph, idle, in, limit, max2(first, longest[WATCHDOG_STEP]),
-                     device ? "a GPU kernel or copy hangs" : "a rank is stalled or a collective hangs",
-                     g_floor);
+        int len = snprintf(msg, sizeof msg,
+                           "upipe: error (rank %d): watchdog: %s has waited %.1f s in %s (limit "
+                           "%.1f s; the longest step so far took %.2f s): %s; stopping the job "
+                           "(--watchdog sets the floor, now %g s)\n",
+                           up_rank(), ph, idle, in, limit, max2(first, longest[WATCHDOG_STEP]),
+                           device ? "a GPU kernel or copy hangs"
+                                  : "a rank is stalled or a collective hangs",
+                           g_floor);
         if (write(2, msg, (size_t)len) < 0) { /* nothing more to do */
         }
         up_run_on_stop(); /* the trace so far, closed (its writer takes no lock) */

@@ -17,17 +17,17 @@ struct param_store {
     int R, rank; /* ranks sharing the units and this one's index; R == 1: unsharded */
     int nunits, tied_unit, bwd_first;
     mem_dtype wtype;
-    size_t *unit_off;    /* (nunits + 1) offsets of the units in the full layout */
-    size_t *shard_n;     /* (nunits) floats kept of each unit (padded shard; the unit at R == 1) */
-    size_t *shard_off;   /* (nunits) offsets of the kept parts in the slabs */
-    size_t nshard;       /* floats of a slab */
-    float *slab[4];      /* params, grads, m, v (store_slab_kind), in the backend's space, or
-                            offloaded in host memory (pinned on a device) */
-    int in_space[4];     /* slab k is in the backend's space (else offloaded to host memory) */
-    int on_host[4];      /* slab k is host memory (the CPU backend, or offloaded) */
-    int gdev;            /* grads_on_device: offloaded but for the gradients */
-    float *hgrad;        /* then: one unit's gradients in host memory for AdamW */
-    float *hunit;        /* else: one unit of a slab in host memory for files (store_unit_host) */
+    size_t *unit_off;     /* (nunits + 1) offsets of the units in the full layout */
+    size_t *shard_n;      /* (nunits) floats kept of each unit (padded shard; the unit at R == 1) */
+    size_t *shard_off;    /* (nunits) offsets of the kept parts in the slabs */
+    size_t nshard;        /* floats of a slab */
+    float *slab[4];       /* params, grads, m, v (store_slab_kind), in the backend's space, or
+                             offloaded in host memory (pinned on a device) */
+    int in_space[4];      /* slab k is in the backend's space (else offloaded to host memory) */
+    int on_host[4];       /* slab k is host memory (the CPU backend, or offloaded) */
+    int gdev;             /* grads_on_device: offloaded but for the gradients */
+    float *hgrad;         /* then: one unit's gradients in host memory for AdamW */
+    float *hunit;         /* else: one unit of a slab in host memory for files (store_unit_host) */
     int hunit_k, hunit_u; /* what hunit holds (-1: nothing) */
     const backend_ops *be;
     mem_space space;
@@ -78,7 +78,6 @@ static void view_fill(const param_store *s, void *dst, const float *src, size_t 
              (int)s->wtype);
     s->be->convert(s->wtype, dst, MEM_DTYPE_F32, src, n);
 }
-
 
 /* Offloaded: every copy between the slabs and the device done, before the host reads or writes
  * a slab (files, the optimizer side). */
@@ -193,8 +192,8 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     int nccl = sharded && comm->nccl_world; /* the collectives on the device */
     if (grads && sharded) {
         s->gradbuf = mem_alloc_in(s->space, MEM_COMM, up_mul(full, sizeof(float)));
-        s->rs_tmp = mem_alloc_in(nccl ? s->space : MEM_SPACE_HOST, MEM_COMM,
-                                 up_mul(maxs, sizeof(float)));
+        s->rs_tmp =
+            mem_alloc_in(nccl ? s->space : MEM_SPACE_HOST, MEM_COMM, up_mul(maxs, sizeof(float)));
         if (!nccl) s->rs_recv = mem_alloc_f32(MEM_COMM, maxs);
     }
     if (grads && (staged || nccl)) /* saves gather on the host, over MPI */
@@ -206,11 +205,11 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
 void store_free(param_store *s) {
     if (!s) return;
     settle(s);
-    void *bufs[] = {s->hunit,      s->hgrad,s->slab[0],  s->slab[1],  s->slab[2],  s->slab[3],      s->slot[0], s->slot[1],
-                    s->slot[2],  s->gradbuf,  s->rs_tmp,   s->tied_gradbuf, s->rs_recv, s->dgrad[0],
-                    s->dgrad[1], s->dgrad[2], s->stage[0], s->stage[1],     s->stage[2],
-                    s->hgather[0], s->hgather[1], s->hgather[2], s->hfull, s->hshard,
-                    s->hreduce};
+    void *bufs[] = {s->hunit,      s->hgrad,        s->slab[0],  s->slab[1],  s->slab[2],
+                    s->slab[3],    s->slot[0],      s->slot[1],  s->slot[2],  s->gradbuf,
+                    s->rs_tmp,     s->tied_gradbuf, s->rs_recv,  s->dgrad[0], s->dgrad[1],
+                    s->dgrad[2],   s->stage[0],     s->stage[1], s->stage[2], s->hgather[0],
+                    s->hgather[1], s->hgather[2],   s->hfull,    s->hshard,   s->hreduce};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         mem_free(bufs[i]);
     mem_count(MEM_COMM, -(long long)s->mpi_temp);

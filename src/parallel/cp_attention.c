@@ -40,8 +40,8 @@ struct cp_attention {
     void *dkh_s, *dvh_s;         /* (T, Kc_loc, HS): one stage's, when a chunk serves several */
     void *pack;                  /* all-to-all packing (and q's in flight); host memory when
                                     the exchanges are staged (comm_ctx.staged) */
-    void *hx; /* staged: the exchange's send and receive in host memory (the pack's size) */
-    float *ws;                   /* flash attention workspace (fp32) */
+    void *hx;  /* staged: the exchange's send and receive in host memory (the pack's size) */
+    float *ws; /* flash attention workspace (fp32) */
     void *pack_k, *pack_v, *pack_o, *pack_do; /* the pipe: packs of the other inputs in flight */
     void *back_q, *back_k, *back_v;           /* the pipe: where o or dq, and dk, dv arrive back */
     /* the pipe: the next stage's exchanges (k, v, o, do, q) and the previous stage's back (o;
@@ -305,7 +305,6 @@ static void to_head(cp_attention *a, const void *seq, void *head, int nh) {
 static void to_seq(cp_attention *a, const void *head, void *seq, int nh) {
     exchange(a, head, seq, nh, 0);
 }
-
 
 /* First model query head of block kk of stage j in chunk c (DESIGN.md §3): a block is the
  * stage's query heads of one KV group (mult of them; under keep_qkv the one block is all). */

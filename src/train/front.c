@@ -254,7 +254,8 @@ static void nccl_start(const backend_ops *be, comm_ctx *c) {
             bad = snprintf(err, sizeof err, "this CUDA module has no NCCL") > 0;
         else if (first)
             bad = be->coll_unique_id(id, err, sizeof err) != 0;
-        if (comm_any(c, bad)) up_die_agreed(bad ? strncat(err, fix, sizeof err - strlen(err) - 1) : NULL);
+        if (comm_any(c, bad))
+            up_die_agreed(bad ? strncat(err, fix, sizeof err - strlen(err) - 1) : NULL);
         comm_bcast_bytes(c, g, id, sizeof id);
         void *h = be->coll_init(id, g ? c->P : c->R, g ? c->cp_rank : c->rank, err, sizeof err);
         if (comm_any(c, h == NULL))
@@ -294,8 +295,8 @@ void front_load_device(front_options *o, comm_ctx *c) {
         if (tr ? !strcmp(tr, "nccl") : c->R > 1 && own && be->coll_init) nccl_start(be, c);
     }
     const char *st = getenv("UPIPE_COMM_STAGE");
-    c->staged = c->R > 1 && !c->nccl_world &&
-                (be->space != MEM_SPACE_HOST || (st && !strcmp(st, "1")));
+    c->staged =
+        c->R > 1 && !c->nccl_world && (be->space != MEM_SPACE_HOST || (st && !strcmp(st, "1")));
 }
 
 void front_release_device(front_options *o, comm_ctx *c) {

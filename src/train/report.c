@@ -126,8 +126,8 @@ static int device_fits(const report_memory *p, const front_options *o, unsigned 
     if (need <= *limit) return 1;
     char shared[96] = "";
     if (share > 1)
-        snprintf(shared, sizeof shared, " (for each of the %d ranks that share it: fewer ranks per GPU)",
-                 share);
+        snprintf(shared, sizeof shared,
+                 " (for each of the %d ranks that share it: fewer ranks per GPU)", share);
     int a, b;
     largest_two(p->dev_cat, &a, &b);
     char s1[32], s2[32], s3[32], s4[32];
@@ -218,7 +218,9 @@ void report_print_fit(const report_memory *p, const front_options *o) {
                up_fmt_bytes(s1, sizeof s1, (double)p->device),
                up_fmt_bytes(s2, sizeof s2, (double)be->module_bytes()),
                up_fmt_bytes(s3, sizeof s3, (double)limit),
-               mem_limit && mem_limit == limit ? " (--mem-limit)" : o->gpu_share > 1 ? sh : " free");
+               mem_limit && mem_limit == limit ? " (--mem-limit)"
+               : o->gpu_share > 1              ? sh
+                                               : " free");
     else
         printf("GPU (%s): does not fit: %s\n", be->describe(), msg);
     fflush(stdout);
@@ -257,8 +259,17 @@ void report_check_mem_limit(const report_memory *p, const front_options *o) {
 void report_write_memory(const char *path, comm_ctx *comm, const report_memory *p, int predicted) {
     /* every figure the max over ranks: the categories, the peaks (all, RSS, offloaded, device,
      * pinned, host), a device's and pinned memory's categories */
-    enum { G_PEAK = MEM_COUNT, G_RSS, G_OFF, G_DEV, G_PIN, G_HOST, G_DCAT, G_PCAT = G_DCAT + MEM_COUNT,
-           G_N = G_PCAT + MEM_COUNT };
+    enum {
+        G_PEAK = MEM_COUNT,
+        G_RSS,
+        G_OFF,
+        G_DEV,
+        G_PIN,
+        G_HOST,
+        G_DCAT,
+        G_PCAT = G_DCAT + MEM_COUNT,
+        G_N = G_PCAT + MEM_COUNT
+    };
     unsigned long long glob[G_N];
     for (int c = 0; c < MEM_COUNT; c++) {
         glob[c] = p->cat[c];
