@@ -63,6 +63,17 @@ if timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" train $B --fsdp --offload "$TMP/stor
 else
   echo "SANITIZE FAIL: bf16 train"; cat "$TMP/bf16.out"; failed=1
 fi
+# Exchanges staged through host buffers (ranks on a GPU, DESIGN.md §11, here through the CPU's
+# memcpy: the stages' sizes), and the optimizer offloaded with the gradients in the backend's
+# space over 2 replicas.
+if UPIPE_COMM_STAGE=1 timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" train $B --cp 2 --fsdp \
+     --upipe-heads 2 >>"$TMP/staged.out" 2>&1 &&
+   UPIPE_COMM_STAGE=1 timeout 300 $MPIEXEC -n 2 "$BUILD/upipe" train $B --cp 1 --offload-optimizer \
+     --grads-on-device --save "$TMP/g.st" >>"$TMP/staged.out" 2>&1; then
+  echo "sanitize: 2-rank staged exchanges (FSDP, UPipe; replicas with the optimizer offloaded): ok"
+else
+  echo "SANITIZE FAIL: staged"; cat "$TMP/staged.out"; failed=1
+fi
 t3=$(date +%s)
 echo "sanitize: 2-rank train $((t3 - t2)) s"
 
