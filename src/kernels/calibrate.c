@@ -83,6 +83,9 @@ static void measure(void) {
     qsort(td, REPS, sizeof *td, cmp);
     /* VDPBF16PS does two multiply-adds per lane, FMA one */
     ratio = 2.0 * tf[REPS / 2] / td[REPS / 2];
+    /* tests: a measurement that went another way on this rank (tests/scripts/ulysses.sh) */
+    const char *t = getenv("UPIPE_TEST_DOT_RATIO");
+    if (t && *t) ratio = atof(t);
 #endif
 }
 

@@ -134,6 +134,21 @@ int kernel_path_init(char *err, size_t len) {
     return -1;
 }
 
+void kernel_path_agree(int all_win) {
+    const kernel_choice *k = kernel_choice_get();
+    if (k->forced || all_win || !k->row->wins) return;
+    for (int i = 0; i < NROWS; i++)
+        if (rows[i].runs() && !rows[i].wins) {
+            choose(&rows[i], 0);
+            return;
+        }
+}
+
+int kernel_path_won(void) {
+    const kernel_choice *k = kernel_choice_get();
+    return !k->forced && k->row->wins != NULL;
+}
+
 const kernel_choice *kernel_choice_get(void) {
     pthread_once(&default_once, choose_default);
     if (!chosen) up_die("%s", refusal);

@@ -181,6 +181,14 @@ int kernel_path_init(char *err, size_t len);
 int kernel_path_set(const char *name, char *err, size_t len);
 /* 1 if this binary has the named path and this CPU runs it. */
 int kernel_path_supported(const char *name);
+/* The ranks' verdict on a row that must win a measurement (the avx512bf16 row: every rank
+ * measured VDPBF16PS faster, all_win 1): where UPIPE_KERNEL is unset and this rank chose such a
+ * row but another rank did not, this rank takes the next row without one, as if its own
+ * measurement had lost (ranks on one kind of CPU then agree however loaded their cores were at
+ * start). Main thread, before the kernels run. */
+void kernel_path_agree(int all_win);
+/* 1 when the choice is a row that won its measurement on this rank. */
+int kernel_path_won(void);
 /* The choice, one line for --version and the run header: the path ("avx512", "avx2+fma",
  * "portable"), ";", then what each family runs ("avx512; attention avx512, gemm avx512, bf16
  * avx512bf16 (CPU best), bf16 gemm packed, element-wise x86-64-v4 (CPU), openblas Cooperlake

@@ -30,9 +30,9 @@ const char *kernel_path_name(void) {
     gemm_bf16_route_name(route_name, sizeof route_name);
     if (kernel_cpu_get()->avx512bf16)
         snprintf(dot, sizeof dot, " (vdpbf16ps %.2fx fma%s)", kernel_dot_ratio(),
-                 k->forced                              ? ""
-                 : kernel_dot_ratio() >= KERNEL_DOT_MIN ? ": used"
-                                                        : ": not used");
+                 k->forced      ? ""
+                 : k->row->wins ? ": used"
+                                : ": not used");
     snprintf(line, sizeof line,
              "%s%s; attention %s, gemm %s, bf16 %s%s, bf16 gemm %s, element-wise %s (CPU), "
              "openblas %s (%s), fp32 gemm %s",

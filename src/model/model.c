@@ -251,12 +251,11 @@ model *model_init(const model_config *cfg, int T, comm_ctx *comm, const model_op
     m->tile_loss = opt->tile_loss > 0 && opt->tile_loss < T ? opt->tile_loss : T;
     const model_config *c = &m->cfg;
 
-    /* model state (this rank's shards); the backward only writes the embedding's gradients */
-    param_table_build(&m->params, c);
+    param_table_build(&m->params, c); /* model state (this rank's shards) */
     store_spec sp = {.unit_off = m->params.unit_off,
                      .nunits = m->params.nunits,
                      .tied_unit = c->tied ? 0 : -1,
-                     .bwd_first = 1,
+                     .bwd_first = 1, /* the embedding's unit takes gradients only */
                      .sharded = opt->fsdp,
                      .grads = !opt->forward_only,
                      .wtype = opt->dtype,

@@ -320,6 +320,9 @@ void front_check_kernels(comm_ctx *c) {
      * faster, so that the ranks agree (a choice that can be changed in the process; the OpenBLAS
      * core cannot, so it is compared below) */
     if (!getenv("UPIPE_SGEMM")) sgemm_agree(comm_min_int(c, sgemm_uses_onednn()));
+    /* the same for the row that must win a measurement (VDPBF16PS against FMA): a close call
+     * measured on loaded cores may fall either way on each rank */
+    kernel_path_agree(!comm_any(c, !kernel_path_won()));
     const char *line = kernel_path_name();
     unsigned long long h[2] = {1469598103934665603ull, 0};
     for (const char *p = line; *p; p++)

@@ -62,4 +62,17 @@ sed 's/"num_key_value_heads": 2/"num_key_value_heads": 3/; s/"num_attention_head
 bad_layout kv_vs_cp "num_key_value_heads (3)" 2 --config "$TMP/kv3.json" --data "$TMP/d.bin" --seq-len 64
 bad_layout seq_vs_cp "--seq-len 66" 4 $MHA --seq-len 66
 bad_layout cp_vs_ranks "--cp 3" 4 $MHA --cp 3
+
+# Ranks whose start-up measurement of VDPBF16PS went different ways (a close call on loaded
+# cores; UPIPE_TEST_DOT_RATIO stands for it) agree on the row without it and run, with the plain
+# 2-rank run's gradients; only where the CPU has AVX512_BF16 (elsewhere no row depends on it).
+if [ -z "${UPIPE_KERNEL:-}" ] && "$UPIPE" --version | grep -q "vdpbf16ps"; then
+  A="train --quiet --threads 1 --steps 1 --lr 0 $G --cp 2"
+  # shellcheck disable=SC2086
+  if timeout 300 $MPIEXEC -n 1 env UPIPE_TEST_DOT_RATIO=2 "$UPIPE" $A --save-grads "$TMP/dot.st" \
+      : -n 1 env UPIPE_TEST_DOT_RATIO=0.5 "$UPIPE" $A --save-grads "$TMP/dot.st" >"$TMP/dot.out" 2>&1 \
+    && UPIPE_KERNEL=avx512 run_case dot_ref 2 $G --cp 2 && cmp -s "$TMP/dot.st" "$TMP/dot_ref.st"; then
+    ok "ranks whose VDPBF16PS measurements differ agree on avx512: the forced avx512 run's gradients"
+  else bad "ranks whose VDPBF16PS measurements differ"; cat "$TMP/dot.out"; fi
+else echo "skipped: ranks that measured VDPBF16PS differently (no AVX512_BF16 here, or UPIPE_KERNEL set)"; fi
 finish
