@@ -7,11 +7,12 @@
 # (bench/bench_gpu_plan.py). Random ids; the tensor-core attention (UPIPE_CUDA_ATTENTION=tc) is
 # the caller's choice.
 # usage: bench/bench_gpu_long.sh [build/upipe]   (CASES="configs/llama3-8b.json:524288 ..."
-#        LAYERS=2 U=4 SECONDS_EACH=280 DEVICE=cuda; DEVICE=cpu with small CASES checks the script)
+#        LAYERS=2 U=4 SECONDS_EACH=280 DEVICE=cuda; DEVICE=cpu with small CASES checks the script;
+#        EXTRA="--grads-on-device" adds flags: the 8B's row that leaves its host room, BENCHMARKS.md)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 upipe=${1:-build/upipe}
-LAYERS=${LAYERS:-2} U=${U:-4} SECONDS_EACH=${SECONDS_EACH:-280} DEVICE=${DEVICE:-cuda}
+LAYERS=${LAYERS:-2} U=${U:-4} SECONDS_EACH=${SECONDS_EACH:-280} DEVICE=${DEVICE:-cuda} EXTRA=${EXTRA:-}
 CASES=${CASES:-"configs/llama3-8b.json:524288 configs/llama3.2-1b.json:1048576"}
 tmp=$(mktemp -d /tmp/upipe-bench-long.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -24,7 +25,7 @@ for c in $CASES; do
   V=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$tmp/c.json")
   python3 bench/random_shard.py "$tmp/d.bin" $((T + 1)) "$V"
   A="--device $DEVICE --config $tmp/c.json --data $tmp/d.bin --seq-len $T --dtype bf16 --checkpoint
-     --tile-mlp --tile-loss --upipe-heads $U --offload-optimizer --steps 1 --lr 1e-5"
+     --tile-mlp --tile-loss --upipe-heads $U --offload-optimizer $EXTRA --steps 1 --lr 1e-5"
   # shellcheck disable=SC2086
   "$upipe" train $A --dry-run --mem-report "$tmp/plan.json" >"$tmp/plan.out" 2>&1 ||
     { tail -n 3 "$tmp/plan.out"; continue; }
