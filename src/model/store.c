@@ -23,8 +23,6 @@ struct param_store {
     size_t nshard;        /* floats of a slab */
     float *slab[4];       /* params, grads, m, v (store_slab_kind), in the backend's space, or
                              offloaded in host memory (pinned on a device) */
-    int in_space[4];      /* slab k is in the backend's space (else offloaded to host memory) */
-    int on_host[4];       /* slab k is host memory (the CPU backend, or offloaded) */
     int gdev;             /* grads_on_device: offloaded but for the gradients */
     float *hgrad;         /* then: one unit's gradients in host memory for AdamW */
     float *hunit;         /* else: one unit of a slab in host memory for files (store_unit_host) */
@@ -77,6 +75,16 @@ static void view_fill(const param_store *s, void *dst, const float *src, size_t 
     UP_CHECK(s->wtype == MEM_DTYPE_F32 || s->wtype == MEM_DTYPE_BF16, "store: no view of type %d",
              (int)s->wtype);
     s->be->convert(s->wtype, dst, MEM_DTYPE_F32, src, n);
+}
+
+/* Slab k is in the backend's space (else offloaded to host memory: pinned on a device). */
+static int in_space(const param_store *s, store_slab_kind k) {
+    return !s->offload || (k == STORE_GRADS && s->gdev);
+}
+
+/* Slab k is host memory: the CPU backend's, or offloaded. */
+static int on_host(const param_store *s, store_slab_kind k) {
+    return !in_space(s, k) || s->space == MEM_SPACE_HOST;
 }
 
 /* Offloaded: every copy between the slabs and the device done, before the host reads or writes
@@ -148,13 +156,9 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     static const mem_category cats[4] = {MEM_PARAMS, MEM_GRADS, MEM_OPTIMIZER, MEM_OPTIMIZER};
     size_t bytes = up_mul(s->nshard, sizeof(float));
     int any_dev = 0;
-    for (int k = 0; k < 4; k++) {
-        s->in_space[k] = !s->offload || (k == STORE_GRADS && s->gdev);
-        s->on_host[k] = !s->in_space[k] || s->space == MEM_SPACE_HOST;
-        if (k < (grads ? 4 : 1)) {
-            s->slab[k] = mem_alloc_in(s->in_space[k] ? s->space : hs, cats[k], bytes);
-            any_dev |= !s->on_host[k];
-        }
+    for (int k = 0; k < (grads ? 4 : 1); k++) {
+        s->slab[k] = mem_alloc_in(in_space(s, k) ? s->space : hs, cats[k], bytes);
+        any_dev |= !on_host(s, k);
     }
     s->hunit_k = s->hunit_u = -1;
     /* a device's slabs pass through the host one unit at a time (files, init): the largest
@@ -163,11 +167,11 @@ param_store *store_init(comm_ctx *comm, const store_spec *sp) {
     if (grads && s->gdev) s->hgrad = mem_alloc_in(hs, MEM_GRADS, up_mul(maxs, sizeof(float)));
     if (grads) {
         /* NCCL's all-reduce, not MPI's */
-        int on_dev = comm->nccl_world && s->in_space[STORE_GRADS];
+        int on_dev = comm->nccl_world && in_space(s, STORE_GRADS);
         s->mpi_temp = sharded || on_dev ? 0 : comm_reduce_temp_bytes(comm, s->nshard);
         mem_count(MEM_COMM, (long long)s->mpi_temp);
     }
-    if (grads && !sharded && s->in_space[STORE_GRADS] && comm->staged && comm->R > 1) {
+    if (grads && !sharded && in_space(s, STORE_GRADS) && comm->staged && comm->R > 1) {
         size_t piece = s->nshard < COMM_REDUCE_CHUNK ? s->nshard : COMM_REDUCE_CHUNK;
         s->hreduce = mem_alloc_in(hs, MEM_COMM, up_mul(piece, sizeof(float)));
     }
@@ -232,13 +236,13 @@ const backend_ops *store_opt_backend(const param_store *s) {
     return s->opt_be;
 }
 const backend_ops *store_slab_backend(const param_store *s, store_slab_kind k) {
-    return s->in_space[k] ? s->be : s->opt_be;
+    return in_space(s, k) ? s->be : s->opt_be;
 }
 float *store_unit_host(param_store *s, store_slab_kind k, int u) {
     settle(s);
     if (!s->slab[k]) return NULL;
     float *at = s->slab[k] + s->shard_off[u];
-    if (s->on_host[k]) return at;
+    if (on_host(s, k)) return at;
     s->be->to_host(s->hunit, at, sizeof(float) * s->shard_n[u]);
     s->hunit_k = (int)k;
     s->hunit_u = u;
@@ -446,7 +450,7 @@ void store_release(param_store *s, int u) {
                    (int64_t)(sizeof(float) * n * (size_t)(s->R - 1)));
         return;
     }
-    if (!s->hfull) {
+    if (!s->hshard) { /* not staged */
         fsdp_reduce_add(s->comm, g, s->rs_tmp, s->rs_recv, shard, n, u);
         return;
     }
@@ -489,7 +493,7 @@ void store_zero_grads(param_store *s) {
 void store_reduce_grads(param_store *s) {
     settle(s);
     if (s->R > 1) return;
-    if (s->comm->nccl_world && s->in_space[STORE_GRADS]) { /* NCCL's order (one rank: as is) */
+    if (s->comm->nccl_world && in_space(s, STORE_GRADS)) { /* NCCL's order (one rank: as is) */
         s->be->coll_allreduce(s->comm->nccl_world, s->slab[STORE_GRADS], s->nshard);
         return;
     }

@@ -177,10 +177,11 @@ static const flag_spec g_front_flags[] = {
      .off = AT(device),
      .help = "where the step runs (default cpu). cuda: an NVIDIA GPU (the\n"
              "CUDA backend, libupipe_cuda.so beside upipe), the local rank's\n"
-             "modulo the node's GPUs; ranks exchange through pinned host\n"
-             "memory over MPI; the model's tensors in GPU memory, --dry-run\n"
-             "and --mem-limit plan the GPU's memory (each rank its share of a\n"
-             "GPU that ranks share)"},
+             "modulo the node's GPUs; ranks exchange through NCCL where each\n"
+             "owns its GPU, else through pinned host memory over MPI\n"
+             "(UPIPE_COMM); the model's tensors in GPU memory, --dry-run and\n"
+             "--mem-limit plan the GPU's memory (each rank its share of a GPU\n"
+             "that ranks share)"},
     {.name = "device-mem",
      .arg = "SIZE",
      .kind = FLAG_SIZE,
