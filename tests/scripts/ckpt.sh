@@ -257,6 +257,8 @@ edit ck_sreal 's/"step": 4,/"step": 4.5,/'
 refuse state_step_real '"step" must be an integer, got 4.5' 1 $G --steps 6 --ckpt-dir "$TMP/ck_sreal" --resume
 edit ck_slr 's/"lr": \([0-9.e-]*\),/"lr": "\1",/'
 refuse state_lr_string '"lr" must be a number, got a string' 1 $G --steps 6 --ckpt-dir "$TMP/ck_slr" --resume
+edit ck_sgb 's/"global_batch": \([0-9]*\),/"global_batch": 7777777777777777772,/'
+refuse state_batch_overflow '"next_sequence" [0-9]* is not step 4 x global_batch 7777777777777777772' 1 $G --steps 6 --ckpt-dir "$TMP/ck_sgb" --resume
 edit ck_sver 's/"version": 2,/"version": 1,/'
 refuse state_version "checkpoint version 1 .*start a new --ckpt-dir" 1 $G --steps 6 --ckpt-dir "$TMP/ck_sver" --resume
 edit ck_sfmt '/"format"/d'
