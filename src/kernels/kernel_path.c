@@ -113,6 +113,14 @@ int kernel_path_set(const char *name, char *err, size_t len) {
     return 0;
 }
 
+/* The first row this CPU runs whose measurement, if it has one, won (measured 0: the first
+ * without one). The last row runs anywhere and has none. */
+static const kernel_row *first_row(int measured) {
+    for (int i = 0; i < NROWS; i++)
+        if (rows[i].runs() && (!rows[i].wins || (measured && rows[i].wins()))) return &rows[i];
+    return &rows[NROWS - 1];
+}
+
 static void choose_default(void) {
     if (chosen) return; /* kernel_path_set came first */
     const char *env = getenv("UPIPE_KERNEL");
@@ -120,11 +128,7 @@ static void choose_default(void) {
         kernel_path_set(env, refusal, sizeof refusal);
         return;
     }
-    for (int i = 0; i < NROWS; i++)
-        if (rows[i].runs() && (!rows[i].wins || rows[i].wins())) {
-            choose(&rows[i], 0);
-            return;
-        }
+    choose(first_row(1), 0);
 }
 
 int kernel_path_init(char *err, size_t len) {
@@ -136,12 +140,7 @@ int kernel_path_init(char *err, size_t len) {
 
 void kernel_path_agree(int all_win) {
     const kernel_choice *k = kernel_choice_get();
-    if (k->forced || all_win || !k->row->wins) return;
-    for (int i = 0; i < NROWS; i++)
-        if (rows[i].runs() && !rows[i].wins) {
-            choose(&rows[i], 0);
-            return;
-        }
+    if (!k->forced && !all_win && k->row->wins) choose(first_row(0), 0);
 }
 
 int kernel_path_won(void) {

@@ -293,8 +293,8 @@ static int check_fields(const json_t *o, long folder_step, ckpt_record *rec, cha
         get_int(o, "", "warmup", 0, LONG_MAX, &x, msg, len) != 0 ||
         get_int(o, "", "seed", LLONG_MIN, LLONG_MAX, &x, msg, len) != 0)
         return -1;
-    /* step x global_batch may not fit a long long (a corrupt file): then it is not ns either */
-    if ((step > 0 && gb > LLONG_MAX / step) || ns != step * gb) {
+    long long want; /* a product that does not fit (a corrupt file) is not ns either */
+    if (__builtin_mul_overflow(step, gb, &want) || ns != want) {
         ckpt_fmt(msg, len, "\"next_sequence\" %lld is not step %lld x global_batch %lld", ns, step,
                  gb);
         return -1;
